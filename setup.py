@@ -1,0 +1,28 @@
+"""Installs tfsent."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tfsent",
+    version="0.1.0",
+    description="Contrastive sentence-embedding objectives (SimCSE, CMLM-CSE, ConSERT, SCD, "
+                "SupCon-SBERT, CLSR) as Keras 3 / TensorFlow models",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tfsent", "tfsent.*"]),
+    package_data={"tfsent": ["data/demo/*.txt", "data/demo/*.tsv"]},
+    install_requires=[
+        "tensorflow==2.21.*",
+        "tensorflow-text==2.21.*",
+        "keras>=3.10",
+        "keras-hub",
+        "tensorflow-datasets",
+        "scipy",
+        "numpy",
+        "absl-py",
+        "safetensors",
+    ],
+    extras_require={
+        "test": ["pytest"],
+        "plots": ["matplotlib"],
+    },
+)
