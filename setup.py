@@ -19,6 +19,7 @@ setup(
         "scipy",
         "numpy",
         "absl-py",
+        "tensorboard",
         "safetensors",
     ],
     extras_require={

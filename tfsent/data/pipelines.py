@@ -1,0 +1,118 @@
+"""tf.data pipelines: strings -> shuffled, batched, tokenized (in-graph) features.
+
+Batches have a static shape (batch, max_seq_length) and drop the remainder, so XLA
+compiles once and every replica gets an equal slice of the global batch. Tokenization
+runs after batching (vectorised) and is prefetched. `skip_batches` fast-forwards a
+deterministic stream when a run resumes, without tokenizing the skipped batches.
+"""
+
+import math
+
+import tensorflow as tf
+
+from tfsent.errors import ConfigError
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _check_batch(n_examples, batch_size, what):
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if n_examples < batch_size:
+        raise ConfigError(f"{what} has {n_examples} examples, fewer than one batch "
+                          f"({batch_size}); lower batch_size")
+
+
+def _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches):
+    ds = tf.data.Dataset.from_tensor_slices(tuple(tf.constant(c, tf.string) for c in columns))
+    if shuffle:
+        ds = ds.shuffle(len(columns[0]), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=True)
+    if skip_batches:
+        ds = ds.skip(skip_batches)
+    return ds
+
+
+def sentence_dataset(sentences, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                     skip_batches=0, mlm_mask_rate=None):
+    """Unlabelled sentences -> batches of `{"token_ids", "padding_mask", "segment_ids"}`.
+
+    With `mlm_mask_rate` the batch also carries the MLM inputs of `mask_tokens`.
+    """
+    _check_batch(len(sentences), batch_size, "the training data")
+    ds = _strings_dataset([sentences], batch_size, seed, shuffle, repeat, skip_batches)
+    ds = ds.map(lambda s: tokenizer(s), num_parallel_calls=AUTOTUNE)
+    if mlm_mask_rate is not None:
+        ds = ds.enumerate(start=skip_batches).map(
+            lambda i, f: mask_tokens(f, tokenizer, mlm_mask_rate, seed=(seed, i)),
+            num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE)
+
+
+def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                    skip_batches=0):
+    """(anchor, positive, negative) strings -> `{"anchor": f, "positive": f, "negative": f}`."""
+    _check_batch(len(triplets), batch_size, "the NLI triplets")
+    columns = [list(c) for c in zip(*triplets)]
+    ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
+    ds = ds.map(lambda a, p, n: {"anchor": tokenizer(a), "positive": tokenizer(p),
+                                 "negative": tokenizer(n)}, num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE)
+
+
+def max_predictions(max_seq_length, rate):
+    """Static number of MLM prediction slots per sequence for `rate` (>= 1)."""
+    return max(1, math.ceil((max_seq_length - 2) * rate))
+
+
+def mask_tokens(features, tokenizer, rate, seed):
+    """BERT masking of a tokenized batch for MLM.
+
+    Selects round(rate * n) of each sequence's n real, non-special tokens (at least one
+    when n > 0); of those, 80% become [MASK], 10% a random wordpiece, 10% stay unchanged.
+    Special and padding tokens are never selected. Deterministic for a given `seed`
+    (a pair of ints / int tensors).
+
+    Adds to `features`: `masked_token_ids` (B, L), `mask_positions` (B, P) int32,
+    `mask_labels` (B, P) original ids, `mask_weights` (B, P) float32 (1 for a real
+    prediction slot, 0 for an unused slot), with P = max_predictions(L, rate).
+    """
+    if not 0.0 < rate < 1.0:
+        raise ConfigError(f"mask_rate must be in (0, 1), got {rate}")
+    ids = features["token_ids"]
+    shape = tf.shape(ids)
+    length = ids.shape[1] if ids.shape[1] is not None else tokenizer.max_seq_length
+    n_slots = max_predictions(length, rate)
+    seed = tf.cast(tf.stack(seed), tf.int64)
+    seeds = tf.random.experimental.stateless_split(seed, 4)
+    special = tf.reduce_any(
+        tf.equal(ids[:, :, None], tf.constant(tokenizer.special_ids, tf.int32)), axis=-1)
+    candidate = tf.logical_and(tf.cast(features["padding_mask"], tf.bool),
+                               tf.logical_not(special))
+    n_candidates = tf.reduce_sum(tf.cast(candidate, tf.int32), axis=1)
+    n_mask = tf.cast(tf.round(tf.cast(n_candidates, tf.float32) * rate), tf.int32)
+    n_mask = tf.minimum(tf.maximum(n_mask, tf.minimum(n_candidates, 1)), n_slots)
+    # Random order of candidates first; non-candidates get -1 so they sort last.
+    scores = tf.random.stateless_uniform(shape, seeds[0])
+    scores = tf.where(candidate, scores, -1.0)
+    positions = tf.math.top_k(scores, k=n_slots, sorted=True).indices  # (B, P)
+    slot = tf.range(n_slots)[None, :]
+    weights = tf.cast(slot < n_mask[:, None], tf.float32)
+    labels = tf.gather(ids, positions, batch_dims=1)
+    # 80 / 10 / 10 replacement.
+    u = tf.random.stateless_uniform(tf.shape(positions), seeds[1])
+    random_ids = tf.random.stateless_uniform(tf.shape(positions), seeds[2], minval=0,
+                                             maxval=tokenizer.vocabulary_size, dtype=tf.int32)
+    replacement = tf.where(u < 0.8, tokenizer.mask_id, tf.where(u < 0.9, random_ids, labels))
+    replacement = tf.where(weights > 0, replacement, labels)
+    batch_index = tf.broadcast_to(tf.range(shape[0])[:, None], tf.shape(positions))
+    scatter_idx = tf.stack([batch_index, positions], axis=-1)
+    # Only real slots are written (unused slots would write the original id back anyway).
+    masked = tf.tensor_scatter_nd_update(
+        ids, tf.boolean_mask(scatter_idx, weights > 0), tf.boolean_mask(replacement, weights > 0))
+    out = dict(features)
+    out.update({"masked_token_ids": masked, "mask_positions": positions,
+                "mask_labels": labels, "mask_weights": weights})
+    return out

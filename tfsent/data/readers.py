@@ -1,0 +1,199 @@
+"""Readers for training data: plain sentences, NLI triplets, scored pairs, the demo corpus.
+
+Each reader returns plain Python lists and logs how many rows it read and skipped, so a
+silently wrong dataset shows in the log. Malformed rows raise `InputError` naming the file
+and line. Sources are named by a string (see `read_training_sentences`, `read_nli_triplets`).
+"""
+
+import json
+import os
+
+from absl import logging
+
+from tfsent.data.textio import read_lines
+from tfsent.errors import InputError
+
+DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
+DEMO_SENTENCES = os.path.join(DEMO_DIR, "sentences.txt")
+DEMO_TRIPLETS = os.path.join(DEMO_DIR, "nli_triplets.tsv")
+DEMO_PAIRS = os.path.join(DEMO_DIR, "sts_pairs.tsv")
+
+NLI_LABELS = ("entailment", "neutral", "contradiction")
+
+
+def read_sentences(path):
+    """One sentence per line; blank lines are skipped (and counted in the log)."""
+    lines = read_lines(path)
+    sentences = [" ".join(line.split()) for line in lines]
+    kept = [s for s in sentences if s]
+    logging.info("read %d sentences from %s (%d blank lines skipped)", len(kept), path,
+                 len(sentences) - len(kept))
+    if not kept:
+        raise InputError("no sentences (the file is empty or blank)", path=path)
+    return kept
+
+
+def read_scored_pairs(path):
+    """`score<TAB>sentence1<TAB>sentence2` per line -> (sents1, sents2, scores)."""
+    s1, s2, scores = [], [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 3:
+            raise InputError(f"expected 3 tab-separated columns (score, sentence1, "
+                             f"sentence2), found {len(cols)}", path=path, line=number)
+        try:
+            score = float(cols[0])
+        except ValueError:
+            raise InputError(f"score {cols[0]!r} is not a number", path=path,
+                             line=number) from None
+        s1.append(" ".join(cols[1].split()))
+        s2.append(" ".join(cols[2].split()))
+        scores.append(score)
+    logging.info("read %d scored pairs from %s", len(scores), path)
+    if not scores:
+        raise InputError("no scored pairs", path=path)
+    return s1, s2, scores
+
+
+def read_triplets_tsv(path):
+    """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples."""
+    triplets = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = [" ".join(c.split()) for c in line.split("\t")]
+        if len(cols) != 3 or not all(cols):
+            raise InputError("expected 3 non-empty tab-separated columns (premise, "
+                             f"entailment, contradiction), found {len(cols)}", path=path,
+                             line=number)
+        triplets.append(tuple(cols))
+    logging.info("read %d NLI triplets from %s", len(triplets), path)
+    return triplets
+
+
+def read_nli_pairs_senteval(directory, split):
+    """SentEval's SNLI layout: s1.SPLIT, s2.SPLIT, labels.SPLIT -> list of (p, h, label)."""
+    paths = [os.path.join(directory, f"{name}.{split}") for name in ("s1", "s2", "labels")]
+    s1, s2, labels = (read_lines(p) for p in paths)
+    if not len(s1) == len(s2) == len(labels):
+        raise InputError(f"s1/s2/labels have different line counts ({len(s1)}, {len(s2)}, "
+                         f"{len(labels)})", path=directory)
+    rows = []
+    for number, (p, h, y) in enumerate(zip(s1, s2, labels), start=1):
+        y = y.strip()
+        if y not in NLI_LABELS:
+            raise InputError(f"label {y!r} is not one of {NLI_LABELS}", path=paths[2],
+                             line=number)
+        rows.append((" ".join(p.split()), " ".join(h.split()), y))
+    logging.info("read %d NLI pairs from %s (split %s)", len(rows), directory, split)
+    return rows
+
+
+def read_nli_pairs_jsonl(path):
+    """SNLI / MultiNLI jsonl (sentence1, sentence2, gold_label); '-' labels are skipped."""
+    rows, skipped = [], 0
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            p, h, y = obj["sentence1"], obj["sentence2"], obj["gold_label"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise InputError(f"not an NLI json row ({type(e).__name__}: {e})", path=path,
+                             line=number) from None
+        if y not in NLI_LABELS:
+            skipped += 1
+            continue
+        rows.append((" ".join(p.split()), " ".join(h.split()), y))
+    logging.info("read %d NLI pairs from %s (%d without gold label skipped)", len(rows), path,
+                 skipped)
+    return rows
+
+
+def read_nli_pairs_tfds(name, split="train"):
+    """TFDS `snli` / `multi_nli` (needs network on first use) -> list of (p, h, label)."""
+    import tensorflow_datasets as tfds
+
+    ds = tfds.load(name, split=split)
+    rows = []
+    for ex in tfds.as_numpy(ds):
+        label = int(ex["label"])
+        if label < 0:
+            continue
+        rows.append((ex["premise"].decode("utf-8"), ex["hypothesis"].decode("utf-8"),
+                     NLI_LABELS[label]))
+    logging.info("read %d NLI pairs from TFDS %s/%s", len(rows), name, split)
+    return rows
+
+
+def triplets_from_pairs(rows):
+    """NLI pairs -> SimCSE triplets (premise, entailment, contradiction).
+
+    Every entailment hypothesis of a premise is paired with every contradiction hypothesis
+    of the same premise (SimCSE's construction); premises lacking either are skipped.
+    """
+    by_premise = {}
+    for p, h, y in rows:
+        entry = by_premise.setdefault(p, {"entailment": [], "contradiction": []})
+        if y in entry:
+            entry[y].append(h)
+    triplets = [(p, e, c) for p, d in by_premise.items()
+                for e in d["entailment"] for c in d["contradiction"]]
+    logging.info("built %d triplets from %d premises", len(triplets), len(by_premise))
+    return triplets
+
+
+def read_nli_triplets(source, split="train"):
+    """NLI triplets from `demo`, a .tsv of triplets, a .jsonl, a SentEval SNLI directory
+    (split `dev`/`test`/`train`), or `tfds:snli` / `tfds:multi_nli`."""
+    if source == "demo":
+        return read_triplets_tsv(DEMO_TRIPLETS)
+    if source.startswith("tfds:"):
+        return triplets_from_pairs(read_nli_pairs_tfds(source[5:], split))
+    if os.path.isdir(source):
+        return triplets_from_pairs(read_nli_pairs_senteval(source, split))
+    if source.endswith(".jsonl"):
+        return triplets_from_pairs(read_nli_pairs_jsonl(source))
+    return read_triplets_tsv(source)
+
+
+def read_training_sentences(source):
+    """Unlabelled sentences from `demo`, a text file, `tfds:NAME[:FIELD]`, or NLI data
+    (a SentEval SNLI directory: premises and hypotheses, deduplicated)."""
+    if source == "demo":
+        return read_sentences(DEMO_SENTENCES)
+    if source.startswith("tfds:"):
+        import tensorflow_datasets as tfds
+
+        parts = source[5:].split(":")
+        name, field = parts[0], (parts[1] if len(parts) > 1 else "text")
+        ds = tfds.load(name, split="train")
+        out = [ex[field].decode("utf-8") for ex in tfds.as_numpy(ds)]
+        logging.info("read %d sentences from TFDS %s (field %s)", len(out), name, field)
+        return out
+    if os.path.isdir(source):
+        rows = []
+        for split in ("train", "dev", "test"):
+            if os.path.exists(os.path.join(source, f"s1.{split}")):
+                rows += read_nli_pairs_senteval(source, split)
+        seen = dict.fromkeys(s for p, h, _ in rows for s in (p, h))
+        return list(seen)
+    return read_sentences(source)
+
+
+def read_dev_pairs(source, data_dir=None):
+    """Dev pairs for model selection: `demo`, `stsb` (STS-B dev), `sickr` (SICK trial),
+    or a scored-pair .tsv. Returns (sents1, sents2, scores)."""
+    if source == "demo":
+        return read_scored_pairs(DEMO_PAIRS)
+    if source in ("stsb", "sickr"):
+        if not data_dir:
+            raise InputError(f"dev set {source!r} needs eval_data_dir (SentEval layout)")
+        from tfsent.evaluation import senteval_data
+
+        if source == "stsb":
+            return senteval_data.read_stsbenchmark(data_dir, "dev")
+        return senteval_data.read_sick(data_dir, "dev")
+    return read_scored_pairs(source)

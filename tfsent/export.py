@@ -1,0 +1,191 @@
+"""Exports a SentenceEncoder as a SavedModel that TF Serving loads.
+
+Layout (TF Serving's): `EXPORT_DIR/<version>/saved_model.pb`, integer versions, each new
+export takes the next version. A version is written under a hidden temporary name inside
+EXPORT_DIR and renamed into place only when complete, so a server watching EXPORT_DIR never
+sees a partial model; leftovers of an interrupted export are removed by the next export.
+
+Signatures:
+  serving_default(sentences: string[N]) -> {embedding: float32[N, H],
+                                            embedding_normalized: float32[N, H]}
+  encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, plain TF
+      ops only (for servers built without TF Text ops).
+Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else.
+
+CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR
+"""
+
+import json
+import os
+import re
+import shutil
+
+import tensorflow as tf
+
+from tfsent.errors import ConfigError, InputError
+
+METADATA_FILE = "tfsent_export.json"
+_TMP_PREFIX = ".tmp-export-"
+
+
+class _ServingModule(tf.Module):
+    """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
+
+    def __init__(self, encoder, pooling):
+        super().__init__()
+        from tfsent.encoders import SentenceTokenizer
+
+        tok = encoder.tokenizer
+        self.encoder = encoder
+        # Per-batch padding at serving time: no wasted FLOPs on short sentences.
+        self.tokenizer = SentenceTokenizer(tok.vocabulary, tok.lowercase, tok.strip_accents,
+                                           tok.max_seq_length, pad_to_max_length=False)
+        self.pooling = pooling
+
+    def _embed(self, token_ids, padding_mask):
+        features = {"token_ids": token_ids, "padding_mask": padding_mask}
+        emb = tf.cast(self.encoder(features, training=False, pooling=self.pooling)["embedding"],
+                      tf.float32)
+        return {"embedding": emb, "embedding_normalized": tf.math.l2_normalize(emb, axis=-1)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def serve(self, sentences):
+        features = self.tokenizer(sentences)
+        return self._embed(features["token_ids"], features["padding_mask"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+                                  tf.TensorSpec([None, None], tf.int32, name="padding_mask")])
+    def encode_ids(self, token_ids, padding_mask):
+        return self._embed(token_ids, padding_mask)
+
+
+def list_versions(export_dir):
+    """Integer version subdirectories of `export_dir` that hold a complete SavedModel."""
+    if not os.path.isdir(export_dir):
+        return []
+    versions = []
+    for name in os.listdir(export_dir):
+        if re.fullmatch(r"\d+", name) and os.path.exists(
+                os.path.join(export_dir, name, "saved_model.pb")):
+            versions.append(int(name))
+    return sorted(versions)
+
+
+def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None):
+    """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
+
+    Returns the path of the new version directory. The write is atomic: a temporary
+    hidden directory is renamed into place at the end.
+    """
+    pooling = pooling or encoder.pooling
+    from tfsent.encoders import check_pooling
+
+    check_pooling(pooling)
+    if encoder.tokenizer is None:
+        raise ConfigError("cannot export an encoder without a tokenizer")
+    export_dir = os.fspath(export_dir)
+    os.makedirs(export_dir, exist_ok=True)
+    for name in os.listdir(export_dir):  # leftovers of an interrupted export
+        if name.startswith(_TMP_PREFIX):
+            shutil.rmtree(os.path.join(export_dir, name), ignore_errors=True)
+    if version is None:
+        existing = list_versions(export_dir)
+        version = (existing[-1] + 1) if existing else 1
+    final = os.path.join(export_dir, str(int(version)))
+    if os.path.exists(final):
+        raise ConfigError(f"export version {version} already exists at {final}")
+    tmp = os.path.join(export_dir, f"{_TMP_PREFIX}{version}-{os.getpid()}")
+    module = _ServingModule(encoder, pooling)
+    signatures = {
+        "serving_default": module.serve.get_concrete_function(),
+        "encode_ids": module.encode_ids.get_concrete_function(),
+    }
+    tf.saved_model.save(module, tmp, signatures=signatures)
+    meta = {"pooling": pooling, "max_seq_length": encoder.tokenizer.max_seq_length,
+            "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
+            "strip_accents": encoder.tokenizer.strip_accents}
+    meta.update(metadata or {})
+    os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
+    with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
+        json.dump(meta, f, indent=2)
+    os.rename(tmp, final)
+    return final
+
+
+def resolve_savedmodel_dir(path):
+    """A SavedModel version dir, or an export dir (its newest version), or None."""
+    path = os.fspath(path)
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = list_versions(path)
+    if versions:
+        return os.path.join(path, str(versions[-1]))
+    return None
+
+
+class SavedModelEncoder:
+    """Wraps an exported SavedModel with the `encode(sentences)` interface of SentenceEncoder."""
+
+    def __init__(self, path):
+        import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+
+        resolved = resolve_savedmodel_dir(path)
+        if resolved is None:
+            raise InputError("no SavedModel here (expected saved_model.pb or integer "
+                             "version subdirectories)", path=path)
+        self.path = resolved
+        self._loaded = tf.saved_model.load(resolved)
+        self._serve = self._loaded.signatures["serving_default"]
+
+    def encode(self, sentences, batch_size=64, normalize=False, verbose=0):
+        """Embeds a list of strings through the `serving_default` signature."""
+        import numpy as np
+
+        sentences = list(sentences)
+        if not sentences:
+            return np.zeros((0, 0), np.float32)
+        key = "embedding_normalized" if normalize else "embedding"
+        order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
+        chunks = {}
+        for start in range(0, len(sentences), batch_size):
+            idx = order[start:start + batch_size]
+            batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
+            chunks[start] = (idx, self._serve(sentences=batch)[key].numpy())
+        dim = next(iter(chunks.values()))[1].shape[1]
+        out = np.zeros((len(sentences), dim), np.float32)
+        for idx, emb in chunks.values():
+            out[idx] = emb
+        return out
+
+
+def main(argv):
+    """CLI entry point: load an encoder and export it."""
+    del argv
+    from absl import flags, logging
+
+    from tfsent.encoders import load_encoder
+
+    FLAGS = flags.FLAGS
+    encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
+                           max_seq_length=FLAGS.max_seq_length)
+    path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
+                          metadata={"model": FLAGS.model})
+    logging.info("exported %s (pooling %s) to %s", FLAGS.model, FLAGS.pooling, path)
+    print(path)
+
+
+def _define_flags():
+    from absl import flags
+
+    flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint dir or minilm-l6.")
+    flags.DEFINE_string("pooling", "mean", "Pooling carried by the export.")
+    flags.DEFINE_integer("max_seq_length", 256, "Tokenizer truncation length.")
+    flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels.")
+    flags.mark_flag_as_required("export_dir")
+
+
+if __name__ == "__main__":
+    from absl import app
+
+    _define_flags()
+    app.run(main)

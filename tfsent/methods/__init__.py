@@ -1,0 +1,65 @@
+"""Training objectives as Keras models, and the registry behind `--method`.
+
+Each registry entry says which class builds the model from a run config, which config
+fields it adds (with defaults for the CPU demo; paper recipes live in configs/), and which
+kind of training data it reads.
+"""
+
+from tfsent.errors import ConfigError
+from tfsent.methods.base import SentenceMethod
+from tfsent.methods.cmlm_cse import CMLMCSE
+from tfsent.methods.simcse import SimCSE
+
+__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "REGISTRY", "get_method"]
+
+
+class MethodSpec:
+    """A registry entry: `build(encoder, config) -> SentenceMethod`, its config defaults,
+    and its data kind ("sentences", "sentences_mlm" or "triplets")."""
+
+    def __init__(self, name, build, defaults, data_kind, doc):
+        self.name = name
+        self.build = build
+        self.defaults = defaults
+        self.data_kind = data_kind
+        self.doc = doc
+
+
+def _simcse(supervised):
+    def build(encoder, c):
+        return SimCSE(encoder, temperature=c.temperature, supervised=supervised,
+                      hard_negative_weight=c.hard_negative_weight, dropout=c.encoder_dropout,
+                      train_pooling=c.pooling, export_pooling=c.export_pooling)
+    return build
+
+
+def _cmlm(encoder, c):
+    return CMLMCSE(encoder, extractor_layers=c.extractor_layers, fusion_layers=c.fusion_layers,
+                   mlm_weight=c.mlm_weight, contrastive_weight=c.contrastive_weight,
+                   mask_rate=c.mask_rate, tie_mlm_embeddings=c.tie_mlm_embeddings,
+                   temperature=c.temperature, dropout=c.encoder_dropout,
+                   train_pooling=c.pooling, export_pooling=c.export_pooling)
+
+
+_SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None}
+
+REGISTRY = {
+    "simcse_unsup": MethodSpec(
+        "simcse_unsup", _simcse(False), dict(_SIMCSE_DEFAULTS), "sentences",
+        "Unsupervised SimCSE: dropout views, InfoNCE."),
+    "simcse_sup": MethodSpec(
+        "simcse_sup", _simcse(True), dict(_SIMCSE_DEFAULTS, train_data="demo_nli"), "triplets",
+        "Supervised SimCSE: NLI triplets, contradiction as hard negative."),
+    "cmlm_cse": MethodSpec(
+        "cmlm_cse", _cmlm,
+        dict(_SIMCSE_DEFAULTS, extractor_layers=4, fusion_layers=2, mask_rate=0.15,
+             mlm_weight=0.005, contrastive_weight=1.0, tie_mlm_embeddings=True),
+        "sentences_mlm", "CMLM-CSE: SimCSE + conditional MLM on a frozen lexical extractor."),
+}
+
+
+def get_method(name):
+    """The registry entry for `name`, or a ConfigError listing the valid names."""
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]

@@ -1,0 +1,87 @@
+"""`SentenceMethod`: the Keras model every objective subclasses.
+
+A method owns a `SentenceEncoder` (and any heads), defines `compute_losses(batch,
+training)` from pure functions in `tfsent.losses`, and inherits a `train_step` that is
+correct under tf.distribute (see `tfsent.distribute` for the gradient convention),
+XLA-compilable and mixed-precision safe (losses in float32, loss scaling through the
+optimizer). The same class is used by `python -m tfsent.train` and by `model.fit` in a
+user's own code.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class SentenceMethod(keras.Model):
+    """Base class: encoder + objective with its own train_step.
+
+    Subclasses set `metric_names` (the first is "loss"), `train_pooling` /
+    `export_pooling`, and implement `compute_losses`, which returns
+    `(objective, logs)`: the replica's differentiable objective and a dict of float32
+    scalars to log (global values, identical on every replica).
+
+    Args:
+        encoder: a `tfsent.encoders.SentenceEncoder`.
+        train_pooling: pooling used in the loss (default: the encoder's).
+        export_pooling: pooling the exported model carries (default: train_pooling).
+    """
+
+    metric_names = ("loss",)
+
+    def __init__(self, encoder, train_pooling=None, export_pooling=None, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.train_pooling = train_pooling or encoder.pooling
+        self.export_pooling = export_pooling or self.train_pooling
+        if "cls" not in (self.train_pooling, self.export_pooling):
+            # The pooler Dense is unused: keep it out of the trainable variables.
+            encoder.backbone.pooled_dense.trainable = False
+        self._trackers = {name: keras.metrics.Mean(name=name) for name in self.metric_names}
+
+    @property
+    def metrics(self):
+        return list(self._trackers.values())
+
+    def call(self, inputs, training=False):
+        """Sentence embeddings (B, H) of tokenized `inputs` with the export pooling."""
+        return self.encoder(inputs, training=training, pooling=self.export_pooling)["embedding"]
+
+    def embed(self, features, training, **kwargs):
+        """Training-pooled embeddings of `features`; kwargs go to the encoder call."""
+        return self.encoder(features, training=training, pooling=self.train_pooling,
+                            **kwargs)["embedding"]
+
+    def compute_losses(self, batch, training=True):
+        """Returns (objective, logs); see the class docstring."""
+        raise NotImplementedError
+
+    def train_step(self, data):
+        batch = data[0] if isinstance(data, tuple) else data
+        with tf.GradientTape() as tape:
+            objective, logs = self.compute_losses(batch, training=True)
+            scaled = self.optimizer.scale_loss(objective)
+        variables = self.trainable_variables
+        grads = tape.gradient(scaled, variables)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return self._update_trackers(logs)
+
+    def _update_trackers(self, logs):
+        for name, value in logs.items():
+            self._trackers[name].update_state(value)
+        return {name: tracker.result() for name, tracker in self._trackers.items()}
+
+    def get_config(self):
+        return {"encoder": keras.saving.serialize_keras_object(self.encoder),
+                "train_pooling": self.train_pooling, "export_pooling": self.export_pooling}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+def concat_features(parts):
+    """Concatenates token feature dicts along the batch axis (one encoder pass for all views)."""
+    keys = [k for k in ("token_ids", "padding_mask", "segment_ids") if k in parts[0]]
+    return {k: tf.concat([p[k] for p in parts], axis=0) for k in keys}

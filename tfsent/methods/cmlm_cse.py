@@ -1,0 +1,92 @@
+"""CMLM-CSE: unsupervised SimCSE plus a conditional MLM auxiliary network."""
+
+import tensorflow as tf
+
+from tfsent import losses
+from tfsent.distribute import global_mean, global_sum
+from tfsent.layers.cmlm import Fusioner, LexicalExtractor
+from tfsent.methods.simcse import SimCSE
+
+
+class CMLMCSE(SimCSE):
+    """SimCSE (unsupervised) + conditional MLM: L = w_c * L_contrast + lambda * L_MLM.
+
+    Batches are token features carrying MLM inputs (`tfsent.data.pipelines.mask_tokens`):
+    `masked_token_ids`, `mask_positions`, `mask_labels`, `mask_weights`. The sentence
+    embedding h of the unmasked sentence (first SimCSE view) replaces the [CLS] slot of the
+    frozen extractor's states on the masked sentence: h'' = [h ; h'[:, 1:]]; the fusioner
+    predicts the masked tokens from h'', so the MLM gradient reaches the encoder only
+    through h. Cross-entropy counts masked positions only (a global mean over replicas).
+
+    Args:
+        encoder: the SentenceEncoder being trained; the extractor is copied from it here,
+            so construct the method from the *initial* pretrained encoder.
+        extractor_layers: k (8 for 12-layer BERT).
+        fusion_layers: n (3).
+        mlm_weight: lambda (0.005).
+        contrastive_weight: w_c (1.0; 0 switches the contrastive term off).
+        mask_rate: p, recorded for the data pipeline (0.15).
+        tie_mlm_embeddings: tie the MLM vocabulary projection to the token embedding.
+        **kwargs: SimCSE's arguments (temperature, dropout, poolings).
+    """
+
+    metric_names = ("loss", "contrastive_loss", "mlm_loss", "mlm_accuracy")
+
+    def __init__(self, encoder, extractor_layers=8, fusion_layers=3, mlm_weight=0.005,
+                 contrastive_weight=1.0, mask_rate=0.15, tie_mlm_embeddings=True,
+                 fusion_dropout=0.1, **kwargs):
+        kwargs.pop("supervised", None)
+        super().__init__(encoder, supervised=False, **kwargs)
+        self.extractor_layers = int(extractor_layers)
+        self.fusion_layers = int(fusion_layers)
+        self.mlm_weight = float(mlm_weight)
+        self.contrastive_weight = float(contrastive_weight)
+        self.mask_rate = float(mask_rate)
+        self.tie_mlm_embeddings = bool(tie_mlm_embeddings)
+        self.fusion_dropout = float(fusion_dropout)
+        self.extractor = LexicalExtractor.from_encoder(encoder, self.extractor_layers)
+        bb = encoder.backbone
+        self.fusioner = Fusioner(bb.vocabulary_size, bb.hidden_dim, bb.num_heads,
+                                 bb.intermediate_dim, self.fusion_layers, self.fusion_dropout,
+                                 self.tie_mlm_embeddings, dtype=bb.dtype_policy,
+                                 name="fusioner")
+        self.fusioner.build()
+
+    def fused_states(self, h, batch):
+        """h'' = [h ; h'[:, 1:]] with h' the extractor's states on the masked sentence."""
+        h_prime = self.extractor({"token_ids": batch["masked_token_ids"],
+                                  "padding_mask": batch["padding_mask"]})
+        h = tf.cast(h, h_prime.dtype)
+        return tf.concat([h[:, None, :], h_prime[:, 1:]], axis=1)
+
+    def mlm_logits(self, h, batch, training):
+        """Fusioner logits (B, P, V) at the masked positions."""
+        matrix = self.encoder.backbone.token_embedding.embeddings if self.tie_mlm_embeddings \
+            else None
+        return self.fusioner(self.fused_states(h, batch), batch["padding_mask"],
+                             batch["mask_positions"], embedding_matrix=matrix,
+                             training=training)
+
+    def compute_losses(self, batch, training=True):
+        z1, z2, _ = self.contrastive_views(batch, training)
+        contrastive = self.contrastive_loss(z1, z2)
+        logits = self.mlm_logits(z1, batch, training)
+        ce_sum, count, correct = losses.masked_lm_loss(logits, batch["mask_labels"],
+                                                       batch["mask_weights"])
+        mlm_share = global_mean(ce_sum, count)  # this replica's share of the global mean
+        objective = self.contrastive_weight * contrastive + self.mlm_weight * mlm_share
+        mlm = global_sum(mlm_share)
+        accuracy = global_sum(correct) / tf.maximum(global_sum(count), 1.0)
+        logs = {"loss": self.contrastive_weight * contrastive + self.mlm_weight * mlm,
+                "contrastive_loss": contrastive, "mlm_loss": mlm, "mlm_accuracy": accuracy}
+        return objective, logs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"extractor_layers": self.extractor_layers,
+                       "fusion_layers": self.fusion_layers, "mlm_weight": self.mlm_weight,
+                       "contrastive_weight": self.contrastive_weight,
+                       "mask_rate": self.mask_rate,
+                       "tie_mlm_embeddings": self.tie_mlm_embeddings,
+                       "fusion_dropout": self.fusion_dropout})
+        return config

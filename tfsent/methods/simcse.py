@@ -1,0 +1,69 @@
+"""SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
+
+import tensorflow as tf
+
+from tfsent import losses
+from tfsent.distribute import gather_with_local_grad
+from tfsent.methods.base import SentenceMethod, concat_features
+
+
+class SimCSE(SentenceMethod):
+    """SimCSE with InfoNCE over the global batch.
+
+    Unsupervised (`supervised=False`): batches are token features of sentences; each
+    sentence goes through the encoder twice in training mode (one pass over the batch
+    stacked twice), dropout being the only augmentation; z1 anchors, z2 positives.
+    Supervised: batches are `{"anchor", "positive", "negative"}` feature dicts (premise,
+    entailment, contradiction); contradictions are hard negatives (B x 2B logits).
+    Embeddings are gathered from all replicas, so negatives are global-batch.
+
+    The paper trains with `cls` pooling (MLP on [CLS]) and exports `cls_before_pooler`
+    for the unsupervised model and `cls` for the supervised one; both are arguments.
+
+    Args:
+        encoder: a SentenceEncoder.
+        temperature: tau (0.05).
+        supervised: see above.
+        hard_negative_weight: added to each anchor's own hard-negative logit (0.0).
+        dropout: encoder dropout spec for the views (None = the backbone's, 0.1 for BERT).
+        train_pooling, export_pooling: see SentenceMethod.
+    """
+
+    metric_names = ("loss",)
+
+    def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
+                 dropout=None, train_pooling=None, export_pooling=None, **kwargs):
+        super().__init__(encoder, train_pooling, export_pooling, **kwargs)
+        self.temperature = float(temperature)
+        self.supervised = bool(supervised)
+        self.hard_negative_weight = float(hard_negative_weight)
+        self.dropout = dropout
+
+    def contrastive_views(self, batch, training):
+        """Returns the local (z1, z2, z3-or-None) embeddings of a batch."""
+        if self.supervised:
+            parts = [batch["anchor"], batch["positive"], batch["negative"]]
+        else:
+            parts = [batch, batch]
+        z = self.embed(concat_features(parts), training, dropout=self.dropout)
+        views = tf.split(z, len(parts), axis=0)
+        return views[0], views[1], (views[2] if self.supervised else None)
+
+    def contrastive_loss(self, z1, z2, z3=None):
+        """InfoNCE over the global batch (gathered across replicas)."""
+        z1, z2 = gather_with_local_grad(z1), gather_with_local_grad(z2)
+        if z3 is not None:
+            z3 = gather_with_local_grad(z3)
+        return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
+
+    def compute_losses(self, batch, training=True):
+        z1, z2, z3 = self.contrastive_views(batch, training)
+        loss = self.contrastive_loss(z1, z2, z3)
+        return loss, {"loss": loss}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"temperature": self.temperature, "supervised": self.supervised,
+                       "hard_negative_weight": self.hard_negative_weight,
+                       "dropout": self.dropout})
+        return config

@@ -1,0 +1,242 @@
+"""Trains a sentence encoder with one of tfsent's objectives.
+
+    python -m tfsent.train --method=NAME [--config=configs/RECIPE.py]
+        [--config.FIELD=VALUE ...] [--output_dir=DIR]
+
+With no other flag it trains `minilm-l6` on the demo corpus shipped in the package for a
+few minutes on a CPU, selects the best checkpoint on the demo dev pairs, exports it to
+DIR/export/<version>/ and writes DIR/metrics.json. Running the same command again after an
+interruption resumes from the last checkpoint. See `tfsent.config` for every field.
+"""
+
+import math
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("method", None, "Objective: simcse_unsup, simcse_sup, cmlm_cse, ...")
+flags.DEFINE_string("config", None, "Recipe file (configs/*.py) defining get_config().")
+flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>).")
+flags.DEFINE_multi_string("config_override", [], "FIELD=VALUE (same as --config.FIELD=VALUE).")
+
+
+def split_config_overrides(argv):
+    """Pulls `--config.FIELD=VALUE` arguments out of argv (absl does not know them)."""
+    rest, overrides = [], []
+    for arg in argv:
+        if arg.startswith("--config."):
+            overrides.append(arg[len("--config."):])
+        else:
+            rest.append(arg)
+    return rest, overrides
+
+
+def resolve_config(method, recipe_path=None, overrides=()):
+    """The run config of `method`: defaults < recipe < overrides."""
+    from tfsent.config import build_config, load_recipe
+    from tfsent.methods import get_method
+
+    spec = get_method(method)
+    recipe = load_recipe(recipe_path) if recipe_path else {}
+    if recipe.get("method", method) != method:
+        logging.warning("recipe %s was written for method %s, running %s", recipe_path,
+                        recipe["method"], method)
+    return build_config(spec.defaults, recipe, overrides)
+
+
+def total_steps(config, n_examples):
+    """Optimizer steps of the run, rounded up to a multiple of eval_every."""
+    steps = config.steps or math.ceil(config.epochs * n_examples / config.batch_size)
+    rounded = math.ceil(steps / config.eval_every) * config.eval_every
+    if rounded != steps:
+        logging.info("steps %d rounded up to %d (a multiple of eval_every=%d)", steps, rounded,
+                     config.eval_every)
+    return rounded
+
+
+def load_training_data(spec, config):
+    """Reads the method's training data; returns (examples, kind)."""
+    from tfsent.data import readers
+
+    source = config.train_data
+    if spec.data_kind == "triplets":
+        source = "demo" if source in ("demo", "demo_nli") else source
+        return readers.read_nli_triplets(source, config.train_split)
+    return readers.read_training_sentences(source)
+
+
+def make_dataset(spec, config, tokenizer, examples, skip_batches):
+    """The training tf.data.Dataset of the method."""
+    from tfsent.data import pipelines
+
+    if spec.data_kind == "triplets":
+        return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
+                                         skip_batches=skip_batches)
+    rate = config.mask_rate if spec.data_kind == "sentences_mlm" else None
+    return pipelines.sentence_dataset(examples, tokenizer, config.batch_size, config.seed,
+                                      skip_batches=skip_batches, mlm_mask_rate=rate)
+
+
+def run(method, config, output_dir):
+    """Trains, selects, exports. Returns the metrics dict written to metrics.json."""
+    import keras
+    import tensorflow as tf
+
+    from tfsent import distribute
+    from tfsent.data.readers import read_dev_pairs
+    from tfsent.encoders import load_encoder
+    from tfsent.export import export_encoder
+    from tfsent.methods import get_method
+    from tfsent.training import (DevEvaluator, NanGuard, RunState, Throughput,
+                                 WarmupLinearDecay, _write_json_atomic, read_json,
+                                 sts_dev_score)
+
+    spec = get_method(method)
+    os.makedirs(output_dir, exist_ok=True)
+    _write_json_atomic(os.path.join(output_dir, "config.json"), dict(config, method=method))
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+    strategy = distribute.get_strategy(config.strategy, config.tpu)
+    replicas = strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        from tfsent.errors import ConfigError
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
+                          f"{replicas} replicas")
+    jit = bool(config.jit_compile)
+    if jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
+        logging.info("jit_compile off: XLA on CPU cannot place variables across %d replicas",
+                     replicas)
+        jit = False
+
+    examples = load_training_data(spec, config)
+    steps = total_steps(config, len(examples))
+    dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
+
+    with strategy.scope():
+        encoder = load_encoder(config.encoder, pooling=config.pooling,
+                               max_seq_length=config.max_seq_length,
+                               dtype=config.mixed_precision or None, seed=config.seed)
+        model = spec.build(encoder, config)
+        warmup = int(round(config.warmup_ratio * steps))
+        schedule = WarmupLinearDecay(config.learning_rate, steps, warmup,
+                                     decay=config.lr_schedule == "linear")
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=schedule, weight_decay=config.weight_decay,
+            global_clipnorm=config.clip_norm or None)
+        if config.mixed_precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, jit_compile=jit)
+        optimizer.build(model.trainable_variables)
+
+    state = RunState(output_dir, model, optimizer)
+    start_step = state.restore()
+    metrics_path = os.path.join(output_dir, "metrics.json")
+    metrics = read_json(metrics_path, {}) if start_step else {}
+    export_pooling = model.export_pooling
+    if start_step:
+        logging.info("resuming from step %d (checkpoint in %s)", start_step,
+                     state.manager.directory)
+    else:
+        before = sts_dev_score(encoder, *dev_pairs, pooling=export_pooling)
+        metrics["dev_before"] = before
+        logging.info("dev before training: spearman %.2f", before["spearman"])
+        _write_json_atomic(metrics_path, metrics)
+
+    writer = tf.summary.create_file_writer(os.path.join(output_dir, "tb"))
+    history = metrics.setdefault("dev_history", [])
+    nan_guard = NanGuard()
+    throughput = Throughput(config.batch_size)
+    callbacks = [
+        nan_guard, throughput,
+        DevEvaluator(state, dev_pairs, export_pooling, writer, name=_dev_name(config.eval_data),
+                     patience_drop=config.get("divergence_drop"), history=history),
+    ]
+    if start_step < steps:
+        dataset = make_dataset(spec, config, encoder.tokenizer, examples, start_step)
+        logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s", method,
+                     steps, config.batch_size, replicas, jit)
+        t0 = time.time()
+        model.fit(dataset, epochs=steps // config.eval_every,
+                  steps_per_epoch=config.eval_every,
+                  initial_epoch=start_step // config.eval_every, callbacks=callbacks,
+                  verbose=1)
+        metrics["train_seconds"] = metrics.get("train_seconds", 0.0) + time.time() - t0
+        metrics["examples_per_second"] = throughput.examples_per_second()
+
+    final_step = int(optimizer.iterations.numpy())
+    metrics["steps"] = final_step
+    if nan_guard.failed_step is not None:
+        metrics["stopped"] = f"non-finite loss at step {nan_guard.failed_step}"
+    elif history:
+        metrics["dev_final"] = {k: v for k, v in history[-1].items() if k != "step"}
+    best, best_step = state.best()
+    if best is not None:
+        state.load_best()
+        metrics["dev_best"] = {"spearman": best, "step": best_step}
+    else:
+        logging.warning("no dev evaluation completed; exporting the current weights")
+    export_path = export_encoder(encoder, os.path.join(output_dir, "export"),
+                                 pooling=export_pooling,
+                                 metadata={"method": method, "step": best_step or final_step})
+    metrics["export"] = export_path
+    encoder_dir = os.path.join(output_dir, "encoder")
+    encoder.pooling = export_pooling
+    encoder.save(encoder_dir)
+    if config.test_tasks:
+        metrics["test"] = _evaluate_tasks(encoder, config)
+    _write_json_atomic(metrics_path, metrics)
+    logging.info("best dev spearman %s at step %s; export: %s", best, best_step, export_path)
+    print(f"export: {export_path}")
+    return metrics
+
+
+def _dev_name(eval_data):
+    if eval_data in ("demo", "stsb", "sickr"):
+        return f"{eval_data}_dev"
+    return os.path.splitext(os.path.basename(eval_data))[0] + "_dev"
+
+
+def _evaluate_tasks(encoder, config):
+    from tfsent.evaluate import run_tasks
+
+    if not config.eval_data_dir:
+        logging.warning("test_tasks needs eval_data_dir; skipped")
+        return {}
+    return run_tasks(encoder, config.eval_data_dir, config.test_tasks)
+
+
+def main(argv):
+    """absl entry point."""
+    from tfsent.errors import TfsentError
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.method:
+        raise app.UsageError("--method is required, e.g. --method=cmlm_cse")
+    overrides = list(FLAGS.config_override) + _OVERRIDES
+    try:
+        config = resolve_config(FLAGS.method, FLAGS.config, overrides)
+        output_dir = FLAGS.output_dir or os.path.join("runs", FLAGS.method)
+        run(FLAGS.method, config, output_dir)
+    except TfsentError as e:
+        logging.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+_OVERRIDES = []
+
+
+def entry():
+    """Console entry: separates --config.FIELD=VALUE overrides, then runs absl."""
+    global _OVERRIDES
+    argv, _OVERRIDES = split_config_overrides(sys.argv)
+    app.run(main, argv=argv)
+
+
+if __name__ == "__main__":
+    entry()
