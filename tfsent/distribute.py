@@ -69,34 +69,40 @@ def num_replicas():
     return 1 if ctx is None else ctx.num_replicas_in_sync
 
 
-def gather_with_local_grad(x):
-    """Concatenates `x` (b, ...) from all replicas along axis 0 -> (R*b, ...).
+def gather_with_local_grad(*tensors):
+    """Concatenates each tensor (b, D) from all replicas along axis 0 -> (R*b, D).
 
-    Other replicas' rows are constants; this replica's rows keep their gradient. Local
-    batches must have equal size (datasets are batched with drop_remainder=True).
+    Other replicas' rows are constants; this replica's rows keep their gradient. All
+    tensors travel in ONE collective (concatenated on the last axis): collectives issued
+    independently may start in a different order on different replicas, which aborts them.
+    Local batches must have equal size (datasets are batched with drop_remainder=True).
+    Returns a list (or the tensor itself when given one).
     """
     ctx = _replica_context()
     if ctx is None:
-        return x
-    gathered = tf.stop_gradient(ctx.all_gather(x, axis=0))
-    b = tf.shape(x)[0]
+        return tensors[0] if len(tensors) == 1 else list(tensors)
+    dims = [t.shape[-1] for t in tensors]
+    local = tf.concat(tensors, axis=-1) if len(tensors) > 1 else tensors[0]
+    gathered = tf.stop_gradient(ctx.all_gather(local, axis=0))
+    b = tf.shape(local)[0]
     start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * b
-    return tf.concat([gathered[:start], x, gathered[start + b:]], axis=0)
+    full = tf.concat([gathered[:start], local, gathered[start + b:]], axis=0)
+    if len(tensors) == 1:
+        return full
+    return tf.split(full, dims, axis=-1)
 
 
-def global_sum(x):
-    """Sum of `x` over replicas, without gradient (used for counts and logging)."""
-    ctx = _replica_context()
-    x = tf.stop_gradient(x)
-    if ctx is None:
-        return x
-    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
+def global_sum(values, after=None):
+    """Sums a 1-D float vector over replicas, without gradient (counts, logging).
 
-
-def global_mean(local_sum, local_count):
-    """local_sum / (count summed over replicas): this replica's share of a global mean.
-
-    The value returned on one replica is a partial sum; `global_sum` of it is the full mean.
+    `after`: a tensor the reduction must wait for, so that the order of collectives is
+    the same on every replica (pass the output of the step's previous collective).
     """
-    total = global_sum(tf.cast(local_count, local_sum.dtype))
-    return local_sum / tf.maximum(total, tf.cast(1.0, local_sum.dtype))
+    ctx = _replica_context()
+    values = tf.stop_gradient(values)
+    if ctx is None:
+        return values
+    deps = [] if after is None else [after]
+    with tf.control_dependencies(deps):
+        values = tf.identity(values)
+    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, values)

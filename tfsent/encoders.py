@@ -90,6 +90,7 @@ class SentenceTokenizer(keras.layers.Layer):
         self.unk_id = index["[UNK]"]
         self.special_ids = sorted({self.cls_id, self.sep_id, self.pad_id, self.mask_id,
                                    self.unk_id})
+        self.built = True  # no variables
 
     def build(self, input_shape=None):
         self.built = True

@@ -37,6 +37,9 @@ class SentenceMethod(keras.Model):
             # The pooler Dense is unused: keep it out of the trainable variables.
             encoder.backbone.pooled_dense.trainable = False
         self._trackers = {name: keras.metrics.Mean(name=name) for name in self.metric_names}
+        # Every variable lives in already-built sublayers (subclasses build theirs in
+        # __init__), so Keras must not try to build the model by calling it on a batch.
+        self.built = True
 
     @property
     def metrics(self):

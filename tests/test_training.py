@@ -1,0 +1,153 @@
+"""Training engine: global-batch equivalence under MirroredStrategy, XLA, resume, CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TINY_VOCAB, minilm_or_skip
+from tfsent.data import pipelines
+from tfsent.encoders import tiny_encoder
+from tfsent.methods import CMLMCSE, SimCSE
+
+SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
+         "a child reads a book", "the cat sleeps", "a man rides a red bike",
+         "the woman eats food", "a big tree in the street"]
+POS = ["a man plays music", "a woman is on the mat", "a dog runs", "the child reads",
+       "a cat sleeps on the mat", "a man rides a bike", "a woman eats", "a big tree"]
+NEG = ["a woman sleeps", "a man drives a car", "the cat swims", "a dog eats food",
+       "the child runs", "a woman reads a book", "the man sits", "a small house"]
+
+
+def _build(kind, strategy, weights=None):
+    with strategy.scope():
+        enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=0)
+        if kind == "cmlm":
+            model = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, fusion_dropout=0.0,
+                            mlm_weight=0.5, temperature=0.05)
+        else:
+            model = SimCSE(enc, temperature=0.05, supervised=(kind == "sup"))
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+        model.optimizer.build(model.trainable_variables)
+    if weights is not None:
+        for v, w in zip(model.trainable_variables, weights):
+            v.assign(w)
+    return model
+
+
+def _batch(kind, tokenizer):
+    if kind == "sup":
+        return next(iter(pipelines.triplet_dataset(list(zip(SENTS, POS, NEG)), tokenizer, 8,
+                                                   shuffle=False)))
+    ds = pipelines.sentence_dataset(SENTS, tokenizer, 8, shuffle=False,
+                                    mlm_mask_rate=0.3 if kind == "cmlm" else None)
+    return next(iter(ds))
+
+
+@pytest.fixture(scope="module")
+def mirrored_strategy():
+    """One MirroredStrategy per process: several instances share collective keys and abort."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.mark.parametrize("kind", ["unsup", "sup", "cmlm"])
+def test_two_replicas_match_one_replica(kind, mirrored_strategy):
+    """One step on a global batch of 8: 2 replicas x 4 == 1 replica x 8 (loss and weights)."""
+    single = _build(kind, tf.distribute.get_strategy())
+    init = [v.numpy() for v in single.trainable_variables]
+    batch = _batch(kind, single.encoder.tokenizer)
+    ds = tf.data.Dataset.from_tensors(batch)
+    h1 = single.fit(ds, epochs=1, steps_per_epoch=1, verbose=0).history
+    mirrored = _build(kind, mirrored_strategy, init)
+    assert mirrored.distribute_strategy.num_replicas_in_sync == 2
+    h2 = mirrored.fit(ds, epochs=1, steps_per_epoch=1, verbose=0).history
+    for key in h1:
+        np.testing.assert_allclose(h1[key][0], h2[key][0], rtol=1e-5, atol=1e-5, err_msg=key)
+    changed = 0
+    for a, b, w0 in zip(single.trainable_variables, mirrored.trainable_variables, init):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
+        changed += int(not np.allclose(a.numpy(), w0))
+    assert changed > 0  # the step did update weights
+
+
+def test_single_replica_step_with_xla():
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, seed=0)
+    model = SimCSE(enc, temperature=0.05)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), jit_compile=True)
+    ds = pipelines.sentence_dataset(SENTS, enc.tokenizer, 4)
+    hist = model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0).history
+    assert np.isfinite(hist["loss"][0])
+
+
+def _train_cmd(out, encoder_dir, *extra):
+    return [sys.executable, "-m", "tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
+            f"--config.encoder={encoder_dir}", "--config.max_seq_length=16",
+            "--config.batch_size=8", "--config.learning_rate=1e-3", *extra]
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def test_sigkill_then_rerun_resumes(tmp_path, tiny_encoder_dir):
+    out = str(tmp_path / "run")
+    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=2000", "--config.eval_every=20")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = os.path.join(out, "checkpoints", "checkpoint")
+    deadline = time.time() + 300
+    while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(os.path.join(out, "export"))
+    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=2000", "--config.eval_every=20")
+    # Second run: same command, shorter in total so the test stays quick.
+    cmd[-1] = "--config.steps=100"
+    cmd[-2] = "--config.eval_every=20"
+    result = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step" in result.stderr
+    step = int(result.stderr.split("resuming from step ")[1].split()[0])
+    assert step >= 20
+    assert os.path.exists(os.path.join(out, "export", "1", "saved_model.pb"))
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["steps"] >= 100 or metrics["steps"] == step
+
+
+def test_cli_errors_are_clear(tmp_path):
+    bad = [("--method=nope", "unknown method"),
+           ("--config.batch_size=-3", "batch_size must be > 0"),
+           ("--config.train_data=/does/not/exist.txt", "/does/not/exist.txt"),
+           ("--config.no_such_field=1", "unknown field")]
+    for arg, message in bad:
+        cmd = [sys.executable, "-m", "tfsent.train", f"--output_dir={tmp_path}/x"]
+        cmd += [arg] if arg.startswith("--method") else ["--method=simcse_unsup", arg]
+        r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode != 0
+        assert message in r.stderr, (arg, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, (arg, r.stderr[-2000:])
+
+
+def test_readme_example_runs():
+    """The README's model.fit example, executed as written."""
+    minilm_or_skip()
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    start = readme.index("```python\n", readme.index("## Use it from your own Keras code"))
+    code = readme[start + len("```python\n"):readme.index("```", start + 10)]
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["embeddings"].shape == (2, 384)
