@@ -1,0 +1,108 @@
+"""SavedModel export: versioned atomic layout, signatures, parity in a fresh process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, minilm_or_skip
+from tfsent.encoders import load_encoder
+from tfsent.export import export_encoder, list_versions
+
+SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",
+             "word " * 400, "Two dogs run through a snowy field."]
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
+SERVE_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+path, sentences_file = sys.argv[1], sys.argv[2]
+sentences = json.load(open(sentences_file))
+m = tf.saved_model.load(path)
+out = m.signatures["serving_default"](sentences=tf.constant(sentences))
+emb = out["embedding"].numpy()
+norm = out["embedding_normalized"].numpy()
+mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
+json.dump({"embedding": emb.tolist(), "normalized": norm.tolist(), "modules": mods},
+          sys.stdout)
+"""
+
+
+def _cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return np.sum(a * b, axis=1)
+
+
+@pytest.fixture(scope="module")
+def minilm_export(tmp_path_factory):
+    minilm_or_skip()
+    export_dir = str(tmp_path_factory.mktemp("export") / "D")
+    r = subprocess.run([sys.executable, "-m", "tfsent.export", "--model=minilm-l6",
+                        "--pooling=mean", f"--export_dir={export_dir}"], cwd=REPO,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return export_dir
+
+
+def test_fresh_process_serving_matches_encode(minilm_export, tmp_path):
+    path = os.path.join(minilm_export, "1")
+    sent_file = tmp_path / "s.json"
+    sent_file.write_text(json.dumps(SENTENCES))
+    r = subprocess.run([sys.executable, "-c", SERVE_SCRIPT, path, str(sent_file)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = json.loads(r.stdout)
+    assert served["modules"] == []  # neither tfsent nor keras_hub was imported
+    encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=256)
+    ref = encoder.encode(SENTENCES, batch_size=4)
+    emb = np.array(served["embedding"], np.float32)
+    assert emb.shape == ref.shape == (len(SENTENCES), 384)
+    assert _cos(emb, ref).min() >= 0.99999
+    norm = np.array(served["normalized"])
+    np.testing.assert_allclose(np.linalg.norm(norm, axis=1), 1.0, atol=1e-5)
+
+
+def test_encode_ids_signature_gives_same_vectors(minilm_export):
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(os.path.join(minilm_export, "1"))
+    encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=256,
+                           pad_to_max_length=False)
+    feats = encoder.tokenize(SENTENCES)
+    by_ids = loaded.signatures["encode_ids"](token_ids=feats["token_ids"],
+                                             padding_mask=feats["padding_mask"])
+    by_str = loaded.signatures["serving_default"](sentences=tf.constant(SENTENCES))
+    np.testing.assert_allclose(by_ids["embedding"].numpy(), by_str["embedding"].numpy(),
+                               atol=1e-5)
+
+
+def test_saved_model_cli_lists_both_signatures(minilm_export):
+    cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
+                                                          "saved_model_cli")
+    r = subprocess.run([cli, "show", "--dir", os.path.join(minilm_export, "1"), "--all"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "signature_def['serving_default']" in r.stdout
+    assert "signature_def['encode_ids']" in r.stdout
+    assert "sentences" in r.stdout and "token_ids" in r.stdout
+
+
+def test_versions_and_no_partial_directory(tmp_path, tiny_encoder_dir):
+    enc = load_encoder(tiny_encoder_dir)
+    export_dir = str(tmp_path / "exports")
+    os.makedirs(os.path.join(export_dir, ".tmp-export-7-999"))  # leftover of a crash
+    assert export_encoder(enc, export_dir).endswith(os.sep + "1")
+    assert export_encoder(enc, export_dir, pooling="cls_before_pooler").endswith(os.sep + "2")
+    assert list_versions(export_dir) == [1, 2]
+    assert sorted(os.listdir(export_dir)) == ["1", "2"]  # leftover cleaned, nothing partial
+    meta = json.load(open(os.path.join(export_dir, "2", "assets.extra",
+                                       "tfsent_export.json")))
+    assert meta["pooling"] == "cls_before_pooler"
