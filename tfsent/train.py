@@ -152,6 +152,8 @@ def run(method, config, output_dir):
     throughput = Throughput(config.batch_size)
     callbacks = [
         nan_guard, throughput,
+        keras.callbacks.TensorBoard(log_dir=os.path.join(output_dir, "tb"), update_freq=10,
+                                    write_graph=False),
         DevEvaluator(state, dev_pairs, export_pooling, writer, name=_dev_name(config.eval_data),
                      patience_drop=config.get("divergence_drop"), history=history),
     ]
