@@ -31,7 +31,8 @@ BASE_DEFAULTS = {
     "encoder": "minilm-l6",        # preset name, checkpoint dir, tfsent dir or minilm-l6
     "pooling": "mean",             # pooling inside the loss
     "export_pooling": None,        # pooling of the exported model (None: = pooling)
-    "max_seq_length": 32,
+    "max_seq_length": 32,          # training truncation length
+    "eval_max_seq_length": 256,    # truncation for dev/test evaluation and the export
     # Data.
     "train_data": "demo",          # demo | demo_nli | text file | NLI source | tfds:NAME
     "train_split": "train",        # split for NLI directories / TFDS

@@ -355,8 +355,11 @@ class SentenceEncoder(keras.Model):
         return self.tokenizer(sentences)
 
     def encode(self, sentences, batch_size=64, normalize=False, verbose="auto",
-               pooling=None):
+               pooling=None, max_seq_length=None):
         """Embeds a list of strings; returns a float32 array (N, H) in input order.
+
+        `max_seq_length` overrides the tokenizer's truncation length (e.g. to evaluate a
+        model trained on short sequences at full length).
 
         Sentences are sorted by length and each batch is padded to its own longest
         sentence (fewer wasted FLOPs); a progress bar is shown for more than 4 batches
@@ -376,7 +379,7 @@ class SentenceEncoder(keras.Model):
         pooling = self.pooling if pooling is None else check_pooling(pooling)
         lengths = [len(s) for s in sentences]
         order = np.argsort(lengths, kind="stable")[::-1]
-        fn = self._get_encode_fn(pooling)
+        fn = self._get_encode_fn(pooling, self.clamp_length(max_seq_length))
         out = np.zeros((len(sentences), dim), np.float32)
         n_batches = (len(sentences) + batch_size - 1) // batch_size
         show = verbose == 1 or (verbose == "auto" and n_batches > 4)
@@ -392,13 +395,18 @@ class SentenceEncoder(keras.Model):
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
-    def _get_encode_fn(self, pooling):
+    def clamp_length(self, max_seq_length=None):
+        """A truncation length the position embeddings cover (default: the tokenizer's)."""
+        length = max_seq_length or self.tokenizer.max_seq_length
+        return min(int(length), int(self.backbone.max_sequence_length))
+
+    def _get_encode_fn(self, pooling, max_seq_length):
         if self._encode_fn is None:
             self._encode_fn = {}
-        if pooling not in self._encode_fn:
+        key = (pooling, max_seq_length)
+        if key not in self._encode_fn:
             tokenizer = SentenceTokenizer(self.tokenizer.vocabulary, self.tokenizer.lowercase,
-                                          self.tokenizer.strip_accents,
-                                          self.tokenizer.max_seq_length,
+                                          self.tokenizer.strip_accents, max_seq_length,
                                           pad_to_max_length=False)
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
@@ -408,8 +416,8 @@ class SentenceEncoder(keras.Model):
                 return tf.cast(self(features, training=False, pooling=pooling)["embedding"],
                                tf.float32)
 
-            self._encode_fn[pooling] = encode_fn
-        return self._encode_fn[pooling]
+            self._encode_fn[key] = encode_fn
+        return self._encode_fn[key]
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, directory):

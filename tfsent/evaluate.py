@@ -31,7 +31,7 @@ def load_any(model, pooling="mean", max_seq_length=512):
                         pad_to_max_length=False)
 
 
-def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64):
+def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None):
     """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task."""
     from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks
     from tfsent.evaluation.sts import evaluate_sts
@@ -40,7 +40,8 @@ def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64):
     names = resolve_tasks(tasks) if isinstance(tasks, str) else list(tasks)
 
     def encode_fn(sentences):
-        return encoder.encode(sentences, batch_size=batch_size, normalize=False)
+        return encoder.encode(sentences, batch_size=batch_size, normalize=False,
+                              max_seq_length=max_seq_length)
 
     results = {}
     sts = [t for t in names if t not in TRANSFER_TASKS]

@@ -31,7 +31,7 @@ _TMP_PREFIX = ".tmp-export-"
 class _ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
-    def __init__(self, encoder, pooling):
+    def __init__(self, encoder, pooling, max_seq_length=None):
         super().__init__()
         from tfsent.encoders import SentenceTokenizer
 
@@ -39,7 +39,8 @@ class _ServingModule(tf.Module):
         self.encoder = encoder
         # Per-batch padding at serving time: no wasted FLOPs on short sentences.
         self.tokenizer = SentenceTokenizer(tok.vocabulary, tok.lowercase, tok.strip_accents,
-                                           tok.max_seq_length, pad_to_max_length=False)
+                                           encoder.clamp_length(max_seq_length),
+                                           pad_to_max_length=False)
         self.pooling = pooling
 
     def _embed(self, token_ids, padding_mask):
@@ -71,8 +72,11 @@ def list_versions(export_dir):
     return sorted(versions)
 
 
-def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None):
+def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
+                   max_seq_length=None):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
+
+    `max_seq_length` is the serving truncation length (default: the encoder tokenizer's).
 
     Returns the path of the new version directory. The write is atomic: a temporary
     hidden directory is renamed into place at the end.
@@ -95,13 +99,13 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     if os.path.exists(final):
         raise ConfigError(f"export version {version} already exists at {final}")
     tmp = os.path.join(export_dir, f"{_TMP_PREFIX}{version}-{os.getpid()}")
-    module = _ServingModule(encoder, pooling)
+    module = _ServingModule(encoder, pooling, max_seq_length)
     signatures = {
         "serving_default": module.serve.get_concrete_function(),
         "encode_ids": module.encode_ids.get_concrete_function(),
     }
     tf.saved_model.save(module, tmp, signatures=signatures)
-    meta = {"pooling": pooling, "max_seq_length": encoder.tokenizer.max_seq_length,
+    meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
             "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
             "strip_accents": encoder.tokenizer.strip_accents}
     meta.update(metadata or {})
@@ -137,8 +141,9 @@ class SavedModelEncoder:
         self._loaded = tf.saved_model.load(resolved)
         self._serve = self._loaded.signatures["serving_default"]
 
-    def encode(self, sentences, batch_size=64, normalize=False, verbose=0):
-        """Embeds a list of strings through the `serving_default` signature."""
+    def encode(self, sentences, batch_size=64, normalize=False, verbose=0, max_seq_length=None):
+        """Embeds a list of strings through the `serving_default` signature (the export's
+        own truncation length applies; `max_seq_length` is accepted and ignored)."""
         import numpy as np
 
         sentences = list(sentences)

@@ -141,7 +141,8 @@ def run(method, config, output_dir):
         logging.info("resuming from step %d (checkpoint in %s)", start_step,
                      state.manager.directory)
     else:
-        before = sts_dev_score(encoder, *dev_pairs, pooling=export_pooling)
+        before = sts_dev_score(encoder, *dev_pairs, pooling=export_pooling,
+                               max_seq_length=config.eval_max_seq_length)
         metrics["dev_before"] = before
         logging.info("dev before training: spearman %.2f", before["spearman"])
         _write_json_atomic(metrics_path, metrics)
@@ -155,7 +156,8 @@ def run(method, config, output_dir):
         keras.callbacks.TensorBoard(log_dir=os.path.join(output_dir, "tb"), update_freq=10,
                                     write_graph=False),
         DevEvaluator(state, dev_pairs, export_pooling, writer, name=_dev_name(config.eval_data),
-                     patience_drop=config.get("divergence_drop"), history=history),
+                     patience_drop=config.get("divergence_drop"), history=history,
+                     max_seq_length=config.eval_max_seq_length),
     ]
     if start_step < steps:
         dataset = make_dataset(spec, config, encoder.tokenizer, examples, start_step)
@@ -183,7 +185,8 @@ def run(method, config, output_dir):
         logging.warning("no dev evaluation completed; exporting the current weights")
     export_path = export_encoder(encoder, os.path.join(output_dir, "export"),
                                  pooling=export_pooling,
-                                 metadata={"method": method, "step": best_step or final_step})
+                                 metadata={"method": method, "step": best_step or final_step},
+                                 max_seq_length=config.eval_max_seq_length)
     metrics["export"] = export_path
     encoder_dir = os.path.join(output_dir, "encoder")
     encoder.pooling = export_pooling
@@ -208,7 +211,8 @@ def _evaluate_tasks(encoder, config):
     if not config.eval_data_dir:
         logging.warning("test_tasks needs eval_data_dir; skipped")
         return {}
-    return run_tasks(encoder, config.eval_data_dir, config.test_tasks)
+    return run_tasks(encoder, config.eval_data_dir, config.test_tasks,
+                     max_seq_length=config.eval_max_seq_length)
 
 
 def main(argv):

@@ -64,11 +64,12 @@ def read_json(path, default=None):
         return json.load(f)
 
 
-def sts_dev_score(encoder, sents1, sents2, gold, pooling, batch_size=128):
-    """Spearman and Pearson (x100) of cosine vs gold on dev pairs, plus geometry stats."""
+def sts_dev_score(encoder, sents1, sents2, gold, pooling, batch_size=128,
+                  max_seq_length=None):
+    """Spearman and Pearson (x100) of cosine vs gold on dev pairs."""
     unique = list(dict.fromkeys(list(sents1) + list(sents2)))
     emb = encoder.encode(unique, batch_size=batch_size, normalize=True, verbose=0,
-                         pooling=pooling)
+                         pooling=pooling, max_seq_length=max_seq_length)
     index = {s: i for i, s in enumerate(unique)}
     a = emb[[index[s] for s in sents1]]
     b = emb[[index[s] for s in sents2]]
@@ -133,8 +134,9 @@ class DevEvaluator(keras.callbacks.Callback):
     """
 
     def __init__(self, state, dev_pairs, pooling, writer=None, name="dev",
-                 patience_drop=None, history=None):
+                 patience_drop=None, history=None, max_seq_length=None):
         super().__init__()
+        self.max_seq_length = max_seq_length
         self.state = state
         self.dev_pairs = dev_pairs
         self.pooling = pooling
@@ -148,7 +150,8 @@ class DevEvaluator(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             return  # NanGuard reports it; do not let a diverged model become "best"
-        scores = sts_dev_score(self.model.encoder, *self.dev_pairs, pooling=self.pooling)
+        scores = sts_dev_score(self.model.encoder, *self.dev_pairs, pooling=self.pooling,
+                               max_seq_length=self.max_seq_length)
         best, best_step = self.state.best()
         improved = best is None or scores["spearman"] > best
         if improved:

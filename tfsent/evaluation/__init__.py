@@ -1,0 +1,86 @@
+"""Evaluation of sentence embeddings with the SentEval / SimCSE protocol.
+
+- `evaluate_sts`: STS12-16, STS Benchmark, SICK-Relatedness (cosine vs gold, Spearman).
+- `evaluate_transfer`: MR, CR, SUBJ, MPQA, SST2, TREC, MRPC (logistic regression).
+- `align_uniform`: alignment and uniformity (Wang and Isola, 2020) on STS Benchmark.
+- `resolve_tasks` turns "sts,MR" into task names; `format_table` prints results.
+
+All of them take an `encode_fn` (list of str -> array (N, D)) and a SentEval
+`data/downstream` folder; none needs TensorFlow.
+"""
+
+import math
+
+from tfsent.errors import ConfigError
+from tfsent.evaluation.geometry import align_uniform, alignment, uniformity
+from tfsent.evaluation.sts import STS_TASKS, evaluate_sts, sts_from_pairs
+from tfsent.evaluation.transfer import TRANSFER_TASKS, LogisticRegression, evaluate_transfer
+
+TASK_GROUPS = {"sts": STS_TASKS, "transfer": TRANSFER_TASKS,
+               "all": STS_TASKS + TRANSFER_TASKS}
+_ALIASES = {"stsb": "STSBenchmark", "sts-b": "STSBenchmark", "sickr": "SICKRelatedness",
+            "sick-r": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2"}
+_SHORT_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+
+
+def resolve_tasks(spec):
+    """Task names from a comma-separated string (or a list) of tasks and groups.
+
+    Groups: "sts" (the seven STS tasks), "transfer" (the seven transfer tasks), "all".
+    Names are case-insensitive; "STS-B"/"stsb", "SICK-R"/"sickr" and "SST"/"SST-2" are
+    accepted too. Returns canonical names without duplicates, in the order given.
+    Raises ConfigError, listing the valid names, on an unknown or empty spec.
+    """
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    canonical = {t.lower(): t for t in STS_TASKS + TRANSFER_TASKS}
+    canonical.update(_ALIASES)
+    out = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        key = item.lower()
+        if key in TASK_GROUPS:
+            out += TASK_GROUPS[key]
+        elif key in canonical:
+            out.append(canonical[key])
+        else:
+            raise ConfigError(
+                f"unknown task {item!r}; valid: {', '.join(TASK_GROUPS)} (groups), "
+                f"{', '.join(STS_TASKS + TRANSFER_TASKS)}")
+    if not out:
+        raise ConfigError(f"no task given (got {spec!r}); valid: {', '.join(TASK_GROUPS)}"
+                          f", {', '.join(STS_TASKS + TRANSFER_TASKS)}")
+    return list(dict.fromkeys(out))
+
+
+def _score(result):
+    value = result.get("spearman", result.get("acc"))
+    return float("nan") if value is None else float(value)
+
+
+def format_table(results):
+    """A papers-style text table of results (task -> {"spearman": x} or {"acc": x}).
+
+    Tasks are columns in the standard order, with an "Avg." column; STS tasks, transfer
+    tasks and any others each get their own table (header line + score line), values
+    with two decimals. Returns the text; print it.
+    """
+    known = STS_TASKS + TRANSFER_TASKS
+    groups = [[t for t in STS_TASKS if t in results],
+              [t for t in TRANSFER_TASKS if t in results],
+              [t for t in results if t not in known]]
+    blocks = []
+    for tasks in (g for g in groups if g):
+        scores = [_score(results[t]) for t in tasks]
+        names = [_SHORT_NAMES.get(t, t) for t in tasks] + ["Avg."]
+        scores.append(sum(scores) / len(scores))
+        cells = ["nan" if math.isnan(s) else f"{s:.2f}" for s in scores]
+        widths = [max(len(n), len(c)) for n, c in zip(names, cells)]
+        blocks.append("\n".join(
+            " | ".join(v.rjust(w) for v, w in zip(row, widths)) for row in (names, cells)))
+    return "\n\n".join(blocks)
+
+
+__all__ = ["STS_TASKS", "TRANSFER_TASKS", "TASK_GROUPS", "evaluate_sts", "sts_from_pairs",
+           "evaluate_transfer", "LogisticRegression", "align_uniform", "alignment",
+           "uniformity", "resolve_tasks", "format_table"]

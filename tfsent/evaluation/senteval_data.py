@@ -1,193 +1,286 @@
-"""Readers for SentEval's `data/downstream` layout (STS12-16, STS-B, SICK, transfer tasks).
+"""Readers for evaluation data in SentEval's `data/downstream` layout.
 
-Every reader returns plain Python data; sentences are whitespace-split and re-joined as
-SentEval does. Files are read with `read_lines` (UTF-8; errors name the file and line),
-except where SentEval's copies are known not to be UTF-8 (see `_read_text`).
+`data_dir` is always the `downstream` folder itself (the one holding `STS/`, `SICK/`,
+`MR/`, ...). Every reader returns plain Python data: lists of str, and NumPy arrays for
+scores (float64) and labels (int64). Sentences are whitespace-split and re-joined with
+single spaces, as SentEval does before handing them to an encoder.
+
+Errors: an unknown task or split raises `tfsent.errors.ConfigError`. A missing file, a
+malformed row (wrong column count, a score or label that is not a number or not a known
+class) or undecodable bytes raise `tfsent.errors.InputError` naming the file and, for
+rows, the 1-based line.
+
+Encodings. STS, STS-B, SICK, SST and MRPC files must be UTF-8 (SentEval opens them as
+UTF-8). MR, CR, SUBJ, MPQA and TREC come from older corpora that SentEval opens as
+latin-1: these are read as UTF-8 when the whole file is valid UTF-8 (so a clean UTF-8
+copy keeps its accents), and otherwise as latin-1, which is what SentEval does. SentEval's
+own MR copy is pure ASCII but has `cat -v` escapes for the original's non-ASCII bytes
+(e.g. "clichM-i" for "cliche" with an acute e); they are kept as they are, like SentEval,
+so scores stay comparable with published ones. Its TREC train file has one stray byte
+0xF0 (line 66), which latin-1 decodes to U+00F0.
+
+Blank lines: in one-sentence-a-line files (MR, CR, SUBJ, MPQA) a blank line is kept as
+an empty sentence, as SentEval does (CR has four, and its published size 3,775 counts
+them). In tabular files (STS-B, SICK, SST, TREC, MRPC) blank lines are skipped. In STS
+input files every line is a pair, aligned with the gold file line by line.
 """
 
+import logging
 import os
 
 import numpy as np
 
 from tfsent.data.textio import read_lines
-from tfsent.errors import InputError
+from tfsent.errors import ConfigError, InputError
 
+log = logging.getLogger(__name__)
+
+# Subsets of each STS year, as SentEval evaluates them (STS13 has no SMT: licence).
 STS_SUBSETS = {
-    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
-    "STS13": ["FNWN", "headlines", "OnWN"],  # the SMT subset's text is not distributed
-    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
-    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
-    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting",
+              "question-question"),
 }
 
+SPLITS = ("train", "dev", "test")
+SICK_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score",
+                "entailment_judgment")
+SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt",
+              "test": "SICK_test_annotated.txt"}
+BINARY_FILES = {  # task -> (folder, file of label 1, file of label 0), as SentEval
+    "MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+    "CR": ("CR", "custrev.pos", "custrev.neg"),
+    "SUBJ": ("SUBJ", "subj.objective", "subj.subjective"),
+    "MPQA": ("MPQA", "mpqa.pos", "mpqa.neg"),
+}
+TREC_FILES = {"train": "train_5500.label", "test": "TREC_10.label"}
+TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+MRPC_FILES = {"train": "msr_paraphrase_train.txt", "test": "msr_paraphrase_test.txt"}
 
-def _norm(text):
+
+def normalize(text):
+    """Whitespace-splits and re-joins a sentence with single spaces (SentEval)."""
     return " ".join(text.split())
 
 
-def _read_text(path):
-    """Lines of a text file: UTF-8, falling back to Latin-1 for SentEval's MR/CR/SUBJ/MPQA
-    copies, which contain a few Latin-1 bytes (SentEval reads them as latin-1 too)."""
+def read_legacy_lines(path):
+    """Lines of a file that is UTF-8 if it all decodes as UTF-8, else latin-1 (SentEval)."""
     try:
         return read_lines(path)
     except InputError as e:
-        if "UTF-8" not in str(e):
+        if e.line is None:  # missing file or a directory: not an encoding problem
             raise
-        with open(path, encoding="latin-1") as f:
-            return [line.rstrip("\r\n") for line in f]
+    log.info("%s is not valid UTF-8; reading it as latin-1 (as SentEval does)", path)
+    return read_lines(path, encoding="latin-1")
+
+
+def _check_split(split, allowed):
+    if split not in allowed:
+        raise ConfigError(f"unknown split {split!r}; expected one of {', '.join(allowed)}")
+
+
+def _float(text, what, path, line):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise InputError(f"{what} {text!r} is not a number", path=path, line=line)
+    return value
+
+
+def _int_label(text, allowed, path, line):
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value not in allowed:
+        raise InputError(f"label {text!r} is not one of {sorted(allowed)}", path=path,
+                         line=line)
+    return value
+
+
+def _columns(line, minimum, path, number, names, exact=False):
+    cols = line.split("\t")
+    if len(cols) < minimum or (exact and len(cols) != minimum):
+        need = "" if exact else "at least "
+        raise InputError(f"expected {need}{minimum} tab-separated columns ({names}), "
+                         f"found {len(cols)}", path=path, line=number)
+    return cols
+
+
+# -- STS ----------------------------------------------------------------------------------
+
+def read_sts_subset(input_path, gold_path):
+    """One STS subset: `sent1<TAB>sent2` lines and a gold file with one score a line.
+
+    Pairs whose gold line is empty are dropped (STS15/16 have some). Returns
+    (sents1, sents2, scores) with scores a float64 array.
+    """
+    inputs = read_lines(input_path)
+    golds = read_lines(gold_path)
+    if len(inputs) != len(golds):
+        raise InputError(f"{len(golds)} gold lines for {len(inputs)} input pairs in "
+                         f"{input_path}", path=gold_path)
+    s1, s2, scores = [], [], []
+    for number, (pair, gold) in enumerate(zip(inputs, golds), start=1):
+        cols = _columns(pair, 2, input_path, number, "sentence1, sentence2", exact=True)
+        if not gold.strip():
+            continue
+        scores.append(_float(gold.strip(), "gold score", gold_path, number))
+        s1.append(normalize(cols[0]))
+        s2.append(normalize(cols[1]))
+    return s1, s2, np.asarray(scores, dtype=np.float64)
 
 
 def read_sts_year(data_dir, task):
-    """STS12..STS16 -> {subset: (sents1, sents2, scores)}; pairs with empty gold dropped."""
+    """STS12..STS16 (`STS/<task>-en-test/`): dict subset -> (sents1, sents2, scores).
+
+    Subsets and their order are SentEval's (see `STS_SUBSETS`).
+    """
     if task not in STS_SUBSETS:
-        raise InputError(f"unknown STS task {task!r}")
-    folder = os.path.join(data_dir, "STS", f"{task}-en-test")
+        raise ConfigError(f"unknown STS year {task!r}; expected one of "
+                          f"{', '.join(STS_SUBSETS)}")
+    folder = os.path.join(os.fspath(data_dir), "STS", f"{task}-en-test")
+    if not os.path.isdir(folder):
+        raise InputError("STS folder not found", path=folder)
     out = {}
-    for subset in STS_SUBSETS[task]:
-        inp = os.path.join(folder, f"STS.input.{subset}.txt")
-        gs = os.path.join(folder, f"STS.gs.{subset}.txt")
-        pairs, gold = read_lines(inp), read_lines(gs)
-        if len(pairs) != len(gold):
-            raise InputError(f"{len(pairs)} input lines but {len(gold)} gold lines in {gs}",
-                             path=inp)
-        s1, s2, scores = [], [], []
-        for number, (pair, score) in enumerate(zip(pairs, gold), start=1):
-            if not score.strip():
-                continue  # SentEval drops pairs without a gold score
-            cols = pair.split("\t")
-            if len(cols) < 2:
-                raise InputError("expected two tab-separated sentences", path=inp, line=number)
-            try:
-                value = float(score)
-            except ValueError:
-                raise InputError(f"gold score {score!r} is not a number", path=gs,
-                                 line=number) from None
-            s1.append(_norm(cols[0]))
-            s2.append(_norm(cols[1]))
-            scores.append(value)
-        out[subset] = (s1, s2, np.array(scores, np.float64))
+    for name in STS_SUBSETS[task]:
+        out[name] = read_sts_subset(os.path.join(folder, f"STS.input.{name}.txt"),
+                                    os.path.join(folder, f"STS.gs.{name}.txt"))
+    log.info("read %s: %d pairs in %d subsets", task,
+             sum(len(v[2]) for v in out.values()), len(out))
     return out
 
 
 def read_stsbenchmark(data_dir, split="test"):
-    """STS-B sts-{train,dev,test}.csv -> (sents1, sents2, scores)."""
-    path = os.path.join(data_dir, "STS", "STSBenchmark", f"sts-{split}.csv")
+    """STS Benchmark `STS/STSBenchmark/sts-<split>.csv` -> (sents1, sents2, scores).
+
+    Tab-separated: genre, file, year, id, score, sentence1, sentence2; columns after the
+    seventh (present in some copies) are ignored. `split` is train, dev or test.
+    """
+    _check_split(split, SPLITS)
+    path = os.path.join(os.fspath(data_dir), "STS", "STSBenchmark", f"sts-{split}.csv")
     s1, s2, scores = [], [], []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        cols = line.split("\t")
-        if len(cols) < 7:
-            raise InputError(f"expected 7 tab-separated columns, found {len(cols)}", path=path,
-                             line=number)
-        try:
-            scores.append(float(cols[4]))
-        except ValueError:
-            raise InputError(f"score {cols[4]!r} is not a number", path=path,
-                             line=number) from None
-        s1.append(_norm(cols[5]))
-        s2.append(_norm(cols[6]))
-    return s1, s2, np.array(scores, np.float64)
-
-
-_SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt",
-               "test": "SICK_test_annotated.txt"}
+        cols = _columns(line, 7, path, number,
+                        "genre, file, year, id, score, sentence1, sentence2")
+        scores.append(_float(cols[4], "score", path, number))
+        s1.append(normalize(cols[5]))
+        s2.append(normalize(cols[6]))
+    log.info("read %d STS-B %s pairs from %s", len(scores), split, path)
+    return s1, s2, np.asarray(scores, dtype=np.float64)
 
 
 def read_sick(data_dir, split="test", with_labels=False):
-    """SICK relatedness -> (sents1, sents2, scores[, entailment labels]); trial = dev."""
-    path = os.path.join(data_dir, "SICK", _SICK_FILES[split])
+    """SICK `SICK/SICK_<file>.txt` -> (sents1, sents2, relatedness scores).
+
+    `split` is train, dev (the `trial` file) or test (`test_annotated`). The first line
+    is a header (pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment)
+    and is skipped. With `with_labels=True` a fourth item, the list of entailment
+    judgments (str), is returned too.
+    """
+    _check_split(split, SPLITS)
+    path = os.path.join(os.fspath(data_dir), "SICK", SICK_FILES[split])
+    need = 5 if with_labels else 4
     s1, s2, scores, labels = [], [], [], []
     for number, line in enumerate(read_lines(path), start=1):
         if number == 1 or not line.strip():
-            continue  # header
-        cols = line.split("\t")
-        if len(cols) < 5:
-            raise InputError(f"expected 5 tab-separated columns, found {len(cols)}", path=path,
-                             line=number)
-        try:
-            scores.append(float(cols[3]))
-        except ValueError:
-            raise InputError(f"relatedness {cols[3]!r} is not a number", path=path,
-                             line=number) from None
-        s1.append(_norm(cols[1]))
-        s2.append(_norm(cols[2]))
-        labels.append(cols[4].strip())
-    out = (s1, s2, np.array(scores, np.float64))
+            continue
+        cols = _columns(line, need, path, number, ", ".join(SICK_COLUMNS[:need]))
+        scores.append(_float(cols[3], "relatedness score", path, number))
+        s1.append(normalize(cols[1]))
+        s2.append(normalize(cols[2]))
+        if with_labels:
+            labels.append(cols[4].strip())
+    log.info("read %d SICK %s pairs from %s", len(scores), split, path)
+    out = (s1, s2, np.asarray(scores, dtype=np.float64))
     return out + (labels,) if with_labels else out
 
 
-def read_binary_task(data_dir, task):
-    """MR, CR, SUBJ, MPQA -> (sentences, labels 0/1)."""
-    files = {"MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
-             "CR": ("CR", "custrev.pos", "custrev.neg"),
-             "SUBJ": ("SUBJ", "subj.objective", "subj.subjective"),
-             "MPQA": ("MPQA", "mpqa.pos", "mpqa.neg")}
-    folder, pos, neg = files[task]
+# -- transfer tasks -----------------------------------------------------------------------
+
+def read_binary(data_dir, task):
+    """MR, CR, SUBJ or MPQA -> (sentences, labels), one sentence a line in two files.
+
+    Label 1 is the first file of `BINARY_FILES[task]` (pos; `subj.objective` for SUBJ),
+    label 0 the second; sentences of label 1 come first. Blank lines are kept as ""
+    (SentEval keeps them). UTF-8, or latin-1 when a file is not valid UTF-8.
+    """
+    if task not in BINARY_FILES:
+        raise ConfigError(f"unknown binary task {task!r}; expected one of "
+                          f"{', '.join(BINARY_FILES)}")
+    folder, first, second = BINARY_FILES[task]
     sentences, labels = [], []
-    for name, label in ((pos, 1), (neg, 0)):
-        for line in _read_text(os.path.join(data_dir, folder, name)):
-            if line.strip():
-                sentences.append(_norm(line))
-                labels.append(label)
-    return sentences, np.array(labels, np.int64)
+    for name, label in ((first, 1), (second, 0)):
+        lines = read_legacy_lines(os.path.join(os.fspath(data_dir), folder, name))
+        sentences += [normalize(line) for line in lines]
+        labels += [label] * len(lines)
+    log.info("read %d %s sentences", len(sentences), task)
+    return sentences, np.asarray(labels, dtype=np.int64)
 
 
-def read_sst2(data_dir):
-    """SST/binary/sentiment-{train,dev,test} -> {split: (sentences, labels)}."""
-    out = {}
-    for split in ("train", "dev", "test"):
-        path = os.path.join(data_dir, "SST", "binary", f"sentiment-{split}")
-        sentences, labels = [], []
-        for number, line in enumerate(read_lines(path), start=1):
-            if not line.strip():
-                continue
-            text, _, label = line.rpartition("\t")
-            if label.strip() not in ("0", "1"):
-                raise InputError(f"label {label!r} is not 0 or 1", path=path, line=number)
-            sentences.append(_norm(text))
-            labels.append(int(label))
-        out[split] = (sentences, np.array(labels, np.int64))
-    return out
+def read_sst2(data_dir, split="test"):
+    """SST-2 `SST/binary/sentiment-<split>`: `sentence<TAB>label` -> (sentences, labels)."""
+    _check_split(split, SPLITS)
+    path = os.path.join(os.fspath(data_dir), "SST", "binary", f"sentiment-{split}")
+    sentences, labels = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = _columns(line, 2, path, number, "sentence, label", exact=True)
+        labels.append(_int_label(cols[1], {0, 1}, path, number))
+        sentences.append(normalize(cols[0]))
+    log.info("read %d SST-2 %s sentences", len(sentences), split)
+    return sentences, np.asarray(labels, dtype=np.int64)
 
 
-TREC_CLASSES = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
+def read_trec(data_dir, split="test"):
+    """TREC question types: `COARSE:fine words ...` lines -> (sentences, labels).
+
+    `split` is train (`train_5500.label`) or test (`TREC_10.label`). Labels index
+    `TREC_CLASSES` (ABBR, DESC, ENTY, HUM, LOC, NUM); the fine label is dropped.
+    UTF-8, or latin-1 when the file is not valid UTF-8.
+    """
+    _check_split(split, tuple(TREC_FILES))
+    path = os.path.join(os.fspath(data_dir), "TREC", TREC_FILES[split])
+    sentences, labels = [], []
+    for number, line in enumerate(read_legacy_lines(path), start=1):
+        if not line.strip():
+            continue
+        coarse, sep, rest = line.strip().partition(":")
+        parts = rest.split(None, 1)
+        if not sep or coarse not in TREC_CLASSES or len(parts) != 2:
+            raise InputError(f"expected 'COARSE:fine question' with COARSE one of "
+                             f"{', '.join(TREC_CLASSES)}, found {line[:40]!r}",
+                             path=path, line=number)
+        labels.append(TREC_CLASSES.index(coarse))
+        sentences.append(normalize(parts[1]))
+    log.info("read %d TREC %s questions", len(sentences), split)
+    return sentences, np.asarray(labels, dtype=np.int64)
 
 
-def read_trec(data_dir):
-    """TREC train_5500.label / TREC_10.label -> {split: (questions, coarse labels)}."""
-    out = {}
-    for split, name in (("train", "train_5500.label"), ("test", "TREC_10.label")):
-        path = os.path.join(data_dir, "TREC", name)
-        sentences, labels = [], []
-        for number, line in enumerate(_read_text(path), start=1):
-            if not line.strip():
-                continue
-            tag, _, text = line.partition(" ")
-            coarse = tag.split(":")[0]
-            if coarse not in TREC_CLASSES:
-                raise InputError(f"unknown TREC class {coarse!r}", path=path, line=number)
-            sentences.append(_norm(text))
-            labels.append(TREC_CLASSES.index(coarse))
-        out[split] = (sentences, np.array(labels, np.int64))
-    return out
+def read_mrpc(data_dir, split="test"):
+    """MRPC `MRPC/msr_paraphrase_<split>.txt` -> (sents1, sents2, labels).
 
-
-def read_mrpc(data_dir):
-    """MRPC msr_paraphrase_{train,test}.txt -> {split: (sents1, sents2, labels)}."""
-    out = {}
-    for split in ("train", "test"):
-        path = os.path.join(data_dir, "MRPC", f"msr_paraphrase_{split}.txt")
-        s1, s2, labels = [], [], []
-        for number, line in enumerate(_read_text(path), start=1):
-            if number == 1 or not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) < 5 or cols[0].strip() not in ("0", "1"):
-                raise InputError("expected Quality, #1 ID, #2 ID, #1 String, #2 String",
-                                 path=path, line=number)
-            labels.append(int(cols[0]))
-            s1.append(_norm(cols[3]))
-            s2.append(_norm(cols[4]))
-        out[split] = (s1, s2, np.array(labels, np.int64))
-    return out
+    `split` is train or test. The first line is a header (Quality, #1 ID, #2 ID,
+    #1 String, #2 String) and is skipped; label 1 means paraphrase.
+    """
+    _check_split(split, tuple(MRPC_FILES))
+    path = os.path.join(os.fspath(data_dir), "MRPC", MRPC_FILES[split])
+    s1, s2, labels = [], [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        if number == 1 or not line.strip():
+            continue
+        cols = _columns(line, 5, path, number,
+                        "Quality, #1 ID, #2 ID, #1 String, #2 String")
+        labels.append(_int_label(cols[0], {0, 1}, path, number))
+        s1.append(normalize(cols[3]))
+        s2.append(normalize(cols[4]))
+    log.info("read %d MRPC %s pairs", len(labels), split)
+    return s1, s2, np.asarray(labels, dtype=np.int64)
