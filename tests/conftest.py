@@ -49,3 +49,32 @@ def tiny_encoder_dir(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("tiny") / "encoder")
     tiny_encoder(TINY_VOCAB, max_seq_length=16).save(path)
     return path
+
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
+SERVE_SCRIPT = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+path, sentences = sys.argv[1], json.loads(sys.argv[2])
+m = tf.saved_model.load(path)
+out = m.signatures["serving_default"](sentences=tf.constant(sentences))
+mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
+json.dump({"embedding": out["embedding"].numpy().tolist(),
+           "normalized": out["embedding_normalized"].numpy().tolist(), "modules": mods},
+          sys.stdout)
+"""
+
+
+def serve_in_fresh_process(path, sentences):
+    """Loads the SavedModel at `path` in a new Python process that imports only tensorflow
+    and tensorflow_text, embeds `sentences`; returns the decoded JSON output."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", SERVE_SCRIPT, path, json.dumps(sentences)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)

@@ -9,30 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, minilm_or_skip
+from conftest import REPO, minilm_or_skip, serve_in_fresh_process
 from tfsent.encoders import load_encoder
 from tfsent.export import export_encoder, list_versions
 
 SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",
              "word " * 400, "Two dogs run through a snowy field."]
-
-# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
-SERVE_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-import tensorflow_text  # noqa: F401
-path, sentences_file = sys.argv[1], sys.argv[2]
-sentences = json.load(open(sentences_file))
-m = tf.saved_model.load(path)
-out = m.signatures["serving_default"](sentences=tf.constant(sentences))
-emb = out["embedding"].numpy()
-norm = out["embedding_normalized"].numpy()
-mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
-json.dump({"embedding": emb.tolist(), "normalized": norm.tolist(), "modules": mods},
-          sys.stdout)
-"""
-
 
 def _cos(a, b):
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
@@ -51,15 +33,8 @@ def minilm_export(tmp_path_factory):
     return export_dir
 
 
-def test_fresh_process_serving_matches_encode(minilm_export, tmp_path):
-    path = os.path.join(minilm_export, "1")
-    sent_file = tmp_path / "s.json"
-    sent_file.write_text(json.dumps(SENTENCES))
-    r = subprocess.run([sys.executable, "-c", SERVE_SCRIPT, path, str(sent_file)],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    served = json.loads(r.stdout)
+def test_fresh_process_serving_matches_encode(minilm_export):
+    served = serve_in_fresh_process(os.path.join(minilm_export, "1"), SENTENCES)
     assert served["modules"] == []  # neither tfsent nor keras_hub was imported
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=256)
     ref = encoder.encode(SENTENCES, batch_size=4)

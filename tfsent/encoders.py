@@ -109,7 +109,8 @@ class SentenceTokenizer(keras.layers.Layer):
         """HF BERT's text cleaning, on a string tensor."""
         strings = tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
                                                replacement_char=0xFFFD)
-        strings = tf.strings.regex_replace(strings, r"\s", " ")
+        # HF _is_whitespace: \t \n \r, space and every Unicode Zs (RE2 "\s" is ASCII-only).
+        strings = tf.strings.regex_replace(strings, r"[\s\p{Zs}]", " ")
         return tf.strings.regex_replace(strings, r"[\x{FFFD}\p{Cc}\p{Cf}]", "")
 
     def call(self, strings):

@@ -1,0 +1,74 @@
+"""The shipped demo: the main command with no flags, and every method on the demo data."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, minilm_or_skip, serve_in_fresh_process, shared_data_or_skip
+from tfsent.data import readers
+
+DEMO_SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", ""]
+
+
+def _run(args, timeout=1500):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tfsent.train", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _check_export(out):
+    export = os.path.join(out, "export", "1")
+    assert os.path.exists(os.path.join(export, "saved_model.pb"))
+    served = serve_in_fresh_process(export, DEMO_SENTENCES)
+    emb = np.array(served["normalized"])
+    assert emb.shape == (3, 384) and np.isfinite(emb).all()
+    assert emb[0] @ emb[1] > emb[0] @ emb[2]  # related pair closer than the empty string
+    return json.load(open(os.path.join(out, "metrics.json")))
+
+
+def test_demo_corpus_shape():
+    assert len(readers.read_sentences(readers.DEMO_SENTENCES)) >= 2000
+    assert len(readers.read_triplets_tsv(readers.DEMO_TRIPLETS)) >= 300
+    s1, _, scores = readers.read_scored_pairs(readers.DEMO_PAIRS)
+    assert len(s1) >= 200 and min(scores) >= 0 and max(scores) <= 5
+
+
+def test_main_command_cmlm_cse_with_no_flags(tmp_path):
+    """`python -m tfsent.train --method=cmlm_cse --output_dir=D`, nothing else."""
+    minilm_or_skip()
+    out = str(tmp_path / "D")
+    r = _run(["--method=cmlm_cse", f"--output_dir={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("contrastive_loss", "mlm_loss", "mlm_accuracy"):
+        assert name in r.stdout
+    assert f"export: {out}/export/1" in r.stdout
+    metrics = _check_export(out)
+    assert metrics["steps"] == 150 and "dev_best" in metrics
+
+
+@pytest.mark.parametrize("method", ["simcse_unsup", "simcse_sup"])
+def test_simcse_on_demo_data(method, tmp_path):
+    minilm_or_skip()
+    out = str(tmp_path / method)
+    r = _run([f"--method={method}", f"--output_dir={out}", "--config.steps=40",
+              "--config.eval_every=20", "--config.batch_size=16"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    metrics = _check_export(out)
+    assert metrics["steps"] == 40 and len(metrics["dev_history"]) == 2
+
+
+def test_simcse_sup_on_snli(tmp_path):
+    """Supervised SimCSE on SNLI triplets read from SentEval's s1/s2/labels files."""
+    minilm_or_skip()
+    snli = shared_data_or_skip("SNLI")
+    out = str(tmp_path / "sup_snli")
+    r = _run(["--method=simcse_sup", f"--output_dir={out}", f"--config.train_data={snli}",
+              "--config.train_split=dev", "--config.steps=10", "--config.eval_every=10",
+              "--config.batch_size=16"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "triplets from" in r.stderr  # the reader logs how many triplets it built
+    _check_export(out)
