@@ -81,3 +81,13 @@ def test_versions_and_no_partial_directory(tmp_path, tiny_encoder_dir):
     meta = json.load(open(os.path.join(export_dir, "2", "assets.extra",
                                        "tfsent_export.json")))
     assert meta["pooling"] == "cls_before_pooler"
+
+
+def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
+    """encode() caches tf.functions on the encoder; they must not break or bloat exports."""
+    enc = load_encoder(tiny_encoder_dir)
+    enc.encode(["a man plays"], max_seq_length=8)
+    enc.encode(["a man plays"], pooling="cls_before_pooler")
+    path = export_encoder(enc, str(tmp_path / "e"), max_seq_length=12)
+    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    assert meta["max_seq_length"] == 12

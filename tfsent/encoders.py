@@ -268,7 +268,7 @@ class SentenceEncoder(keras.Model):
         self.num_layers = backbone.num_layers
         self.num_heads = backbone.num_heads
         self.default_dropout = float(backbone.dropout)
-        self._encode_fn = None
+        self._encode_cache = _FunctionCache()
         self.built = True  # the backbone owns every variable and is built already
 
     # -- forward ------------------------------------------------------------------------
@@ -402,10 +402,8 @@ class SentenceEncoder(keras.Model):
         return min(int(length), int(self.backbone.max_sequence_length))
 
     def _get_encode_fn(self, pooling, max_seq_length):
-        if self._encode_fn is None:
-            self._encode_fn = {}
         key = (pooling, max_seq_length)
-        if key not in self._encode_fn:
+        if key not in self._encode_cache.functions:
             tokenizer = SentenceTokenizer(self.tokenizer.vocabulary, self.tokenizer.lowercase,
                                           self.tokenizer.strip_accents, max_seq_length,
                                           pad_to_max_length=False)
@@ -417,8 +415,8 @@ class SentenceEncoder(keras.Model):
                 return tf.cast(self(features, training=False, pooling=pooling)["embedding"],
                                tf.float32)
 
-            self._encode_fn[key] = encode_fn
-        return self._encode_fn[key]
+            self._encode_cache.functions[key] = encode_fn
+        return self._encode_cache.functions[key]
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, directory):
@@ -460,6 +458,14 @@ class SentenceEncoder(keras.Model):
         if config.get("tokenizer") is not None:
             config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
         return cls(**config)
+
+
+class _FunctionCache:
+    """Holds `encode`'s tf.functions outside TF/Keras object tracking (so they are neither
+    checkpointed nor saved into an exported SavedModel)."""
+
+    def __init__(self):
+        self.functions = {}
 
 
 def _backbone_config(backbone):
