@@ -39,9 +39,10 @@ BASE_DEFAULTS = {
     "batch_size": 32,              # global batch (all replicas)
     "steps": 150,                  # total optimizer steps (0: derive from epochs)
     "epochs": 0.0,                 # passes over the training data (used when steps == 0)
-    # Optimizer: AdamW, linear warmup then linear decay (or constant).
+    # Optimizer: AdamW (or LARS), linear warmup then linear/cosine decay (or constant).
+    "optimizer": "adamw",          # adamw | lars
     "learning_rate": 3e-5,
-    "lr_schedule": "linear",       # linear | constant
+    "lr_schedule": "linear",       # linear | cosine | constant
     "warmup_ratio": 0.0,
     "weight_decay": 0.0,
     "clip_norm": 0.0,              # global gradient-norm clipping (0: off)
@@ -55,6 +56,7 @@ BASE_DEFAULTS = {
     "tpu": "",
     "mixed_precision": "",         # "" | mixed_bfloat16 | mixed_float16
     "jit_compile": True,           # XLA (switched off for multi-replica CPU runs)
+    "steps_per_execution": 1,      # train steps per tf.function call (raise for tiny models)
     "seed": 0,
 }
 
@@ -141,8 +143,14 @@ def validate(config):
     for name in ("warmup_ratio", "mask_rate"):
         if name in config and not 0.0 <= config[name] <= 1.0:
             raise ConfigError(f"{name} must be in [0, 1], got {config[name]}")
-    if config.lr_schedule not in ("linear", "constant"):
-        raise ConfigError(f"lr_schedule must be linear or constant, got {config.lr_schedule!r}")
+    if config.lr_schedule not in ("linear", "cosine", "constant"):
+        raise ConfigError("lr_schedule must be linear, cosine or constant, got "
+                          f"{config.lr_schedule!r}")
+    if config.optimizer not in ("adamw", "lars"):
+        raise ConfigError(f"optimizer must be adamw or lars, got {config.optimizer!r}")
+    if config.steps_per_execution < 1 or config.eval_every % config.steps_per_execution:
+        raise ConfigError("steps_per_execution must be >= 1 and divide eval_every, got "
+                          f"{config.steps_per_execution}")
     if config.mixed_precision not in ("", "mixed_bfloat16", "mixed_float16"):
         raise ConfigError("mixed_precision must be '', mixed_bfloat16 or mixed_float16, got "
                           f"{config.mixed_precision!r}")

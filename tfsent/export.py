@@ -31,7 +31,7 @@ _TMP_PREFIX = ".tmp-export-"
 class _ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
-    def __init__(self, encoder, pooling, max_seq_length=None):
+    def __init__(self, encoder, pooling, max_seq_length=None, head=None):
         super().__init__()
         from tfsent.encoders import SentenceTokenizer
 
@@ -42,11 +42,14 @@ class _ServingModule(tf.Module):
                                            encoder.clamp_length(max_seq_length),
                                            pad_to_max_length=False)
         self.pooling = pooling
+        self.head = head
 
     def _embed(self, token_ids, padding_mask):
         features = {"token_ids": token_ids, "padding_mask": padding_mask}
-        emb = tf.cast(self.encoder(features, training=False, pooling=self.pooling)["embedding"],
-                      tf.float32)
+        emb = self.encoder(features, training=False, pooling=self.pooling)["embedding"]
+        if self.head is not None:
+            emb = self.head(emb)
+        emb = tf.cast(emb, tf.float32)
         return {"embedding": emb, "embedding_normalized": tf.math.l2_normalize(emb, axis=-1)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
@@ -73,10 +76,11 @@ def list_versions(export_dir):
 
 
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
-                   max_seq_length=None):
+                   max_seq_length=None, head=None):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
 
-    `max_seq_length` is the serving truncation length (default: the encoder tokenizer's).
+    `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
+    `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
 
     Returns the path of the new version directory. The write is atomic: a temporary
     hidden directory is renamed into place at the end.
@@ -99,7 +103,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     if os.path.exists(final):
         raise ConfigError(f"export version {version} already exists at {final}")
     tmp = os.path.join(export_dir, f"{_TMP_PREFIX}{version}-{os.getpid()}")
-    module = _ServingModule(encoder, pooling, max_seq_length)
+    module = _ServingModule(encoder, pooling, max_seq_length, head)
     signatures = {
         "serving_default": module.serve.get_concrete_function(),
         "encode_ids": module.encode_ids.get_concrete_function(),

@@ -62,16 +62,48 @@ def load_training_data(spec, config):
     from tfsent.data import readers
 
     source = config.train_data
+    if spec.data_kind == "embedding_pairs":
+        return readers.read_positive_pairs(source, config.eval_data_dir,
+                                           config.positive_threshold, config.train_split)
     if spec.data_kind == "triplets":
         source = "demo" if source in ("demo", "demo_nli") else source
         return readers.read_nli_triplets(source, config.train_split)
     return readers.read_training_sentences(source)
 
 
-def make_dataset(spec, config, tokenizer, examples, skip_batches):
+def make_optimizer(config, steps):
+    """AdamW (default) or LARS with the configured warmup + linear/cosine/constant schedule."""
+    import keras
+
+    from tfsent.optimizers import LARS
+    from tfsent.training import WarmupCosineDecay, WarmupLinearDecay
+
+    warmup = int(round(config.warmup_ratio * steps))
+    if config.lr_schedule == "cosine":
+        schedule = WarmupCosineDecay(config.learning_rate, steps, warmup)
+    else:
+        schedule = WarmupLinearDecay(config.learning_rate, steps, warmup,
+                                     decay=config.lr_schedule == "linear")
+    clip = config.clip_norm or None
+    if config.optimizer == "lars":
+        optimizer = LARS(learning_rate=schedule, weight_decay=config.weight_decay,
+                         global_clipnorm=clip)
+    else:
+        optimizer = keras.optimizers.AdamW(learning_rate=schedule,
+                                           weight_decay=config.weight_decay,
+                                           global_clipnorm=clip)
+    if config.mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
     """The training tf.data.Dataset of the method."""
     from tfsent.data import pipelines
 
+    tokenizer = encoder.tokenizer
+    if spec.data_kind == "embedding_pairs":
+        return _cached_pair_dataset(config, encoder, examples, skip_batches, output_dir)
     if spec.data_kind == "triplets":
         return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
                                          skip_batches=skip_batches)
@@ -91,8 +123,7 @@ def run(method, config, output_dir):
     from tfsent.export import export_encoder
     from tfsent.methods import get_method
     from tfsent.training import (DevEvaluator, NanGuard, RunState, Throughput,
-                                 WarmupLinearDecay, _write_json_atomic, read_json,
-                                 sts_dev_score)
+                                 _write_json_atomic, read_json, sts_dev_score)
 
     spec = get_method(method)
     os.makedirs(output_dir, exist_ok=True)
@@ -121,15 +152,9 @@ def run(method, config, output_dir):
                                max_seq_length=config.max_seq_length,
                                dtype=config.mixed_precision or None, seed=config.seed)
         model = spec.build(encoder, config)
-        warmup = int(round(config.warmup_ratio * steps))
-        schedule = WarmupLinearDecay(config.learning_rate, steps, warmup,
-                                     decay=config.lr_schedule == "linear")
-        optimizer = keras.optimizers.AdamW(
-            learning_rate=schedule, weight_decay=config.weight_decay,
-            global_clipnorm=config.clip_norm or None)
-        if config.mixed_precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, jit_compile=jit)
+        optimizer = make_optimizer(config, steps)
+        model.compile(optimizer=optimizer, jit_compile=jit,
+                      steps_per_execution=config.steps_per_execution)
         optimizer.build(model.trainable_variables)
 
     state = RunState(output_dir, model, optimizer)
@@ -141,8 +166,9 @@ def run(method, config, output_dir):
         logging.info("resuming from step %d (checkpoint in %s)", start_step,
                      state.manager.directory)
     else:
-        before = sts_dev_score(encoder, *dev_pairs, pooling=export_pooling,
-                               max_seq_length=config.eval_max_seq_length)
+        # "Before training" is the pretrained encoder itself (without an untrained head).
+        before = sts_dev_score(model, *dev_pairs, max_seq_length=config.eval_max_seq_length,
+                               use_head=False)
         metrics["dev_before"] = before
         logging.info("dev before training: spearman %.2f", before["spearman"])
         _write_json_atomic(metrics_path, metrics)
@@ -155,12 +181,12 @@ def run(method, config, output_dir):
         nan_guard, throughput,
         keras.callbacks.TensorBoard(log_dir=os.path.join(output_dir, "tb"), update_freq=10,
                                     write_graph=False),
-        DevEvaluator(state, dev_pairs, export_pooling, writer, name=_dev_name(config.eval_data),
+        DevEvaluator(state, dev_pairs, writer, name=_dev_name(config.eval_data),
                      patience_drop=config.get("divergence_drop"), history=history,
                      max_seq_length=config.eval_max_seq_length),
     ]
     if start_step < steps:
-        dataset = make_dataset(spec, config, encoder.tokenizer, examples, start_step)
+        dataset = make_dataset(spec, config, encoder, examples, start_step, output_dir)
         logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s", method,
                      steps, config.batch_size, replicas, jit)
         t0 = time.time()
@@ -184,19 +210,44 @@ def run(method, config, output_dir):
     else:
         logging.warning("no dev evaluation completed; exporting the current weights")
     export_path = export_encoder(encoder, os.path.join(output_dir, "export"),
-                                 pooling=export_pooling,
+                                 pooling=export_pooling, head=model.export_head,
                                  metadata={"method": method, "step": best_step or final_step},
                                  max_seq_length=config.eval_max_seq_length)
     metrics["export"] = export_path
-    encoder_dir = os.path.join(output_dir, "encoder")
-    encoder.pooling = export_pooling
-    encoder.save(encoder_dir)
+    if model.export_head is None:  # a head on top has no place in an encoder directory
+        encoder.pooling = export_pooling
+        encoder.save(os.path.join(output_dir, "encoder"))
     if config.test_tasks:
-        metrics["test"] = _evaluate_tasks(encoder, config)
+        metrics["test"] = _evaluate_tasks(model, config)
     _write_json_atomic(metrics_path, metrics)
     logging.info("best dev spearman %s at step %s; export: %s", best, best_step, export_path)
     print(f"export: {export_path}")
     return metrics
+
+
+def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
+    """Positive pairs -> the frozen encoder's embeddings (cached on disk) -> batches of
+    {"a": (B, D), "b": (B, D)}."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfsent.data.cache import cached_embeddings
+    from tfsent.data.pipelines import _check_batch
+
+    _check_batch(len(pairs), config.batch_size, "the positive pairs")
+    cache_dir = config.cache_dir or os.path.join(
+        os.path.dirname(os.path.abspath(output_dir)), "embedding_cache")
+    sentences = list(dict.fromkeys(s for pair in pairs for s in pair))
+    emb, _ = cached_embeddings(
+        cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
+        lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling))
+    index = {s: i for i, s in enumerate(sentences)}
+    a = emb[np.array([index[p[0]] for p in pairs])]
+    b = emb[np.array([index[p[1]] for p in pairs])]
+    ds = tf.data.Dataset.from_tensor_slices({"a": a, "b": b})
+    ds = ds.shuffle(len(pairs), seed=config.seed).repeat()
+    ds = ds.batch(config.batch_size, drop_remainder=True).skip(skip_batches)
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def _dev_name(eval_data):

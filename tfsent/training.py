@@ -23,6 +23,29 @@ from scipy.stats import pearsonr, spearmanr
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
+class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to `peak` over `warmup_steps`, then cosine decay to 0 at
+    `total_steps` (SimCLR's schedule, used by CLSR)."""
+
+    def __init__(self, peak, total_steps, warmup_steps=0):
+        self.peak = float(peak)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = self.peak * (step + 1.0) / float(max(self.warmup_steps, 1))
+        span = float(max(self.total_steps - self.warmup_steps, 1))
+        frac = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
+        cosine = 0.5 * self.peak * (1.0 + tf.cos(math.pi * frac))
+        return tf.where(step < self.warmup_steps, warm, cosine)
+
+    def get_config(self):
+        return {"peak": self.peak, "total_steps": self.total_steps,
+                "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from 0 to `peak` over `warmup_steps`, then linear decay to 0 at
     `total_steps` (`decay=False`: constant after warmup)."""
@@ -64,12 +87,13 @@ def read_json(path, default=None):
         return json.load(f)
 
 
-def sts_dev_score(encoder, sents1, sents2, gold, pooling, batch_size=128,
-                  max_seq_length=None):
-    """Spearman and Pearson (x100) of cosine vs gold on dev pairs."""
+def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=None,
+                  use_head=True):
+    """Spearman and Pearson (x100) of cosine vs gold on dev pairs, embedding with
+    `model.encode` (a SentenceMethod: export pooling and head)."""
     unique = list(dict.fromkeys(list(sents1) + list(sents2)))
-    emb = encoder.encode(unique, batch_size=batch_size, normalize=True, verbose=0,
-                         pooling=pooling, max_seq_length=max_seq_length)
+    emb = model.encode(unique, batch_size=batch_size, normalize=True,
+                       max_seq_length=max_seq_length, use_head=use_head)
     index = {s: i for i, s in enumerate(unique)}
     a = emb[[index[s] for s in sents1]]
     b = emb[[index[s] for s in sents2]]
@@ -108,20 +132,20 @@ class RunState:
         return info.get("score"), info.get("step")
 
     def save_best(self, score, step, extra=None):
-        """Saves the encoder's weights as the new best (atomic replace)."""
+        """Saves the model's weights as the new best (atomic replace)."""
         os.makedirs(self.best_dir, exist_ok=True)
-        final = os.path.join(self.best_dir, "encoder.weights.h5")
-        tmp = os.path.join(self.best_dir, "encoder.tmp.weights.h5")
-        self.model.encoder.save_weights(tmp)
+        final = os.path.join(self.best_dir, "model.weights.h5")
+        tmp = os.path.join(self.best_dir, "model.tmp.weights.h5")
+        self.model.save_weights(tmp)
         os.replace(tmp, final)
         _write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
 
     def load_best(self):
-        """Loads the best encoder weights into the model; False if there are none."""
-        path = os.path.join(self.best_dir, "encoder.weights.h5")
+        """Loads the best weights into the model; False if there are none."""
+        path = os.path.join(self.best_dir, "model.weights.h5")
         if not os.path.exists(path):
             return False
-        self.model.encoder.load_weights(path)
+        self.model.load_weights(path)
         return True
 
 
@@ -133,13 +157,12 @@ class DevEvaluator(keras.callbacks.Callback):
     that many points below the best (SCD's late collapse); the best weights stay intact.
     """
 
-    def __init__(self, state, dev_pairs, pooling, writer=None, name="dev",
-                 patience_drop=None, history=None, max_seq_length=None):
+    def __init__(self, state, dev_pairs, writer=None, name="dev", patience_drop=None,
+                 history=None, max_seq_length=None):
         super().__init__()
         self.max_seq_length = max_seq_length
         self.state = state
         self.dev_pairs = dev_pairs
-        self.pooling = pooling
         self.writer = writer
         self.name = name
         self.patience_drop = patience_drop
@@ -150,8 +173,7 @@ class DevEvaluator(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             return  # NanGuard reports it; do not let a diverged model become "best"
-        scores = sts_dev_score(self.model.encoder, *self.dev_pairs, pooling=self.pooling,
-                               max_seq_length=self.max_seq_length)
+        scores = sts_dev_score(self.model, *self.dev_pairs, max_seq_length=self.max_seq_length)
         best, best_step = self.state.best()
         improved = best is None or scores["spearman"] > best
         if improved:

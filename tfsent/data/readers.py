@@ -197,3 +197,53 @@ def read_dev_pairs(source, data_dir=None):
             return senteval_data.read_stsbenchmark(data_dir, "dev")
         return senteval_data.read_sick(data_dir, "dev")
     return read_scored_pairs(source)
+
+
+def read_pair_file(path):
+    """Two tab-separated columns per line (sentence_a, sentence_b) -> list of pairs."""
+    pairs = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = [" ".join(c.split()) for c in line.split("\t")]
+        if len(cols) != 2 or not all(cols):
+            raise InputError(f"expected 2 non-empty tab-separated columns, found {len(cols)}",
+                             path=path, line=number)
+        pairs.append((cols[0], cols[1]))
+    logging.info("read %d sentence pairs from %s", len(pairs), path)
+    return pairs
+
+
+def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
+    """Positive pairs for CLSR.
+
+    `demo`: the demo triplets' (premise, entailment) plus demo scored pairs above
+    `threshold`; `stsb`: STS-B train pairs with score > threshold (needs `data_dir`);
+    an NLI source (SentEval SNLI directory, .jsonl, `tfds:NAME`): entailment pairs;
+    any other file: two tab-separated columns.
+    """
+    if source == "demo":
+        pairs = [(p, e) for p, e, _ in read_triplets_tsv(DEMO_TRIPLETS)]
+        s1, s2, scores = read_scored_pairs(DEMO_PAIRS)
+        pairs += [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
+    elif source == "stsb":
+        if not data_dir:
+            raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
+        from tfsent.evaluation import senteval_data
+
+        s1, s2, scores = senteval_data.read_stsbenchmark(data_dir, "train")
+        pairs = [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
+    elif source.startswith("tfds:") or os.path.isdir(source) or source.endswith(".jsonl"):
+        if source.startswith("tfds:"):
+            rows = read_nli_pairs_tfds(source[5:], split)
+        elif os.path.isdir(source):
+            rows = read_nli_pairs_senteval(source, split)
+        else:
+            rows = read_nli_pairs_jsonl(source)
+        pairs = [(p, h) for p, h, y in rows if y == "entailment"]
+    else:
+        pairs = read_pair_file(source)
+    logging.info("%d positive pairs from %s", len(pairs), source)
+    if not pairs:
+        raise InputError("no positive pairs", path=source)
+    return pairs

@@ -23,7 +23,6 @@ import os
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import logsumexp
 
 from tfsent.errors import ConfigError
 from tfsent.evaluation import senteval_data
@@ -52,10 +51,12 @@ def softmax_objective(weights, bias, x, y, l2):
     """
     n = len(y)
     logits = x @ weights + bias
-    lse = logsumexp(logits, axis=1)
+    logits -= logits.max(axis=1, keepdims=True)  # stable log-sum-exp
+    residual = np.exp(logits)
+    norm = residual.sum(axis=1, keepdims=True)
     rows = np.arange(n)
-    loss = np.mean(lse - logits[rows, y]) + 0.5 * l2 * np.sum(weights ** 2)
-    residual = np.exp(logits - lse[:, None])
+    loss = np.mean(np.log(norm[:, 0]) - logits[rows, y]) + 0.5 * l2 * np.sum(weights ** 2)
+    residual /= norm
     residual[rows, y] -= 1.0
     residual /= n
     return float(loss), x.T @ residual + l2 * weights, residual.sum(axis=0)
@@ -101,7 +102,7 @@ def fit_softmax(z, y, n_classes, l2, eigval=None, max_iter=1000):
 
     theta0 = np.zeros(dim * n_classes + n_classes)
     res = minimize(fun, theta0, jac=True, method="L-BFGS-B",
-                   options={"maxiter": max_iter, "maxcor": 20})
+                   options={"maxiter": max_iter})
     if not res.success and res.nit >= max_iter:
         log.warning("logistic regression stopped after %d iterations: %s", res.nit,
                     res.message)

@@ -1,5 +1,6 @@
 """Layers of tfsent's methods (heads and auxiliary networks)."""
 
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
+from tfsent.layers.heads import MLPEncoder
 
-__all__ = ["Fusioner", "LexicalExtractor"]
+__all__ = ["Fusioner", "LexicalExtractor", "MLPEncoder"]

@@ -7,10 +7,11 @@ kind of training data it reads.
 
 from tfsent.errors import ConfigError
 from tfsent.methods.base import SentenceMethod
+from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
 from tfsent.methods.simcse import SimCSE
 
-__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "REGISTRY", "get_method"]
+__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "REGISTRY", "get_method"]
 
 
 class MethodSpec:
@@ -41,6 +42,12 @@ def _cmlm(encoder, c):
                    train_pooling=c.pooling, export_pooling=c.export_pooling)
 
 
+def _clsr(encoder, c):
+    return CLSR(encoder, hidden_dim=c.clsr_hidden_dim or None,
+                output_dim=c.clsr_output_dim or None, temperature=c.temperature,
+                train_pooling=c.pooling, export_pooling=c.pooling)
+
+
 _SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None}
 
 REGISTRY = {
@@ -55,6 +62,17 @@ REGISTRY = {
         dict(_SIMCSE_DEFAULTS, extractor_layers=4, fusion_layers=2, mask_rate=0.15,
              mlm_weight=0.005, contrastive_weight=1.0, tie_mlm_embeddings=True),
         "sentences_mlm", "CMLM-CSE: SimCSE + conditional MLM on a frozen lexical extractor."),
+    "clsr": MethodSpec(
+        "clsr", _clsr,
+        # CPU demo: the paper's LARS + warmup/cosine, on the cached embeddings of the demo
+        # positive pairs; lr scaled down from 0.5 at batch 512 (SimCLR's lr ~ batch rule).
+        {"temperature": 0.1, "clsr_hidden_dim": 0, "clsr_output_dim": 0,
+         "positive_threshold": 4.0, "cache_dir": "", "optimizer": "lars",
+         "learning_rate": 0.1, "weight_decay": 1e-4, "lr_schedule": "cosine",
+         "warmup_ratio": 0.1, "batch_size": 64, "steps": 2000, "eval_every": 500,
+         "steps_per_execution": 50},
+        "embedding_pairs",
+        "CLSR: MLP encoder + projection on a frozen encoder's cached embeddings, NT-Xent."),
 }
 
 

@@ -9,6 +9,7 @@ user's own code.
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 
@@ -48,6 +49,24 @@ class SentenceMethod(keras.Model):
     def call(self, inputs, training=False):
         """Sentence embeddings (B, H) of tokenized `inputs` with the export pooling."""
         return self.encoder(inputs, training=training, pooling=self.export_pooling)["embedding"]
+
+    @property
+    def export_head(self):
+        """A layer applied to the pooled embedding in the export (None: the embedding itself)."""
+        return None
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
+               use_head=True):
+        """Embeds strings as the exported model would (numpy (N, D)); `use_head=False`
+        stops at the pooled encoder embedding."""
+        out = self.encoder.encode(sentences, batch_size=batch_size, normalize=False, verbose=0,
+                                  pooling=self.export_pooling, max_seq_length=max_seq_length)
+        head = self.export_head
+        if head is not None and use_head:
+            out = np.asarray(head(out), np.float32)
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
 
     def embed(self, features, training, **kwargs):
         """Training-pooled embeddings of `features`; kwargs go to the encoder call."""

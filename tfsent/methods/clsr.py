@@ -1,0 +1,76 @@
+"""CLSR (clsr.txt): a contrastive MLP encoder on top of a frozen sentence encoder."""
+
+import keras
+import numpy as np
+
+from tfsent import losses
+from tfsent.distribute import gather_with_local_grad
+from tfsent.layers.heads import MLPEncoder
+from tfsent.methods.base import SentenceMethod
+
+
+class CLSR(SentenceMethod):
+    """Frozen base encoder m -> trainable MLP encoder e -> linear projection head h.
+
+    Training runs on cached base embeddings: batches are `{"a": (B, D), "b": (B, D)}`,
+    m's embeddings of positive pairs (see `tfsent.data.cache`); the loss is the symmetric
+    NT-Xent over the 2B projections h(e(.)), tau 0.1, over the global batch. The
+    representation is e's output (not h's); the export is m + e, serving strings.
+
+    Args:
+        encoder: the frozen base SentenceEncoder (its pooling: `mean` by default, Table 4).
+        hidden_dim: width of e's hidden layer (default: the encoder's H).
+        output_dim: size of e's output and of h (default: H; 768 in the paper).
+        temperature: tau (0.1).
+        direction_reduction: "mean" over the 2B anchors (the paper) or "sum".
+    """
+
+    metric_names = ("loss",)
+
+    def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,
+                 direction_reduction="mean", train_pooling=None, export_pooling=None,
+                 **kwargs):
+        super().__init__(encoder, train_pooling, export_pooling, **kwargs)
+        encoder.trainable = False
+        dim = encoder.hidden_dim
+        self.hidden_dim = int(hidden_dim or dim)
+        self.output_dim = int(output_dim or dim)
+        self.temperature = float(temperature)
+        self.direction_reduction = direction_reduction
+        self.mlp = MLPEncoder(self.hidden_dim, self.output_dim, name="clsr_encoder")
+        self.mlp.build((None, dim))
+        self.projection = keras.layers.Dense(self.output_dim, name="clsr_projection")
+        self.projection.build((None, self.output_dim))
+
+    @property
+    def export_head(self):
+        return self.mlp
+
+    def compute_losses(self, batch, training=True):
+        za = self.projection(self.mlp(batch["a"]))
+        zb = self.projection(self.mlp(batch["b"]))
+        za, zb = gather_with_local_grad(za, zb)
+        loss = losses.nt_xent(za, zb, self.temperature, self.direction_reduction)
+        return loss, {"loss": loss}
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
+               use_head=True, base_embeddings=None):
+        """e(m(sentences)) (m(sentences) with `use_head=False`); pass `base_embeddings`
+        to skip the base encoder (e.g. from the cache)."""
+        if base_embeddings is None:
+            base_embeddings = self.encoder.encode(sentences, batch_size=batch_size, verbose=0,
+                                                  pooling=self.export_pooling,
+                                                  max_seq_length=max_seq_length)
+        out = np.asarray(base_embeddings, np.float32)
+        if use_head:
+            out = np.asarray(self.mlp(out), np.float32)
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"hidden_dim": self.hidden_dim, "output_dim": self.output_dim,
+                       "temperature": self.temperature,
+                       "direction_reduction": self.direction_reduction})
+        return config
