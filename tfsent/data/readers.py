@@ -57,18 +57,25 @@ def read_scored_pairs(path):
     return s1, s2, scores
 
 
-def read_triplets_tsv(path):
-    """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples."""
-    triplets = []
+def read_tsv_rows(path, names):
+    """Rows of a tab-separated file with exactly len(names) non-empty columns, whitespace-
+    normalised; blank lines skipped; a bad row raises InputError naming file and line."""
+    rows = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
         cols = [" ".join(c.split()) for c in line.split("\t")]
-        if len(cols) != 3 or not all(cols):
-            raise InputError("expected 3 non-empty tab-separated columns (premise, "
-                             f"entailment, contradiction), found {len(cols)}", path=path,
+        if len(cols) != len(names) or not all(cols):
+            raise InputError(f"expected {len(names)} non-empty tab-separated columns "
+                             f"({', '.join(names)}), found {len(cols)}", path=path,
                              line=number)
-        triplets.append(tuple(cols))
+        rows.append(tuple(cols))
+    return rows
+
+
+def read_triplets_tsv(path):
+    """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples."""
+    triplets = read_tsv_rows(path, ("premise", "entailment", "contradiction"))
     logging.info("read %d NLI triplets from %s", len(triplets), path)
     return triplets
 
@@ -201,15 +208,7 @@ def read_dev_pairs(source, data_dir=None):
 
 def read_pair_file(path):
     """Two tab-separated columns per line (sentence_a, sentence_b) -> list of pairs."""
-    pairs = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        cols = [" ".join(c.split()) for c in line.split("\t")]
-        if len(cols) != 2 or not all(cols):
-            raise InputError(f"expected 2 non-empty tab-separated columns, found {len(cols)}",
-                             path=path, line=number)
-        pairs.append((cols[0], cols[1]))
+    pairs = read_tsv_rows(path, ("sentence_a", "sentence_b"))
     logging.info("read %d sentence pairs from %s", len(pairs), path)
     return pairs
 

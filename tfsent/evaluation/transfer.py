@@ -265,7 +265,7 @@ def f1_score(y_true, y_pred, positive=1):
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     tp = np.sum((y_pred == positive) & (y_true == positive))
     denom = np.sum(y_pred == positive) + np.sum(y_true == positive)
-    return 100.0 * 2.0 * tp / denom if denom else 0.0
+    return 100.0 * 2.0 * float(tp) / float(denom) if denom else 0.0
 
 
 # -- the tasks ----------------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""CLSR-NLI on frozen minilm-l6, on a CPU: entailment pairs of SNLI dev (the SNLI split
+available offline in ../shared/data)."""
+
+
+def get_config():
+    return {
+        "method": "clsr",
+        "encoder": "minilm-l6",
+        "pooling": "mean",
+        "train_data": "../shared/data/SNLI",
+        "train_split": "dev",
+        "eval_data_dir": "../shared/data",
+        "eval_data": "stsb",
+        "temperature": 0.1,
+        "optimizer": "lars",
+        "learning_rate": 0.5,
+        "weight_decay": 1e-4,
+        "lr_schedule": "cosine",
+        "warmup_ratio": 0.1,
+        "batch_size": 512,
+        "max_seq_length": 128,
+        "steps": 2000,
+        "eval_every": 500,
+        "steps_per_execution": 50,
+        "test_tasks": "STS12,STSBenchmark,SICKRelatedness",
+    }
