@@ -15,7 +15,7 @@ import tensorflow as tf
 from conftest import REPO, TINY_VOCAB, minilm_or_skip
 from tfsent.data import pipelines
 from tfsent.encoders import tiny_encoder
-from tfsent.methods import CMLMCSE, SimCSE
+from tfsent.methods import CMLMCSE, SimCSE, SupConSBERT
 
 SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
          "a child reads a book", "the cat sleeps", "a man rides a red bike",
@@ -29,7 +29,9 @@ NEG = ["a woman sleeps", "a man drives a car", "the cat swims", "a dog eats food
 def _build(kind, strategy, weights=None):
     with strategy.scope():
         enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=0)
-        if kind == "cmlm":
+        if kind == "supcon":
+            model = SupConSBERT(enc, scl_weight=0.5, temperature=1.0)
+        elif kind == "cmlm":
             model = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, fusion_dropout=0.0,
                             mlm_weight=0.5, temperature=0.05)
         else:
@@ -43,6 +45,10 @@ def _build(kind, strategy, weights=None):
 
 
 def _batch(kind, tokenizer):
+    if kind == "supcon":
+        rows = [r for s, p, n in zip(SENTS[:4], POS, NEG)
+                for r in ((s, p, "entailment"), (s, n, "contradiction"))]
+        return next(iter(pipelines.nli_pair_dataset(rows, tokenizer, 8, seed=0)))
     if kind == "sup":
         return next(iter(pipelines.triplet_dataset(list(zip(SENTS, POS, NEG)), tokenizer, 8,
                                                    shuffle=False)))
@@ -57,7 +63,7 @@ def mirrored_strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "cmlm"])
+@pytest.mark.parametrize("kind", ["unsup", "sup", "cmlm", "supcon"])
 def test_two_replicas_match_one_replica(kind, mirrored_strategy):
     """One step on a global batch of 8: 2 replicas x 4 == 1 replica x 8 (loss and weights)."""
     single = _build(kind, tf.distribute.get_strategy())

@@ -72,3 +72,94 @@ def masked_lm_loss(logits, labels, weights):
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32),
                                tf.cast(labels, tf.int32)), tf.float32)
     return tf.reduce_sum(ce * weights), tf.reduce_sum(weights), tf.reduce_sum(correct * weights)
+
+
+def supervised_contrastive_loss(anchors, candidates, positive_mask, negative_mask,
+                                temperature=1.0, similarity="dot"):
+    """Supervised contrastive loss with explicit positive / negative sets per anchor.
+
+    logit_ij = sim(anchor_i, candidate_j) / tau with sim the raw dot product (the
+    SupCon-SBERT reference) or cosine. For anchor i with positives P(i) and negatives N(i):
+        loss_i = -mean_{p in P(i)} [ logit_ip - log sum_{c in P(i) u N(i)} exp(logit_ic) ]
+    Anchors without positives are left out; the result is the mean over the others
+    (0 if there are none).
+
+    Args:
+        anchors: (A, H); candidates: (C, H).
+        positive_mask, negative_mask: (A, C) booleans (disjoint).
+        temperature: tau (1.0 in the paper).
+        similarity: "dot" or "cosine".
+    Returns:
+        scalar float32.
+    """
+    if similarity == "cosine":
+        logits = cosine_matrix(anchors, candidates)
+    elif similarity == "dot":
+        logits = tf.matmul(tf.cast(anchors, tf.float32), tf.cast(candidates, tf.float32),
+                           transpose_b=True)
+    else:
+        raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
+    logits = logits / temperature
+    pos = tf.cast(positive_mask, tf.float32)
+    allowed = tf.logical_or(tf.cast(positive_mask, tf.bool), tf.cast(negative_mask, tf.bool))
+    masked = tf.where(allowed, logits, -1e9)
+    log_denominator = tf.reduce_logsumexp(masked, axis=1, keepdims=True)
+    log_prob = logits - log_denominator
+    n_pos = tf.reduce_sum(pos, axis=1)
+    per_anchor = -tf.reduce_sum(log_prob * pos, axis=1) / tf.maximum(n_pos, 1.0)
+    has_pos = tf.cast(n_pos > 0, tf.float32)
+    return tf.reduce_sum(per_anchor * has_pos) / tf.maximum(tf.reduce_sum(has_pos), 1.0)
+
+
+def cap_mask(mask, cap, keys):
+    """Keeps at most `cap` True entries per row of `mask` (A, C): those with the largest
+    `keys` (A, C) (random keys give a random subset). cap <= 0 keeps all."""
+    if cap is None or cap <= 0:
+        return tf.cast(mask, tf.bool)
+    mask = tf.cast(mask, tf.bool)
+    scored = tf.where(mask, tf.cast(keys, tf.float32), -1e9)
+    # rank of each entry within its row, by descending key
+    order = tf.argsort(scored, axis=1, direction="DESCENDING")
+    ranks = tf.argsort(order, axis=1)
+    return tf.logical_and(mask, ranks < cap)
+
+
+def batch_standardize(x, epsilon=1e-5):
+    """Per-feature standardisation over the batch axis, without scale or offset, float32.
+
+    (x - mean) / sqrt(var + epsilon) with the BIASED batch variance (divide by B), as
+    PyTorch's `BatchNorm1d(affine=False)` does in training mode (Barlow Twins' and SCD's
+    reference code).
+    """
+    x = tf.cast(x, tf.float32)
+    mean, var = tf.nn.moments(x, axes=[0], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + epsilon)
+
+
+def scd_loss(h_a, h_b, p_a, p_b, temperature=0.05, alpha=1.0, beta=0.005225, lambd=0.012,
+             epsilon=1e-5):
+    """SCD's objective (METHODS.md "SCD"). Returns (L, L_S, L_C), float32 scalars.
+
+    h_a, h_b: (B, H) pooled embeddings of the low- and high-dropout views.
+    p_a, p_b: (B, W) projector outputs of h_a and h_b.
+      L_S = mean_i cos(h_a_i, h_b_i) / tau (self-contrast; minimised, so the views repel);
+      C = bn(p_a)^T bn(p_b) / B, bn = `batch_standardize` (biased variance, eps `epsilon`);
+      L_C = sum_j (1 - C_jj)^2 + lambd * sum_{j != k} C_jk^2 (decorrelation);
+      L = alpha * L_S + beta * L_C.
+    This is the reference code's form (alpha 1, beta 0.005225, lambda 0.012, tau 0.05); the
+    paper writes L_S + alpha L_C (alpha 0.005, lambda 0.013) without tau and with a
+    spurious minus sign in front of the diagonal term.
+    """
+    cos = tf.reduce_sum(_l2n(h_a) * _l2n(h_b), axis=-1)
+    self_contrast = tf.reduce_mean(cos) / temperature
+    za = batch_standardize(p_a, epsilon)
+    zb = batch_standardize(p_b, epsilon)
+    n = tf.cast(tf.shape(za)[0], tf.float32)
+    c = tf.matmul(za, zb, transpose_a=True) / n
+    diag = tf.linalg.diag_part(c)
+    on_diag = tf.reduce_sum(tf.square(1.0 - diag))
+    off_mask = 1.0 - tf.eye(tf.shape(c)[0], tf.shape(c)[1], dtype=tf.float32)
+    off_diag = tf.reduce_sum(tf.square(c) * off_mask)
+    decorrelation = on_diag + lambd * off_diag
+    loss = alpha * self_contrast + beta * decorrelation
+    return loss, self_contrast, decorrelation

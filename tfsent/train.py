@@ -68,6 +68,8 @@ def load_training_data(spec, config):
     if spec.data_kind == "triplets":
         source = "demo" if source in ("demo", "demo_nli") else source
         return readers.read_nli_triplets(source, config.train_split)
+    if spec.data_kind == "nli_pairs":
+        return readers.read_nli_pairs(source, config.train_split)
     return readers.read_training_sentences(source)
 
 
@@ -104,6 +106,9 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
     tokenizer = encoder.tokenizer
     if spec.data_kind == "embedding_pairs":
         return _cached_pair_dataset(config, encoder, examples, skip_batches, output_dir)
+    if spec.data_kind == "nli_pairs":
+        return pipelines.nli_pair_dataset(examples, tokenizer, config.batch_size, config.seed,
+                                          skip_batches=skip_batches)
     if spec.data_kind == "triplets":
         return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
                                          skip_batches=skip_batches)

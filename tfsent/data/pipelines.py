@@ -116,3 +116,37 @@ def mask_tokens(features, tokenizer, rate, seed):
     out.update({"masked_token_ids": masked, "mask_positions": positions,
                 "mask_labels": labels, "mask_weights": weights})
     return out
+
+
+NLI_LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2}
+
+
+def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0):
+    """(premise, hypothesis, label) rows -> premise-grouped batches of
+    `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}` (see
+    `tfsent.data.grouping`; `valid` is 0 on padding slots of a short batch)."""
+    from tfsent.data.grouping import epoch_stream, premise_groups
+
+    _check_batch(len(rows), batch_size, "the NLI pairs")
+    premises = [r[0] for r in rows]
+    groups = premise_groups(premises)
+    group_of = [0] * len(rows)
+    for g, members in enumerate(groups):
+        for i in members:
+            group_of[i] = g
+    table_p = tf.constant(premises)
+    table_h = tf.constant([r[1] for r in rows])
+    table_y = tf.constant([NLI_LABEL_IDS[r[2]] for r in rows], tf.int32)
+    table_g = tf.constant(group_of, tf.int32)
+    ds = tf.data.Dataset.from_generator(
+        lambda: epoch_stream(groups, batch_size, seed, skip_batches),
+        output_signature=tf.TensorSpec([batch_size], tf.int64))
+
+    def load(idx):
+        safe = tf.maximum(idx, 0)
+        return {"premise": tokenizer(tf.gather(table_p, safe)),
+                "hypothesis": tokenizer(tf.gather(table_h, safe)),
+                "label": tf.gather(table_y, safe), "premise_id": tf.gather(table_g, safe),
+                "valid": tf.cast(idx >= 0, tf.float32)}
+
+    return ds.map(load, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)

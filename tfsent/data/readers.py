@@ -246,3 +246,22 @@ def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
     if not pairs:
         raise InputError("no positive pairs", path=source)
     return pairs
+
+
+def read_nli_pairs(source, split="train"):
+    """(premise, hypothesis, label) rows from `demo`/`demo_nli` (the demo triplets, each
+    giving an entailment and a contradiction row), a SentEval SNLI directory, a .jsonl, or
+    `tfds:snli` / `tfds:multi_nli`."""
+    if source in ("demo", "demo_nli"):
+        rows = []
+        for p, e, c in read_triplets_tsv(DEMO_TRIPLETS):
+            rows += [(p, e, "entailment"), (p, c, "contradiction")]
+        return rows
+    if source.startswith("tfds:"):
+        return read_nli_pairs_tfds(source[5:], split)
+    if os.path.isdir(source):
+        return read_nli_pairs_senteval(source, split)
+    if source.endswith(".jsonl"):
+        return read_nli_pairs_jsonl(source)
+    raise InputError("NLI pairs need a SentEval SNLI directory, a .jsonl file, demo_nli or "
+                     "tfds:NAME", path=source)

@@ -10,8 +10,9 @@ from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
 from tfsent.methods.simcse import SimCSE
+from tfsent.methods.supcon import SupConSBERT
 
-__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "REGISTRY", "get_method"]
+__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "REGISTRY", "get_method"]
 
 
 class MethodSpec:
@@ -48,6 +49,13 @@ def _clsr(encoder, c):
                 train_pooling=c.pooling, export_pooling=c.pooling)
 
 
+def _supcon(encoder, c):
+    return SupConSBERT(encoder, scl_weight=c.scl_weight, temperature=c.temperature,
+                       max_positives=c.max_positives, max_negatives=c.max_negatives,
+                       similarity=c.similarity, train_pooling=c.pooling,
+                       export_pooling=c.export_pooling)
+
+
 _SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None}
 
 REGISTRY = {
@@ -62,6 +70,12 @@ REGISTRY = {
         dict(_SIMCSE_DEFAULTS, extractor_layers=4, fusion_layers=2, mask_rate=0.15,
              mlm_weight=0.005, contrastive_weight=1.0, tie_mlm_embeddings=True),
         "sentences_mlm", "CMLM-CSE: SimCSE + conditional MLM on a frozen lexical extractor."),
+    "supcon": MethodSpec(
+        "supcon", _supcon,
+        {"train_data": "demo_nli", "pooling": "mean_no_cls", "scl_weight": 0.3,
+         "temperature": 1.0, "max_positives": 0, "max_negatives": 0, "similarity": "dot",
+         "learning_rate": 2e-5, "warmup_ratio": 0.1},
+        "nli_pairs", "Supervised-contrastive SBERT: NLI cross-entropy + SCL (lambda)."),
     "clsr": MethodSpec(
         "clsr", _clsr,
         # CPU demo: the paper's LARS + warmup/cosine, on the cached embeddings of the demo

@@ -1,0 +1,156 @@
+"""SCD: self-contrastive decorrelation (Klein and Nabi, 2022)."""
+
+import tensorflow as tf
+
+from tfsent import losses
+from tfsent.distribute import gather_with_local_grad, num_replicas
+from tfsent.errors import ConfigError
+from tfsent.layers.projector import Projector
+from tfsent.methods.base import SentenceMethod
+
+
+class SCD(SentenceMethod):
+    """Self-contrastive decorrelation: two dropout views at different rates, pushed apart by
+    the self-contrast term and made invariant and decorrelated in a projector's space.
+
+    Batches are plain token features of sentences (as for unsupervised SimCSE). Each
+    sentence goes through the encoder twice in training mode, once with dropout rate r_A at
+    every dropout site (embeddings, attention probabilities, attention output, FFN output)
+    and once with r_B (two encoder passes with `dropout=r_a` / `dropout=r_b`), giving the
+    pooled h_A, h_B. The projector (`tfsent.layers.projector.Projector`) maps each view to
+    W dimensions; `tfsent.losses.scd_loss` gives
+        L = alpha * mean_i cos(h_A_i, h_B_i) / tau
+            + beta * [sum_j (1 - C_jj)^2 + lambda * sum_{j != k} C_jk^2],
+    C the cross-correlation of the batch-standardised projections. The coefficients follow
+    the reference code (alpha 1, beta 0.005225, lambda 0.012, tau 0.05); the paper's
+    L_S + alpha L_C form is the same loss up to tau and a rescaling of the coefficients.
+
+    Global batch under tf.distribute: h_A and h_B are gathered from all replicas in ONE
+    collective (`gather_with_local_grad`), and the projector (its BatchNorm statistics
+    included) and the loss run on the full global tensors on every replica. The value and
+    the statistics are therefore those of a single replica holding the whole batch. (The
+    reference code runs the projector per GPU on the local batch; the global-batch version
+    is the paper's idea at any replica count.) Gradient bookkeeping: Keras sums gradients
+    over replicas; the encoder's gradient reaches only the local rows, so its sum is exact,
+    but every replica computes the projector's full gradient from the global tensors, so
+    `train_step` divides the projector's gradients by the number of replicas.
+
+    The projector is a training-only head: the exported model is the encoder with
+    `export_pooling`.
+
+    Args:
+        encoder: a SentenceEncoder.
+        dropout_rate_a: r_A, the low rate (0.05 for BERT; 0.065 for RoBERTa).
+        dropout_rate_b: r_B, the high rate (0.15 for BERT; 0.24 for RoBERTa). The paper
+            has r_A < r_B; any pair in [0, 1) is accepted.
+        alpha: weight of the self-contrast term (1.0).
+        beta: weight of the decorrelation term (0.005225).
+        lambd: weight of the off-diagonal terms inside L_C (0.012).
+        temperature: tau of the self-contrast term (0.05).
+        projector_width: W (4096 in the paper and reference code).
+        train_pooling: pooling in the loss (default `cls_before_pooler`, as in the paper).
+        export_pooling: pooling of the exported model (default: train_pooling).
+    """
+
+    metric_names = ("loss", "self_contrast_loss", "decorrelation_loss")
+
+    def __init__(self, encoder, dropout_rate_a=0.05, dropout_rate_b=0.15, alpha=1.0,
+                 beta=0.005225, lambd=0.012, temperature=0.05, projector_width=4096,
+                 train_pooling="cls_before_pooler", export_pooling=None, **kwargs):
+        super().__init__(encoder, train_pooling or "cls_before_pooler", export_pooling,
+                         **kwargs)
+        for name, rate in (("dropout_rate_a", dropout_rate_a),
+                           ("dropout_rate_b", dropout_rate_b)):
+            if not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
+                raise ConfigError(f"{name} must be a number in [0, 1), got {rate!r}")
+        if not temperature or float(temperature) <= 0:
+            raise ConfigError(f"temperature must be > 0, got {temperature!r}")
+        if int(projector_width) < 1:
+            raise ConfigError(f"projector_width must be >= 1, got {projector_width!r}")
+        self.dropout_rate_a = float(dropout_rate_a)
+        self.dropout_rate_b = float(dropout_rate_b)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.lambd = float(lambd)
+        self.temperature = float(temperature)
+        self.projector_width = int(projector_width)
+        self.projector = Projector(self.projector_width, dtype=encoder.backbone.dtype_policy,
+                                   name="projector")
+        self.projector.build((None, encoder.hidden_dim))
+
+    def views(self, batch, training):
+        """The local pooled embeddings (h_A, h_B): two encoder passes at rates r_A, r_B."""
+        h_a = self.embed(batch, training, dropout=self.dropout_rate_a)
+        h_b = self.embed(batch, training, dropout=self.dropout_rate_b)
+        return h_a, h_b
+
+    def compute_losses(self, batch, training=True):
+        h_a, h_b = self.views(batch, training)
+        h_a, h_b = gather_with_local_grad(h_a, h_b)  # the step's only collective
+        p_a = self.projector(h_a, training=training)
+        p_b = self.projector(h_b, training=training)
+        loss, self_contrast, decorrelation = losses.scd_loss(
+            h_a, h_b, p_a, p_b, self.temperature, self.alpha, self.beta, self.lambd)
+        return loss, {"loss": loss, "self_contrast_loss": self_contrast,
+                      "decorrelation_loss": decorrelation}
+
+    def train_step(self, data):
+        batch = data[0] if isinstance(data, tuple) else data
+        with tf.GradientTape() as tape:
+            objective, logs = self.compute_losses(batch, training=True)
+            scaled = self.optimizer.scale_loss(objective)
+        variables = self.trainable_variables
+        grads = tape.gradient(scaled, variables)
+        replicas = num_replicas()
+        if replicas > 1:
+            # Each replica holds the projector's full global-batch gradient (see the class
+            # docstring); the replicas' sum must equal it once.
+            head = {id(v) for v in self.projector.trainable_variables}
+            grads = [g / replicas if g is not None and id(v) in head else g
+                     for g, v in zip(grads, variables)]
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return self._update_trackers(logs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout_rate_a": self.dropout_rate_a,
+                       "dropout_rate_b": self.dropout_rate_b, "alpha": self.alpha,
+                       "beta": self.beta, "lambd": self.lambd,
+                       "temperature": self.temperature,
+                       "projector_width": self.projector_width})
+        return config
+
+
+def _build(encoder, c):
+    return SCD(encoder, dropout_rate_a=c.dropout_rate_a, dropout_rate_b=c.dropout_rate_b,
+               alpha=c.scd_alpha, beta=c.scd_beta, lambd=c.scd_lambda,
+               temperature=c.temperature, projector_width=c.projector_width,
+               train_pooling=c.pooling, export_pooling=c.export_pooling)
+
+
+def registry_entry():
+    """The `MethodSpec` arguments of SCD, as a dict (name, build, defaults, data_kind, doc).
+
+    The defaults are for the CPU demo: the reference's coefficients, rates and tau, but a
+    projector of width 1024 (the paper and reference code use 4096, configs/scd.py).
+    `divergence_drop` is read by `tfsent.train` (DevEvaluator's divergence guard): the run
+    stops when dev Spearman falls that many points below its best (SCD's late collapse).
+    """
+    return {
+        "name": "scd",
+        "build": _build,
+        "defaults": {
+            "dropout_rate_a": 0.05,        # r_A, every dropout site of view A
+            "dropout_rate_b": 0.15,        # r_B, every dropout site of view B
+            "scd_alpha": 1.0,              # weight of the self-contrast term L_S
+            "scd_beta": 0.005225,          # weight of the decorrelation term L_C
+            "scd_lambda": 0.012,           # off-diagonal weight inside L_C
+            "temperature": 0.05,           # tau of L_S
+            "projector_width": 1024,       # W; 4096 in the paper / reference (CPU: 1024)
+            "pooling": "cls_before_pooler",
+            "eval_data": "demo",
+            "divergence_drop": 5.0,        # dev Spearman points below the best that stop a run
+        },
+        "data_kind": "sentences",
+        "doc": "SCD: dropout views at two rates, self-contrast + feature decorrelation.",
+    }
