@@ -86,6 +86,8 @@ def test_base_encoder_is_frozen_and_unchanged():
     out = model.encode(["a dog runs"])
     np.testing.assert_allclose(out, model.mlp(model.encoder.encode(["a dog runs"])).numpy(),
                                atol=1e-6)
+    normed = model.encode(["a dog runs", "a cat"], normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(normed, axis=1), 1.0, atol=1e-5)
 
 
 def test_cache_key_changes_with_each_input(tmp_path, tiny_encoder_dir):

@@ -63,7 +63,7 @@ class SentenceMethod(keras.Model):
                                   pooling=self.export_pooling, max_seq_length=max_seq_length)
         head = self.export_head
         if head is not None and use_head:
-            out = np.asarray(head(out), np.float32)
+            out = np.array(head(out), np.float32)
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out

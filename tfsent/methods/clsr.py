@@ -61,9 +61,9 @@ class CLSR(SentenceMethod):
             base_embeddings = self.encoder.encode(sentences, batch_size=batch_size, verbose=0,
                                                   pooling=self.export_pooling,
                                                   max_seq_length=max_seq_length)
-        out = np.asarray(base_embeddings, np.float32)
+        out = np.array(base_embeddings, np.float32)
         if use_head:
-            out = np.asarray(self.mlp(out), np.float32)
+            out = np.array(self.mlp(out), np.float32)
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
