@@ -224,6 +224,14 @@ def run(method, config, output_dir):
         encoder.save(os.path.join(output_dir, "encoder"))
     if config.test_tasks:
         metrics["test"] = _evaluate_tasks(model, config)
+    if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
+        from tfsent.data.readers import read_nli_pairs
+
+        rows = read_nli_pairs(config.train_data, config.nli_eval_split)
+        acc = model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
+        metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
+        logging.info("NLI accuracy on %s (%s): %.2f", config.train_data,
+                     config.nli_eval_split, acc)
     _write_json_atomic(metrics_path, metrics)
     logging.info("best dev spearman %s at step %s; export: %s", best, best_step, export_path)
     print(f"export: {export_path}")

@@ -74,7 +74,7 @@ REGISTRY = {
         "supcon", _supcon,
         {"train_data": "demo_nli", "pooling": "mean_no_cls", "scl_weight": 0.3,
          "temperature": 1.0, "max_positives": 0, "max_negatives": 0, "similarity": "dot",
-         "learning_rate": 2e-5, "warmup_ratio": 0.1},
+         "learning_rate": 2e-5, "warmup_ratio": 0.1, "nli_eval_split": "test"},
         "nli_pairs", "Supervised-contrastive SBERT: NLI cross-entropy + SCL (lambda)."),
     "clsr": MethodSpec(
         "clsr", _clsr,

@@ -86,6 +86,18 @@ class SupConSBERT(SentenceMethod):
         return losses.supervised_contrastive_loss(u, v, pos, neg, self.temperature,
                                                   self.similarity)
 
+    def nli_accuracy(self, rows, batch_size=128, max_seq_length=None):
+        """Accuracy (x100) of the CE head on (premise, hypothesis, label) rows."""
+        import numpy as np
+
+        from tfsent.data.pipelines import NLI_LABEL_IDS
+
+        u = self.encode([r[0] for r in rows], batch_size, max_seq_length=max_seq_length)
+        v = self.encode([r[1] for r in rows], batch_size, max_seq_length=max_seq_length)
+        logits = np.asarray(self.classifier(np.concatenate([u, v, np.abs(u - v)], axis=1)))
+        labels = np.array([NLI_LABEL_IDS[r[2]] for r in rows])
+        return 100.0 * float(np.mean(np.argmax(logits, axis=1) == labels))
+
     def get_config(self):
         config = super().get_config()
         config.update({"scl_weight": self.scl_weight, "temperature": self.temperature,
