@@ -140,7 +140,7 @@ def validate(config):
         raise ConfigError("set steps > 0, or steps = 0 and epochs > 0")
     if config.max_seq_length < 4:
         raise ConfigError(f"max_seq_length must be >= 4, got {config.max_seq_length}")
-    for name in ("warmup_ratio", "mask_rate"):
+    for name in ("warmup_ratio", "mask_rate", "dropout_rate_a", "dropout_rate_b"):
         if name in config and not 0.0 <= config[name] <= 1.0:
             raise ConfigError(f"{name} must be in [0, 1], got {config[name]}")
     if config.lr_schedule not in ("linear", "cosine", "constant"):

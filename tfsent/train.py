@@ -257,9 +257,21 @@ def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
     index = {s: i for i, s in enumerate(sentences)}
     a = emb[np.array([index[p[0]] for p in pairs])]
     b = emb[np.array([index[p[1]] for p in pairs])]
-    ds = tf.data.Dataset.from_tensor_slices({"a": a, "b": b})
-    ds = ds.shuffle(len(pairs), seed=config.seed).repeat()
-    ds = ds.batch(config.batch_size, drop_remainder=True).skip(skip_batches)
+    # Shuffle indices per epoch and gather whole batches: per-example tf.data work would
+    # cost more than the MLP step itself.
+    table_a, table_b = tf.constant(a), tf.constant(b)
+    n, size = len(pairs), config.batch_size
+    per_epoch = n // size
+
+    def epoch_batches(epoch):
+        perm = tf.random.experimental.stateless_shuffle(
+            tf.range(n), seed=tf.stack([tf.cast(config.seed, tf.int64), epoch]))
+        return tf.data.Dataset.from_tensor_slices(tf.reshape(perm[:per_epoch * size],
+                                                             [per_epoch, size]))
+
+    ds = tf.data.Dataset.range(2 ** 62).flat_map(epoch_batches).skip(skip_batches)
+    ds = ds.map(lambda idx: {"a": tf.gather(table_a, idx), "b": tf.gather(table_b, idx)},
+                num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -221,19 +221,22 @@ class Throughput(keras.callbacks.Callback):
     def __init__(self, batch_size):
         super().__init__()
         self.batch_size = batch_size
-        self.durations = []
-        self._t = None
+        self.durations = []  # (seconds, optimizer steps) per train-batch callback
+        self._start = None
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._t = time.perf_counter()
+        self._start = (time.perf_counter(), int(self.model.optimizer.iterations.numpy()))
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._t is not None:
-            self.durations.append(time.perf_counter() - self._t)
+        if self._start is not None:
+            t0, step0 = self._start
+            steps = int(self.model.optimizer.iterations.numpy()) - step0
+            self.durations.append((time.perf_counter() - t0, steps))
 
     def examples_per_second(self):
-        """Examples/s over the measured steps, the first (tracing/compiling) one excluded."""
-        times = self.durations[1:] if len(self.durations) > 1 else self.durations
-        if not times or sum(times) == 0:
-            return 0.0
-        return len(times) * self.batch_size / sum(times)
+        """Examples/s over the measured calls, the first (tracing/compiling) one excluded.
+        With steps_per_execution > 1 one callback covers several optimizer steps."""
+        timed = self.durations[1:] if len(self.durations) > 1 else self.durations
+        seconds = sum(t for t, _ in timed)
+        steps = sum(n for _, n in timed)
+        return steps * self.batch_size / seconds if seconds > 0 else 0.0

@@ -119,7 +119,8 @@ def build_tree(root):
               "".join(f"{s}\t{1 - y}\n" for s, y in data))
     trec = (("what", "who"), ("where", "when"), ("how", "why"))
     coarse = ("DESC", "HUM", "LOC")
-    for split, name, seed in (("train", "train_5500.label", 50), ("test", "TREC_10.label", 51)):
+    for split, name, seed in (("train", "train_5500.label", 50),
+                              ("test", "TREC_10.label", 51)):
         data = labelled_sentences(20 if split == "train" else 8, seed, trec)
         write(root, f"TREC/{name}", "".join(f"{coarse[y]}:other {s} ?\n" for s, y in data))
     for split, seed in (("train", 60), ("test", 61)):

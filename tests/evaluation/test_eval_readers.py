@@ -157,6 +157,7 @@ def test_mrpc(tree):
     s1, s2, labels = sd.read_mrpc(root, "train")
     assert len(labels) == 40 and s1[0] == info["MRPC-train"][0][0]
     assert labels.tolist() == [int(s > 2.5) for _, _, s in info["MRPC-train"]]
-    write(root, "MRPC/msr_paraphrase_test.txt", "Quality\t#1\t#2\tA\tB\n1\t1\t2\ta\tb\n2\t1\t2\ta\tb\n")
+    write(root, "MRPC/msr_paraphrase_test.txt",
+          "Quality\t#1\t#2\tA\tB\n1\t1\t2\ta\tb\n2\t1\t2\ta\tb\n")
     with pytest.raises(InputError, match=r"msr_paraphrase_test.txt, line 3: label '2'"):
         sd.read_mrpc(root, "test")

@@ -12,10 +12,12 @@ Tasks and protocol (SentEval's, as SimCSE and the papers here run it):
 k is 10 in mode "test" and 5 in mode "fasttest"; the L2 grid is 1e-5, 1e-4, 1e-3.
 Accuracies are x100. Features are used as they are (no standardisation, as SentEval).
 
-The classifier is multinomial logistic regression (softmax cross-entropy + L2 on the
-weights, bias unpenalised) solved to convergence by L-BFGS from zeros, so results are
-deterministic. SentEval's PyTorch classifier instead runs Adam with early stopping, so
-figures can differ from SentEval's by a few tenths of a point.
+The classifier is multinomial logistic regression, mean softmax cross-entropy +
+(l2 / 2) * ||W||^2 with the bias unpenalised, solved to convergence by L-BFGS from zeros,
+so results are deterministic. `l2` plays the role of the weight decay of SentEval's
+PyTorch classifier (which adds l2 * W to the gradient, as here); that classifier is
+trained by Adam with early stopping instead of to convergence, so figures can differ
+somewhat from SentEval's.
 """
 
 import logging
@@ -63,7 +65,7 @@ def softmax_objective(weights, bias, x, y, l2):
 
 
 class FeatureBasis:
-    """An exact change of variables that makes L-BFGS converge in tens of iterations.
+    """An exact change of variables that makes L-BFGS converge in far fewer iterations.
 
     Sentence embeddings are far from isotropic (a large common offset, a fast-decaying
     spectrum), which leaves plain L-BFGS hundreds of iterations away from the optimum.

@@ -2,5 +2,6 @@
 
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
 from tfsent.layers.heads import MLPEncoder
+from tfsent.layers.projector import Projector
 
-__all__ = ["Fusioner", "LexicalExtractor", "MLPEncoder"]
+__all__ = ["Fusioner", "LexicalExtractor", "MLPEncoder", "Projector"]

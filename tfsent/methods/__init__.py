@@ -9,10 +9,12 @@ from tfsent.errors import ConfigError
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
+from tfsent.methods.scd import SCD
+from tfsent.methods.scd import registry_entry as _scd_entry
 from tfsent.methods.simcse import SimCSE
 from tfsent.methods.supcon import SupConSBERT
 
-__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "REGISTRY", "get_method"]
+__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", "REGISTRY", "get_method"]
 
 
 class MethodSpec:
@@ -88,6 +90,13 @@ REGISTRY = {
         "embedding_pairs",
         "CLSR: MLP encoder + projection on a frozen encoder's cached embeddings, NT-Xent."),
 }
+
+
+_scd = _scd_entry()
+# The CPU demo trains minilm-l6, a mean-pooled sentence encoder whose [CLS] state was never
+# trained as a summary: mean pooling here; configs/scd.py keeps the paper's cls_before_pooler.
+_scd["defaults"] = dict(_scd["defaults"], pooling="mean")
+REGISTRY["scd"] = MethodSpec(**_scd)
 
 
 def get_method(name):
