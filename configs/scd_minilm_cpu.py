@@ -32,4 +32,5 @@ def get_config():
         "eval_data_dir": "../shared/data",
         "divergence_drop": 5.0,
         "test_tasks": "STS12,STSBenchmark,SICKRelatedness",
+        "report_geometry": True,            # the paper's Figure 2 analysis
     }

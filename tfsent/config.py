@@ -51,6 +51,7 @@ BASE_DEFAULTS = {
     "eval_data_dir": "",           # SentEval layout dir (needed by stsb / sickr / test_tasks)
     "eval_every": 50,              # steps between dev evaluations and checkpoints
     "test_tasks": "",              # after training: evaluate these tasks (needs eval_data_dir)
+    "report_geometry": False,      # alignment/uniformity before and after (needs eval_data_dir)
     # Execution.
     "strategy": "auto",            # auto | one_device | mirrored | multi_worker | tpu
     "tpu": "",

@@ -176,6 +176,8 @@ def run(method, config, output_dir):
                                use_head=False)
         metrics["dev_before"] = before
         logging.info("dev before training: spearman %.2f", before["spearman"])
+        if config.get("report_geometry") and config.eval_data_dir:
+            metrics["geometry_before"] = _geometry(model, config, use_head=False)
         _write_json_atomic(metrics_path, metrics)
 
     writer = tf.summary.create_file_writer(os.path.join(output_dir, "tb"))
@@ -224,6 +226,8 @@ def run(method, config, output_dir):
         encoder.save(os.path.join(output_dir, "encoder"))
     if config.test_tasks:
         metrics["test"] = _evaluate_tasks(model, config)
+    if config.get("report_geometry") and config.eval_data_dir:
+        metrics["geometry_after"] = _geometry(model, config)
     if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
         from tfsent.data.readers import read_nli_pairs
 
