@@ -285,13 +285,25 @@ def _dev_name(eval_data):
     return os.path.splitext(os.path.basename(eval_data))[0] + "_dev"
 
 
-def _evaluate_tasks(encoder, config):
+def _geometry(model, config, use_head=True):
+    """Alignment / uniformity (Wang and Isola) on STS-B test, logged and returned."""
+    from tfsent.evaluation import align_uniform
+
+    result = align_uniform(
+        lambda s: model.encode(s, batch_size=128, max_seq_length=config.eval_max_seq_length,
+                               use_head=use_head), config.eval_data_dir)
+    logging.info("alignment %.4f uniformity %.4f (STS-B test)", result["align"],
+                 result["uniform"])
+    return result
+
+
+def _evaluate_tasks(model, config):
     from tfsent.evaluate import run_tasks
 
     if not config.eval_data_dir:
         logging.warning("test_tasks needs eval_data_dir; skipped")
         return {}
-    return run_tasks(encoder, config.eval_data_dir, config.test_tasks,
+    return run_tasks(model, config.eval_data_dir, config.test_tasks,
                      max_seq_length=config.eval_max_seq_length)
 
 
