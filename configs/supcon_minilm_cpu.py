@@ -11,7 +11,7 @@ def get_config():
         "train_data": "../shared/data/SNLI",
         "train_split": "dev",
         "eval_data_dir": "../shared/data",
-        "max_seq_length": 64,
+        "max_seq_length": 32,              # SNLI sentences are short (premises ~14 wordpieces)
         "batch_size": 64,
         "steps": 150,
         "eval_every": 50,
