@@ -31,7 +31,8 @@ def load_any(model, pooling="mean", max_seq_length=512):
                         pad_to_max_length=False)
 
 
-def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None):
+def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None,
+              skip_missing=False):
     """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task."""
     from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks
     from tfsent.evaluation.sts import evaluate_sts
@@ -47,9 +48,10 @@ def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_leng
     sts = [t for t in names if t not in TRANSFER_TASKS]
     transfer = [t for t in names if t in TRANSFER_TASKS]
     if sts:
-        results.update(evaluate_sts(encode_fn, data_dir, sts))
+        results.update(evaluate_sts(encode_fn, data_dir, sts, skip_missing=skip_missing))
     if transfer:
-        results.update(evaluate_transfer(encode_fn, data_dir, transfer, mode=mode))
+        results.update(evaluate_transfer(encode_fn, data_dir, transfer, mode=mode,
+                                         skip_missing=skip_missing))
     return results
 
 
@@ -62,7 +64,8 @@ def main(argv):
     FLAGS = flags.FLAGS
     try:
         encoder = load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length)
-        results = run_tasks(encoder, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode, FLAGS.batch_size)
+        results = run_tasks(encoder, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode, FLAGS.batch_size,
+                            skip_missing=FLAGS.skip_missing)
     except TfsentError as e:
         logging.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
@@ -84,4 +87,6 @@ if __name__ == "__main__":
     flags.DEFINE_enum("mode", "test", ["test", "fasttest"], "Transfer protocol: 10 or 5 folds.")
     flags.DEFINE_integer("batch_size", 64, "Encoding batch size.")
     flags.DEFINE_string("output_json", None, "Where to write the results.")
+    flags.DEFINE_bool("skip_missing", False, "Skip (with a warning) tasks whose data folder "
+                      "is absent, e.g. --tasks=sts on a copy without STS13-16.")
     app.run(main)
