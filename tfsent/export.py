@@ -54,12 +54,14 @@ class _ServingModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
     def serve(self, sentences):
+        """Signature `serving_default`: strings -> embedding, embedding_normalized."""
         features = self.tokenizer(sentences)
         return self._embed(features["token_ids"], features["padding_mask"])
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids"),
                                   tf.TensorSpec([None, None], tf.int32, name="padding_mask")])
     def encode_ids(self, token_ids, padding_mask):
+        """Signature `encode_ids`: token ids + padding mask (plain TF ops only)."""
         return self._embed(token_ids, padding_mask)
 
 
