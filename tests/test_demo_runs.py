@@ -50,15 +50,25 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path):
     assert metrics["steps"] == 150 and "dev_best" in metrics
 
 
-@pytest.mark.parametrize("method", ["simcse_unsup", "simcse_sup"])
-def test_simcse_on_demo_data(method, tmp_path):
+SHORT_RUNS = {  # every method on its demo defaults, shortened for CI
+    "simcse_unsup": ["--config.steps=40", "--config.eval_every=20", "--config.batch_size=16"],
+    "simcse_sup": ["--config.steps=40", "--config.eval_every=20", "--config.batch_size=16"],
+    "supcon": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
+    "scd": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
+    "clsr": ["--config.steps=200", "--config.eval_every=100"],
+}
+
+
+@pytest.mark.parametrize("method", sorted(SHORT_RUNS))
+def test_each_method_on_demo_data(method, tmp_path):
     minilm_or_skip()
     out = str(tmp_path / method)
-    r = _run([f"--method={method}", f"--output_dir={out}", "--config.steps=40",
-              "--config.eval_every=20", "--config.batch_size=16"])
+    r = _run([f"--method={method}", f"--output_dir={out}", *SHORT_RUNS[method]])
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = _check_export(out)
-    assert metrics["steps"] == 40 and len(metrics["dev_history"]) == 2
+    steps = int(SHORT_RUNS[method][0].split("=")[1])
+    every = int(SHORT_RUNS[method][1].split("=")[1])
+    assert metrics["steps"] == steps and len(metrics["dev_history"]) == steps // every
 
 
 def test_simcse_sup_on_snli(tmp_path):

@@ -1,0 +1,331 @@
+"""ConSERT: augmentation semantics, NT-Xent wiring, FGV direction, short fits."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import TINY_VOCAB
+from tfsent import losses
+from tfsent.data import pipelines
+from tfsent.encoders import tiny_encoder
+from tfsent.errors import ConfigError
+from tfsent.layers import augment as A
+from tfsent.methods.consert import ConSERT, masked_nt_xent, registry_entries
+
+# Padded batch: 7, 4 and 10 real tokens out of 10.
+MASK = np.array([[1] * 7 + [0] * 3, [1] * 4 + [0] * 6, [1] * 10], np.int32)
+N_REAL = MASK.sum(1)
+B, L, H = 3, 10, 20
+X = np.random.default_rng(0).normal(size=(B, L, H)).astype(np.float32) + 3.0  # no zeros
+S1, S2 = [3, 7], [4, 9]
+
+ROWS = [("a man plays a guitar", "a man plays music", "entailment"),
+        ("a man plays a guitar", "a man sleeps", "contradiction"),
+        ("a man plays a guitar", "a man is on the mat", "neutral"),
+        ("the dog runs", "a dog runs", "entailment"),
+        ("the dog runs", "the dog sleeps", "contradiction"),
+        ("a child reads a book", "the child reads", "entailment"),
+        ("a child reads a book", "the child swims", "contradiction"),
+        ("the cat sleeps", "a cat sleeps", "entailment"),
+        ("the cat sleeps", "the cat eats", "neutral")]
+SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
+         "a child reads a book", "the cat sleeps", "a man rides a red bike",
+         "the woman eats food", "a big tree in the street"]
+
+
+def _np(fn, *args):
+    return fn(*args).numpy()
+
+
+# --------------------------------------------------------------------------------------
+# Augmentations
+# --------------------------------------------------------------------------------------
+
+def test_shuffle_permutes_real_positions_only():
+    ids = _np(A.shuffle_position_ids, MASK, S1)
+    for b in range(B):
+        n = N_REAL[b]
+        assert sorted(ids[b, :n].tolist()) == list(range(n))  # a permutation, CLS/SEP in
+        np.testing.assert_array_equal(ids[b, n:], np.arange(n, L))  # padding keeps its own
+    assert not np.array_equal(ids[:, :], np.tile(np.arange(L), (B, 1)))
+    np.testing.assert_array_equal(ids, _np(A.shuffle_position_ids, MASK, S1))
+    assert not np.array_equal(ids, _np(A.shuffle_position_ids, MASK, S2))
+    # Non-prefix mask: real positions {0, 2, 5} receive a permutation of themselves.
+    m = np.array([[1, 0, 1, 0, 0, 1]], np.int32)
+    got = _np(A.shuffle_position_ids, m, S1)[0]
+    assert sorted(got[[0, 2, 5]].tolist()) == [0, 2, 5]
+    np.testing.assert_array_equal(got[[1, 3, 4]], [1, 3, 4])
+
+
+def test_shuffle_changes_only_positions_in_the_encoder():
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=1)
+    feats = enc.tokenizer(SENTS[:3])
+    ids = A.shuffle_position_ids(feats["padding_mask"], S1)
+    ident = A.identity_position_ids(feats["padding_mask"])
+    ref = enc(feats)["embedding"].numpy()
+    np.testing.assert_allclose(enc(feats, position_ids=ident)["embedding"].numpy(), ref,
+                               atol=1e-6)
+    assert np.abs(enc(feats, position_ids=ids)["embedding"].numpy() - ref).max() > 1e-4
+
+
+@pytest.mark.parametrize("rate", [0.15, 0.3, 0.5, 0.29])
+def test_token_cutoff_zeroes_int_n_r_real_rows(rate):
+    out = _np(A.token_cutoff, X, MASK, rate, S1)
+    zero_rows = np.all(out == 0, axis=-1)
+    for b in range(B):
+        n = N_REAL[b]
+        assert zero_rows[b].sum() == int(n * rate), (b, n, rate)
+        assert not zero_rows[b, n:].any()  # padding untouched
+        kept = ~zero_rows[b]
+        np.testing.assert_array_equal(out[b][kept], X[b][kept])  # the rest unchanged
+    np.testing.assert_array_equal(out, _np(A.token_cutoff, X, MASK, rate, S1))
+    if rate >= 0.3:
+        assert not np.array_equal(out, _np(A.token_cutoff, X, MASK, rate, S2))
+
+
+def test_token_cutoff_dynamic_length_uses_the_same_count():
+    fn = tf.function(lambda m: A.token_cutoff_mask(m, 0.29, S1),
+                     input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    got = fn(tf.constant(MASK)).numpy()
+    np.testing.assert_array_equal(got.sum(1), [int(n * 0.29) for n in N_REAL])
+    np.testing.assert_array_equal(got, A.token_cutoff_mask(MASK, 0.29, S1).numpy())
+
+
+def test_feature_cutoff_zeroes_same_columns_on_real_tokens():
+    rate = 0.2
+    out = _np(A.feature_cutoff, X, MASK, rate, S1)
+    for b in range(B):
+        n = N_REAL[b]
+        zero_cols = np.all(out[b, :n] == 0, axis=0)
+        assert zero_cols.sum() == int(H * rate)
+        # Same columns at every real position and nothing else zeroed.
+        np.testing.assert_array_equal(out[b, :n] == 0, np.tile(zero_cols, (n, 1)))
+        np.testing.assert_array_equal(out[b, n:], X[b, n:])  # padding untouched
+        np.testing.assert_array_equal(out[b, :n][:, ~zero_cols], X[b, :n][:, ~zero_cols])
+    cols = [tuple(np.flatnonzero(np.all(out[b, :1] == 0, axis=0))) for b in range(B)]
+    assert len(set(cols)) > 1  # drawn per row
+    np.testing.assert_array_equal(out, _np(A.feature_cutoff, X, MASK, rate, S1))
+    assert not np.array_equal(out, _np(A.feature_cutoff, X, MASK, rate, S2))
+
+
+def test_dropout_augment_no_rescale_real_rows_only():
+    rate = 0.3
+    big = np.ones((2, 64, 128), np.float32)
+    mask = np.zeros((2, 64), np.int32)
+    mask[0, :50] = 1
+    mask[1, :20] = 1
+    out = _np(A.dropout_augment, big, mask, rate, S1)
+    assert set(np.unique(out).tolist()) <= {0.0, 1.0}  # kept elements are NOT rescaled
+    real = mask.astype(bool)
+    frac = float(np.mean(out[real] == 0))
+    assert abs(frac - rate) < 0.02, frac
+    assert np.all(out[~real] == 1.0)  # padding untouched
+    np.testing.assert_array_equal(out, _np(A.dropout_augment, big, mask, rate, S1))
+    assert not np.array_equal(out, _np(A.dropout_augment, big, mask, rate, S2))
+
+
+def test_none_and_shuffle_leave_x_and_config_roundtrip():
+    for kind in ("none", "shuffle"):
+        aug = A.Augmentation(kind)
+        np.testing.assert_array_equal(aug.apply(tf.constant(X), MASK, S1).numpy(), X)
+    assert A.Augmentation("none").position_ids(MASK, S1) is None
+    aug = A.Augmentation("token_cutoff", 0.15, name="v1")
+    clone = A.Augmentation.from_config(aug.get_config())
+    assert (clone.kind, clone.rate) == ("token_cutoff", 0.15)
+    with pytest.raises(ConfigError):
+        A.Augmentation("crop")
+
+
+def test_fgv_is_unit_norm_per_real_token():
+    g = np.random.default_rng(1).normal(size=(B, L, H)).astype(np.float32)
+    d = _np(A.fgv_perturbation, tf.constant(g), MASK, 0.5)
+    for b in range(B):
+        n = N_REAL[b]
+        np.testing.assert_allclose(np.linalg.norm(d[b, :n], axis=-1), 0.5, rtol=1e-5)
+        np.testing.assert_allclose(d[b, :n] / 0.5,
+                                   g[b, :n] / np.linalg.norm(g[b, :n], axis=-1,
+                                                             keepdims=True), atol=1e-6)
+        assert np.all(d[b, n:] == 0)
+
+
+def test_augmentations_compile_with_xla():
+    @tf.function(jit_compile=True)
+    def run(x, m, seed):
+        return (A.token_cutoff(x, m, 0.15, seed), A.feature_cutoff(x, m, 0.2, seed),
+                A.dropout_augment(x, m, 0.2, seed), A.shuffle_position_ids(m, seed))
+
+    got = run(tf.constant(X), tf.constant(MASK), tf.constant(S1))
+    np.testing.assert_array_equal(got[0].numpy(), _np(A.token_cutoff, X, MASK, 0.15, S1))
+    np.testing.assert_array_equal(got[3].numpy(), _np(A.shuffle_position_ids, MASK, S1))
+
+
+# --------------------------------------------------------------------------------------
+# Method wiring
+# --------------------------------------------------------------------------------------
+
+def _encoder(seed=0):
+    return tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.1, seed=seed)
+
+
+def test_adversarial_is_a_config_error_in_unsup():
+    with pytest.raises(ConfigError):
+        ConSERT(_encoder(), mode="unsup", view1_augmentation="adversarial")
+    with pytest.raises(ConfigError):
+        ConSERT(_encoder(), mode="other")
+    ConSERT(_encoder(), mode="joint", view1_augmentation="adversarial")
+
+
+def test_nt_xent_sum_vs_mean_wiring():
+    enc = _encoder()
+    feats = enc.tokenizer(SENTS)
+    m_sum = ConSERT(enc, mode="unsup", direction_reduction="sum")
+    m_mean = ConSERT(enc, mode="unsup", direction_reduction="mean")
+    seeds = (tf.constant(S1), tf.constant(S2))
+    z1, z2 = m_sum.views(feats, True, seeds=seeds)
+    ref = float(losses.nt_xent(z1, z2, 0.1, "mean"))
+    # `views` runs with seeds from the (absent) optimizer step 0: same as seeds (0,0),(0,1).
+    loss_sum, logs = m_sum.compute_losses(feats)
+    loss_mean, _ = m_mean.compute_losses(feats)
+    z1s, z2s = m_sum.views(feats, True)
+    ref = float(losses.nt_xent(z1s, z2s, 0.1, "mean"))
+    assert float(loss_mean) == pytest.approx(ref, rel=1e-5)
+    assert float(loss_sum) == pytest.approx(2 * ref, rel=1e-5)
+    assert float(logs["contrastive_loss"]) == float(loss_sum)
+    # masked version: all-valid equals nt_xent; invalid rows drop out exactly.
+    v = tf.ones([z1.shape[0]])
+    assert float(masked_nt_xent(z1, z2, v, 0.1, "mean")) == pytest.approx(
+        float(losses.nt_xent(z1, z2, 0.1, "mean")), rel=1e-6)
+    keep = np.array([1, 1, 1, 1, 1, 0, 1, 0], np.float32)
+    idx = np.flatnonzero(keep)
+    assert float(masked_nt_xent(z1, z2, keep, 0.1, "sum")) == pytest.approx(
+        float(losses.nt_xent(tf.gather(z1, idx), tf.gather(z2, idx), 0.1, "sum")), rel=1e-5)
+
+
+def test_views_are_deterministic_and_encoder_dropout_off():
+    enc = _encoder()
+    feats = enc.tokenizer(SENTS)
+    model = ConSERT(enc, mode="unsup", view1_augmentation="none", view2_augmentation="none")
+    z1, z2 = model.views(feats, True)
+    ref = enc(feats)["embedding"].numpy()
+    np.testing.assert_allclose(z1.numpy(), ref, atol=1e-6)  # backbone rate 0.1 not used
+    np.testing.assert_allclose(z2.numpy(), ref, atol=1e-6)
+    model = ConSERT(enc, mode="unsup")  # feature_cutoff / shuffle
+    a1, a2 = model.views(feats, True)
+    b1, b2 = model.views(feats, True)
+    np.testing.assert_array_equal(a1.numpy(), b1.numpy())
+    assert np.abs(a1.numpy() - ref).max() > 1e-4 and np.abs(a2.numpy() - ref).max() > 1e-4
+
+
+def _nli_batch(tokenizer):
+    return next(iter(pipelines.nli_pair_dataset(ROWS, tokenizer, 8, seed=0)))
+
+
+def test_adversarial_direction_increases_ce_to_first_order():
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=3)
+    model = ConSERT(enc, mode="joint", view2_augmentation="adversarial",
+                    adversarial_epsilon=1.0)
+    batch = _nli_batch(enc.tokenizer)
+    sents = pipelines and __import__("tfsent.methods.base", fromlist=["x"]).concat_features(
+        [batch["premise"], batch["hypothesis"]])
+    labels = tf.cast(batch["label"], tf.int32)
+    valid = tf.cast(batch["valid"], tf.float32)
+
+    def ce_at(shift):
+        fn = None if shift is None else (lambda x, m: x + shift)
+        ce, _ = model.supervised_pass(sents, labels, valid, False, fn)
+        return float(tf.reduce_sum(ce * valid) / tf.reduce_sum(valid))
+
+    ce0, _, d = model.adversarial_delta(sents, labels, valid, training=False)
+    base = float(tf.reduce_sum(ce0 * valid) / tf.reduce_sum(valid))
+    assert base == pytest.approx(ce_at(None), abs=1e-6)
+    # The gradient itself, for the predicted directional derivative.
+    x0 = {}
+    with tf.GradientTape() as tape:
+        def cap(x, m):
+            tape.watch(x)
+            x0["x"] = x
+            return x
+        ce, _ = model.supervised_pass(sents, labels, valid, False, cap)
+        loss = tf.reduce_sum(ce * valid) / tf.reduce_sum(valid)
+    g = tape.gradient(loss, x0["x"]).numpy()
+    predicted = float(np.sum(g * d.numpy()))  # = sum over real tokens of ||g_t||
+    real = sents["padding_mask"].numpy().astype(bool)
+    assert predicted == pytest.approx(float(np.linalg.norm(g, axis=-1)[real].sum()), rel=1e-4)
+    assert predicted > 0
+    h = 1e-2
+    forward = (ce_at(h * d) - base) / h
+    central = (ce_at(h * d) - ce_at(-h * d)) / (2 * h)
+    assert forward > 0
+    assert central == pytest.approx(predicted, rel=0.05)
+    # A random unit-per-token direction gains much less than the FGV one.
+    r = tf.random.stateless_normal(d.shape, [1, 2])
+    r = A.fgv_perturbation(r, sents["padding_mask"], 1.0)
+    assert (ce_at(h * r) - base) / h < forward
+
+
+# --------------------------------------------------------------------------------------
+# Short fits and the registry
+# --------------------------------------------------------------------------------------
+
+def test_fit_unsup_xla():
+    enc = _encoder()
+    model = ConSERT(enc, mode="unsup", view1_augmentation="token_cutoff",
+                    view2_augmentation="shuffle")
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), jit_compile=True)
+    ds = pipelines.sentence_dataset(SENTS, enc.tokenizer, 8, seed=0)
+    hist = model.fit(ds, epochs=1, steps_per_epoch=4, verbose=0).history
+    assert set(hist) == {"loss", "contrastive_loss"}
+    assert all(np.isfinite(hist["loss"]))
+
+
+@pytest.mark.parametrize("views", [("feature_cutoff", "shuffle"), ("dropout", "adversarial")])
+def test_fit_joint(views):
+    enc = _encoder()
+    model = ConSERT(enc, mode="joint", view1_augmentation=views[0],
+                    view2_augmentation=views[1], ce_max_feature=views[1] == "adversarial")
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), jit_compile=True)
+    ds = pipelines.nli_pair_dataset(ROWS, enc.tokenizer, 8, seed=0)
+    before = [v.numpy().copy() for v in model.classifier.trainable_variables]
+    hist = model.fit(ds, epochs=1, steps_per_epoch=3, verbose=0).history
+    for key in ("loss", "ce_loss", "contrastive_loss", "nli_accuracy"):
+        assert np.isfinite(hist[key][0]), key
+    after = model.classifier.trainable_variables
+    assert any(np.abs(a.numpy() - b).max() > 0 for a, b in zip(after, before))
+    assert 0.0 <= model.nli_accuracy(ROWS) <= 100.0
+
+
+def test_joint_loss_is_ce_plus_alpha_con_and_sup_is_ce():
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=5)
+    joint = ConSERT(enc, mode="joint", alpha=0.15)
+    batch = _nli_batch(enc.tokenizer)
+    obj, logs = joint.compute_losses(batch)
+    assert float(obj) == pytest.approx(float(logs["ce_loss"]) + 0.15 *
+                                       float(logs["contrastive_loss"]), rel=1e-6)
+    sup = ConSERT(enc, mode="sup")
+    sup.classifier.set_weights(joint.classifier.get_weights())
+    obj_s, logs_s = sup.compute_losses(batch)
+    assert set(logs_s) == {"loss", "ce_loss", "nli_accuracy"}
+    assert float(obj_s) == pytest.approx(float(logs["ce_loss"]), rel=1e-6)
+
+
+def test_registry_entries_build_from_config():
+    from tfsent.config import BASE_DEFAULTS, build_config
+
+    entries = {e["name"]: e for e in registry_entries()}
+    assert set(entries) == {"consert", "consert_joint", "consert_sup"}
+    assert entries["consert"]["data_kind"] == "sentences"
+    assert entries["consert_joint"]["data_kind"] == "nli_pairs"
+    assert entries["consert_joint"]["defaults"]["train_data"] == "demo_nli"
+    d = entries["consert"]["defaults"]
+    assert (d["view1_augmentation"], d["feature_cutoff_rate"], d["view2_augmentation"],
+            d["temperature"], d["batch_size"], d["learning_rate"], d["warmup_ratio"],
+            d["pooling"]) == ("feature_cutoff", 0.2, "shuffle", 0.1, 32, 5e-6, 0.1, "mean")
+    for e in entries.values():
+        added = set(e["defaults"]) - {"pooling", "batch_size", "learning_rate",
+                                      "warmup_ratio", "train_data"}
+        assert not added & set(BASE_DEFAULTS), added & set(BASE_DEFAULTS)
+        config = build_config(e["defaults"], overrides=["view2_augmentation=token_cutoff",
+                                                        "direction_reduction=mean"])
+        model = e["build"](_encoder(), config)
+        assert model.direction_reduction == "mean" and model.aug2.rate == 0.15
