@@ -56,6 +56,8 @@ SHORT_RUNS = {  # every method on its demo defaults, shortened for CI
     "supcon": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
     "scd": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
     "clsr": ["--config.steps=200", "--config.eval_every=100"],
+    "consert": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
+    "consert_joint": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
 }
 
 

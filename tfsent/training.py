@@ -92,8 +92,9 @@ def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=No
     """Spearman and Pearson (x100) of cosine vs gold on dev pairs, embedding with
     `model.encode` (a SentenceMethod: export pooling and head)."""
     unique = list(dict.fromkeys(list(sents1) + list(sents2)))
+    kwargs = {"pooling": model.dev_pooling} if hasattr(model, "dev_pooling") else {}
     emb = model.encode(unique, batch_size=batch_size, normalize=True,
-                       max_seq_length=max_seq_length, use_head=use_head)
+                       max_seq_length=max_seq_length, use_head=use_head, **kwargs)
     index = {s: i for i, s in enumerate(unique)}
     a = emb[[index[s] for s in sents1]]
     b = emb[[index[s] for s in sents2]]

@@ -3,7 +3,7 @@
 Every augmentation acts on `x`, the embedding-layer output (B, L, H) after its LayerNorm and
 dropout, through the encoder's `embedding_fn` / `position_ids` hooks. They are pure
 functions of (x or padding_mask, seed), XLA-traceable with static shapes; randomness comes
-from stateless random ops keyed by `seed`, an int32 tensor of shape [2] (same seed, same
+from a counter-based hash keyed by `seed`, an int32 tensor of shape [2] (same seed, same
 output). `padding_mask` is (B, L), non-zero on real tokens ([CLS] and [SEP] included).
 
 - `shuffle_position_ids`: a random permutation of the position ids over each row's real
@@ -48,6 +48,28 @@ def _truncated_count(n, rate, max_n=None):
     return tf.cast(tf.floor(tf.cast(n, tf.float64) * rate), tf.int32)
 
 
+def _fmix32(h):
+    """MurmurHash3's 32-bit finaliser (uint32 -> uint32)."""
+    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
+    h = h * tf.constant(0x85EBCA6B, tf.uint32)
+    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(13, tf.uint32)))
+    h = h * tf.constant(0xC2B2AE35, tf.uint32)
+    return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
+
+
+def _uniform(shape, seed):
+    """Counter-based uniform [0, 1) floats from an int32 [2] seed (a hash of the element
+    index and the seed). Not tf.random.stateless_uniform: its values differ between an
+    XLA-compiled and an uncompiled step, and a view must not depend on compilation."""
+    seed = tf.bitcast(_seed(seed), tf.uint32)
+    idx = tf.bitcast(tf.range(tf.reduce_prod(shape), dtype=tf.int32), tf.uint32)
+    key = _fmix32(tf.bitwise.bitwise_xor(_fmix32(seed[0] + tf.constant(0x9E3779B9, tf.uint32)),
+                                         seed[1]))
+    h = _fmix32(_fmix32(tf.bitwise.bitwise_xor(idx, key)) + key)
+    u = tf.cast(tf.bitwise.right_shift(h, tf.constant(8, tf.uint32)), tf.float32)
+    return tf.reshape(u * (1.0 / 16777216.0), shape)
+
+
 def _rank_within_row(keys):
     """rank[b, j] = position of keys[b, j] in row b sorted descending (0 = largest)."""
     order = tf.argsort(keys, axis=1, direction="DESCENDING", stable=True)
@@ -67,7 +89,7 @@ def shuffle_position_ids(padding_mask, seed):
                                       big + tf.cast(positions, tf.float32)), axis=1,
                              stable=True)
     # The same real positions in a random order (padding last).
-    keys = tf.random.stateless_uniform(shape, _seed(seed))
+    keys = _uniform(shape, seed)
     permuted = tf.argsort(tf.where(real, keys, 2.0 + tf.cast(positions, tf.float32)), axis=1,
                           stable=True)
     rank = tf.argsort(real_sorted, axis=1, stable=True)  # position -> its rank among reals
@@ -80,7 +102,7 @@ def token_cutoff_mask(padding_mask, rate, seed):
     real = _real(padding_mask)
     n_real = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
     count = _truncated_count(n_real, rate, real.shape[1])
-    keys = tf.random.stateless_uniform(tf.shape(real), _seed(seed))
+    keys = _uniform(tf.shape(real), seed)
     keys = tf.where(real, keys, -1.0)  # padding ranks after every real token
     return tf.logical_and(real, _rank_within_row(keys) < count[:, None])
 
@@ -94,7 +116,7 @@ def token_cutoff(x, padding_mask, rate, seed):
 def feature_cutoff_mask(batch_size, hidden_dim, rate, seed):
     """(B, H) bool: True on the int(H * rate) columns of each row to zero."""
     count = int(int(hidden_dim) * float(rate))
-    keys = tf.random.stateless_uniform([batch_size, hidden_dim], _seed(seed))
+    keys = _uniform([batch_size, hidden_dim], seed)
     return _rank_within_row(keys) < count
 
 
@@ -110,7 +132,7 @@ def feature_cutoff(x, padding_mask, rate, seed):
 def dropout_augment(x, padding_mask, rate, seed):
     """Zeroes each element of the real-token rows with probability `rate`; no rescale."""
     real = _real(padding_mask)
-    drop = tf.random.stateless_uniform(tf.shape(x), _seed(seed)) < float(rate)
+    drop = _uniform(tf.shape(x), seed) < float(rate)
     cut = tf.logical_and(real[:, :, None], drop)
     return x * tf.cast(tf.logical_not(cut), x.dtype)
 

@@ -9,12 +9,14 @@ from tfsent.errors import ConfigError
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
+from tfsent.methods.consert import ConSERT
+from tfsent.methods.consert import registry_entries as _consert_entries
 from tfsent.methods.scd import SCD
 from tfsent.methods.scd import registry_entry as _scd_entry
 from tfsent.methods.simcse import SimCSE
 from tfsent.methods.supcon import SupConSBERT
 
-__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", "REGISTRY", "get_method"]
+__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", "ConSERT", "REGISTRY", "get_method"]
 
 
 class MethodSpec:
@@ -97,6 +99,8 @@ _scd = _scd_entry()
 # trained as a summary: mean pooling here; configs/scd.py keeps the paper's cls_before_pooler.
 _scd["defaults"] = dict(_scd["defaults"], pooling="mean")
 REGISTRY["scd"] = MethodSpec(**_scd)
+for _entry in _consert_entries():  # consert (unsup), consert_joint, consert_sup
+    REGISTRY[_entry["name"]] = MethodSpec(**_entry)
 
 
 def get_method(name):

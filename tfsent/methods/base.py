@@ -55,12 +55,19 @@ class SentenceMethod(keras.Model):
         """A layer applied to the pooled embedding in the export (None: the embedding itself)."""
         return None
 
+    @property
+    def dev_pooling(self):
+        """Pooling used for dev-set model selection (the export pooling unless a method's
+        paper selects on another one, as ConSERT does)."""
+        return self.export_pooling
+
     def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
-               use_head=True):
+               use_head=True, pooling=None):
         """Embeds strings as the exported model would (numpy (N, D)); `use_head=False`
-        stops at the pooled encoder embedding."""
+        stops at the pooled encoder embedding; `pooling` overrides the export pooling."""
         out = self.encoder.encode(sentences, batch_size=batch_size, normalize=False, verbose=0,
-                                  pooling=self.export_pooling, max_seq_length=max_seq_length)
+                                  pooling=pooling or self.export_pooling,
+                                  max_seq_length=max_seq_length)
         head = self.export_head
         if head is not None and use_head:
             out = np.array(head(out), np.float32)

@@ -54,12 +54,12 @@ class CLSR(SentenceMethod):
         return loss, {"loss": loss}
 
     def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
-               use_head=True, base_embeddings=None):
+               use_head=True, pooling=None, base_embeddings=None):
         """e(m(sentences)) (m(sentences) with `use_head=False`); pass `base_embeddings`
         to skip the base encoder (e.g. from the cache)."""
         if base_embeddings is None:
             base_embeddings = self.encoder.encode(sentences, batch_size=batch_size, verbose=0,
-                                                  pooling=self.export_pooling,
+                                                  pooling=pooling or self.export_pooling,
                                                   max_seq_length=max_seq_length)
         out = np.array(base_embeddings, np.float32)
         if use_head:

@@ -46,7 +46,7 @@ class SupConSBERT(SentenceMethod):
 
     def compute_losses(self, batch, training=True):
         z = self.embed(concat_features([batch["premise"], batch["hypothesis"]]), training)
-        u, v = tf.split(z, 2, axis=0)
+        u, v = tf.split(tf.cast(z, tf.float32), 2, axis=0)  # float32 under mixed precision
         valid = tf.cast(batch["valid"], tf.float32)
         labels = tf.cast(batch["label"], tf.int32)
         logits = tf.cast(self.classifier(tf.concat([u, v, tf.abs(u - v)], axis=-1)), tf.float32)
