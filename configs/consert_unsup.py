@@ -7,8 +7,7 @@ Needs internet for the preset. The paper trains on the unlabeled texts of the ST
 any one-sentence-per-line file works. View 1 feature cutoff 0.2, view 2 token shuffle (its
 best pair, Figure 5), encoder dropout off, NT-Xent tau 0.1 (sum of the two directions, as
 the reference code), Adam lr 5e-7, 10% warmup, batch 96, max_len 64, STS-B dev every 200
-steps. Training/dev pooling `mean`; the reported numbers use `last2_avg` (export_pooling;
-note that tfsent's dev evaluation runs the export pooling).
+steps. Training/dev pooling `mean`; the reported numbers use `last2_avg` (export_pooling).
 
 Two-stage settings (sup-unsup, joint-unsup): train stage 1 with configs/consert_joint.py
 (or --method=consert_sup), then run this recipe with --config.encoder=RUN1/encoder.
