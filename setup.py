@@ -23,7 +23,8 @@ setup(
         "safetensors",
     ],
     extras_require={
-        "test": ["pytest"],
+        # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing
+        "test": ["pytest", "matplotlib", "hypothesis"],
         "plots": ["matplotlib"],
     },
 )

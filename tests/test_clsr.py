@@ -6,12 +6,11 @@ import sys
 
 import keras
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB
 from tfsent.data import cache
-from tfsent.encoders import load_encoder, tiny_encoder
+from tfsent.encoders import tiny_encoder
 from tfsent.methods import CLSR
 from tfsent.optimizers import LARS
 

@@ -30,6 +30,35 @@ def _check_export(out):
     return json.load(open(os.path.join(out, "metrics.json")))
 
 
+def _check_tensorboard(out):
+    """The dev callback's scalars and a projector config, read with TensorBoard's reader."""
+    from google.protobuf import text_format
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.projector import ProjectorConfig
+
+    tb = os.path.join(out, "tb")
+    acc = EventAccumulator(tb, size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    for name in ("spearman", "alignment", "uniformity", "random_pair_cosine"):
+        assert f"demo_dev/{name}" in tags, sorted(tags)
+        values = [float(tf_tensor_value(e)) for e in acc.Tensors(f"demo_dev/{name}")]
+        assert values and np.all(np.isfinite(values))
+    config = text_format.Parse(open(os.path.join(tb, "projector_config.pbtxt")).read(),
+                               ProjectorConfig())
+    assert len(config.embeddings) >= 1
+    entry = config.embeddings[0]
+    vectors = np.loadtxt(os.path.join(tb, entry.tensor_path), delimiter="\t", ndmin=2)
+    labels = open(os.path.join(tb, entry.metadata_path), encoding="utf-8").read().splitlines()
+    assert vectors.shape[0] == len(labels) > 100 and vectors.shape[1] >= 64
+
+
+def tf_tensor_value(event):
+    from tensorboard.util import tensor_util
+
+    return tensor_util.make_ndarray(event.tensor_proto)
+
+
 def test_demo_corpus_shape():
     assert len(readers.read_sentences(readers.DEMO_SENTENCES)) >= 2000
     assert len(readers.read_triplets_tsv(readers.DEMO_TRIPLETS)) >= 300
@@ -50,14 +79,14 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path):
     assert metrics["steps"] == 150 and "dev_best" in metrics
 
 
-SHORT_RUNS = {  # every method on its demo defaults, shortened for CI
-    "simcse_unsup": ["--config.steps=40", "--config.eval_every=20", "--config.batch_size=16"],
-    "simcse_sup": ["--config.steps=40", "--config.eval_every=20", "--config.batch_size=16"],
-    "supcon": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
-    "scd": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
-    "clsr": ["--config.steps=200", "--config.eval_every=100"],
-    "consert": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
-    "consert_joint": ["--config.steps=20", "--config.eval_every=10", "--config.batch_size=16"],
+SHORT_RUNS = {  # every method on its demo defaults, shortened for CI (one dev evaluation)
+    "simcse_unsup": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
+    "simcse_sup": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
+    "supcon": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
+    "scd": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
+    "clsr": ["--config.steps=100", "--config.eval_every=100"],
+    "consert": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
+    "consert_joint": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
 }
 
 
@@ -68,6 +97,7 @@ def test_each_method_on_demo_data(method, tmp_path):
     r = _run([f"--method={method}", f"--output_dir={out}", *SHORT_RUNS[method]])
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = _check_export(out)
+    _check_tensorboard(out)
     steps = int(SHORT_RUNS[method][0].split("=")[1])
     every = int(SHORT_RUNS[method][1].split("=")[1])
     assert metrics["steps"] == steps and len(metrics["dev_history"]) == steps // every

@@ -1,17 +1,12 @@
 """tools/download_data.py: the layout step on a small local tree (no network)."""
 
-import importlib.util
 import os
 
-from conftest import REPO
+from conftest import load_tool
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "download_data", os.path.join(REPO, "tools", "download_data.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("download_data")
 
 
 def test_organize_builds_senteval_layout(tmp_path):

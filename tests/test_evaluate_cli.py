@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from conftest import REPO, SHARED_DATA, minilm_or_skip, shared_data_or_skip
 

@@ -51,10 +51,14 @@ BASE_DEFAULTS = {
     "eval_data_dir": "",           # SentEval layout dir (needed by stsb / sickr / test_tasks)
     "eval_every": 50,              # steps between dev evaluations and checkpoints
     "test_tasks": "",              # after training: evaluate these tasks (needs eval_data_dir)
+    "projector_every": 5,          # TensorBoard projector snapshot every N evaluations (0: off)
+    "projector_points": 1000,      # dev sentences in each projector snapshot
     "report_geometry": False,      # alignment/uniformity before and after (needs eval_data_dir)
     # Execution.
     "strategy": "auto",            # auto | one_device | mirrored | multi_worker | tpu
     "tpu": "",
+    "cpu_replicas": 0,             # split the CPU into N logical devices (0: off); test
+                                   # distributed runs on one machine with strategy=mirrored
     "mixed_precision": "",         # "" | mixed_bfloat16 | mixed_float16
     "jit_compile": True,           # XLA (switched off for multi-replica CPU runs)
     "steps_per_execution": 1,      # train steps per tf.function call (raise for tiny models)
@@ -157,6 +161,12 @@ def validate(config):
                           f"{config.mixed_precision!r}")
     if "temperature" in config:
         positive("temperature")
+    if not isinstance(config.cpu_replicas, int) or config.cpu_replicas < 0:
+        raise ConfigError(f"cpu_replicas must be an integer >= 0, got {config.cpu_replicas!r}")
+    if not isinstance(config.projector_every, int) or config.projector_every < 0:
+        raise ConfigError(f"projector_every must be an integer >= 0, got "
+                          f"{config.projector_every!r}")
+    positive("projector_points")
     drop = config.get("encoder_dropout")
     if isinstance(drop, (int, float)) and not 0.0 <= drop < 1.0:
         raise ConfigError(f"encoder_dropout must be in [0, 1), got {drop}")

@@ -32,3 +32,8 @@ class InputError(TfsentError, ValueError):
 
 class ConfigError(TfsentError, ValueError):
     """A bad flag or config field (unknown method, negative batch size, rate outside [0, 1])."""
+
+
+class TrainingError(TfsentError, RuntimeError):
+    """A run that had to stop (a non-finite loss); the message says what was kept and how
+    to resume."""

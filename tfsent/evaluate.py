@@ -2,7 +2,7 @@
 
     python -m tfsent.evaluate --model=NAME_OR_DIR --pooling=mean --data_dir=DIR \
         --tasks=STS12,STSBenchmark,SICKRelatedness [--mode=test|fasttest] \
-        [--output_json=FILE]
+        [--output_json=FILE] [--plots_dir=DIR [--compare_model=NAME_OR_DIR]]
 
 `--model` is anything `tfsent.encoders.load_encoder` takes (preset, checkpoint directory,
 tfsent directory, `minilm-l6`) or an exported SavedModel directory (a version directory or
@@ -10,6 +10,12 @@ an export directory, whose newest version is used). Task names: STS12..STS16, ST
 SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, and the groups `sts` and `transfer`.
 Prints a table like the papers' (with Avg.) and writes JSON mapping each task to an object
 whose "spearman" (x100) or "acc" is the reported figure.
+
+`--plots_dir` (needs the `plots` extra, matplotlib) writes PNGs: per STS task a scatter
+of gold score vs cosine (`sts_TASK.png`, one panel per model), a histogram of the cosines
+of random sentence pairs (`random_pair_cosines.png`), and the alignment/uniformity plane
+(`align_uniform.png`, STS-B test). `--compare_model` adds a second model to every picture
+(and prints its table too), e.g. the pretrained encoder next to a trained export.
 """
 
 import json
@@ -31,6 +37,95 @@ def load_any(model, pooling="mean", max_seq_length=512):
                         pad_to_max_length=False)
 
 
+class MemoEncoder:
+    """Wraps an encoder so each distinct sentence is embedded once across tasks and plots."""
+
+    def __init__(self, encoder, batch_size=64, max_seq_length=None):
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.memo = {}
+
+    def __call__(self, sentences):
+        """list of str -> float array (N, D), unnormalised."""
+        import numpy as np
+
+        missing = [s for s in dict.fromkeys(sentences) if s not in self.memo]
+        if missing:
+            emb = self.encoder.encode(missing, batch_size=self.batch_size, normalize=False,
+                                      max_seq_length=self.max_seq_length)
+            self.memo.update(zip(missing, emb))
+        return np.stack([self.memo[s] for s in sentences])
+
+    def encode(self, sentences, batch_size=None, normalize=False, max_seq_length=None):
+        """The `encode` signature of SentenceEncoder (batch size and length are fixed)."""
+        del batch_size, max_seq_length
+        emb = self(list(sentences))
+        if normalize:
+            import numpy as np
+            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        return emb
+
+
+def write_plots(encode_fns, data_dir, tasks, plots_dir, n_random_pairs=2000):
+    """Writes the diagnostic PNGs for one or more models; returns the paths written.
+
+    Args:
+        encode_fns: dict label -> encode_fn (list of str -> array), in panel order.
+        data_dir: SentEval `downstream` folder.
+        tasks: task names; the STS ones present under data_dir get a scatter each.
+        plots_dir: output folder.
+    """
+    import numpy as np
+
+    from tfsent import plots
+    from tfsent.evaluation import align_uniform, random_pair_cosines
+    from tfsent.evaluation.sts import STS_TASKS, _pair_cosines, _read_task, _task_path
+    from tfsent.evaluation.sts import correlations
+
+    plots.require_matplotlib()
+    written = []
+    sts = [t for t in tasks if t in STS_TASKS and os.path.isdir(_task_path(data_dir, t))]
+    sentences = []
+    for task in sts:
+        subsets = _read_task(data_dir, task, "test")
+        s1 = [s for a, _, _ in subsets.values() for s in a]
+        s2 = [s for _, b, _ in subsets.values() for s in b]
+        gold = np.concatenate([g for _, _, g in subsets.values()])
+        cos = {label: _pair_cosines(fn, [(s1, s2)])[0] for label, fn in encode_fns.items()}
+        rho = {label: correlations(c, gold)["spearman"] for label, c in cos.items()}
+        written.append(plots.sts_scatter(os.path.join(plots_dir, f"sts_{task}.png"), task,
+                                         gold, cos, rho))
+        sentences += s1 + s2
+    if sentences:
+        sentences = list(dict.fromkeys(sentences))
+        cos = {label: random_pair_cosines(fn(sentences), n_random_pairs)
+               for label, fn in encode_fns.items()}
+        written.append(plots.cosine_histogram(
+            os.path.join(plots_dir, "random_pair_cosines.png"), cos,
+            title=f"cosine of {n_random_pairs} random pairs of STS test sentences"))
+    if os.path.isdir(_task_path(data_dir, "STSBenchmark")):
+        points = {label: align_uniform(fn, data_dir) for label, fn in encode_fns.items()}
+        written.append(plots.align_uniform_plot(os.path.join(plots_dir, "align_uniform.png"),
+                                                points))
+    else:
+        logging.warning("no STSBenchmark under %s: skipping the alignment/uniformity plot",
+                        data_dir)
+    if not written:
+        logging.warning("no STS task data under %s: no plot written", data_dir)
+    for path in written:
+        logging.info("wrote %s", path)
+    return written
+
+
+def _label(model):
+    """A short name for a model in plots: RUN for RUN/export or RUN/export/3."""
+    parts = os.path.normpath(model).split(os.sep)
+    while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] in ("export", "encoder")):
+        parts.pop()
+    return parts[-1] or model
+
+
 def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None,
               skip_missing=False):
     """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task."""
@@ -40,10 +135,8 @@ def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_leng
 
     names = resolve_tasks(tasks) if isinstance(tasks, str) else list(tasks)
 
-    def encode_fn(sentences):
-        return encoder.encode(sentences, batch_size=batch_size, normalize=False,
-                              max_seq_length=max_seq_length)
-
+    encode_fn = encoder if isinstance(encoder, MemoEncoder) else MemoEncoder(
+        encoder, batch_size, max_seq_length)
     results = {}
     sts = [t for t in names if t not in TRANSFER_TASKS]
     transfer = [t for t in names if t in TRANSFER_TASKS]
@@ -63,14 +156,31 @@ def main(argv):
 
     FLAGS = flags.FLAGS
     try:
-        encoder = load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length)
-        results = run_tasks(encoder, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode, FLAGS.batch_size,
-                            skip_missing=FLAGS.skip_missing)
+        if FLAGS.plots_dir:
+            from tfsent.plots import require_matplotlib
+            require_matplotlib()  # fail before any encoding when the extra is missing
+        models = [FLAGS.model] + ([FLAGS.compare_model] if FLAGS.compare_model else [])
+        encoders = {}
+        for i, name in enumerate(models):
+            pooling = FLAGS.compare_pooling if i and FLAGS.compare_pooling else FLAGS.pooling
+            label = _label(name) if _label(name) not in encoders else f"{_label(name)} ({i})"
+            encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
+                                          FLAGS.batch_size)
+        all_results = {label: run_tasks(enc, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode,
+                                        skip_missing=FLAGS.skip_missing)
+                       for label, enc in encoders.items()}
+        if FLAGS.plots_dir:
+            from tfsent.evaluation import resolve_tasks
+            write_plots(encoders, FLAGS.data_dir, resolve_tasks(FLAGS.tasks), FLAGS.plots_dir)
     except TfsentError as e:
         logging.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(format_table(results))
+    for label, res in all_results.items():
+        if len(all_results) > 1:
+            print(label)
+        print(format_table(res))
+    results = next(iter(all_results.values()))
     if FLAGS.output_json:
         tmp = FLAGS.output_json + ".tmp"
         with open(tmp, "w") as f:
@@ -89,4 +199,9 @@ if __name__ == "__main__":
     flags.DEFINE_string("output_json", None, "Where to write the results.")
     flags.DEFINE_bool("skip_missing", False, "Skip (with a warning) tasks whose data folder "
                       "is absent, e.g. --tasks=sts on a copy without STS13-16.")
+    flags.DEFINE_string("plots_dir", None, "Write diagnostic PNGs here (needs tfsent[plots]).")
+    flags.DEFINE_string("compare_model", None, "A second model shown next to --model in the "
+                        "plots (its table is printed too; --output_json holds --model's).")
+    flags.DEFINE_string("compare_pooling", None, "Pooling of --compare_model (default: "
+                        "--pooling).")
     app.run(main)

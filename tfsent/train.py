@@ -131,13 +131,22 @@ def run(method, config, output_dir):
                                  _write_json_atomic, read_json, sts_dev_score)
 
     spec = get_method(method)
-    os.makedirs(output_dir, exist_ok=True)
-    _write_json_atomic(os.path.join(output_dir, "config.json"), dict(config, method=method))
+    if config.cpu_replicas:
+        _split_cpu(config.cpu_replicas)
+    # First, before anything initialises TensorFlow's context (multi-worker collectives
+    # must be configured at startup).
+    strategy = distribute.get_strategy(config.strategy, config.tpu)
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
-    strategy = distribute.get_strategy(config.strategy, config.tpu)
     replicas = strategy.num_replicas_in_sync
+    # Multi-worker: only the chief writes the run directory; the other workers write
+    # checkpoints (saving may need every worker) to a private directory removed at the end.
+    chief, task_id = distribute.worker_role(strategy)
+    write_dir = output_dir if chief else os.path.join(output_dir, ".workers", f"worker-{task_id}")
+    os.makedirs(write_dir, exist_ok=True)
+    if chief:
+        _write_json_atomic(os.path.join(output_dir, "config.json"), dict(config, method=method))
     if config.batch_size % replicas:
         from tfsent.errors import ConfigError
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
@@ -162,35 +171,43 @@ def run(method, config, output_dir):
                       steps_per_execution=config.steps_per_execution)
         optimizer.build(model.trainable_variables)
 
-    state = RunState(output_dir, model, optimizer)
+    state = RunState(output_dir, model, optimizer, write_dir=write_dir)
     start_step = state.restore()
     metrics_path = os.path.join(output_dir, "metrics.json")
-    metrics = read_json(metrics_path, {}) if start_step else {}
+    metrics = read_json(metrics_path, {}) if start_step and chief else {}
+    metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
     export_pooling = model.export_pooling
     if start_step:
         logging.info("resuming from step %d (checkpoint in %s)", start_step,
-                     state.manager.directory)
-    else:
+                     os.path.join(output_dir, "checkpoints"))
+    elif chief:
         # "Before training" is the pretrained encoder itself (without an untrained head).
         before = sts_dev_score(model, *dev_pairs, max_seq_length=config.eval_max_seq_length,
-                               use_head=False)
+                               use_head=False, geometry=True)
+        for key in ("sentences", "embeddings"):
+            before.pop(key)
         metrics["dev_before"] = before
         logging.info("dev before training: spearman %.2f", before["spearman"])
         if config.get("report_geometry") and config.eval_data_dir:
             metrics["geometry_before"] = _geometry(model, config, use_head=False)
         _write_json_atomic(metrics_path, metrics)
 
-    writer = tf.summary.create_file_writer(os.path.join(output_dir, "tb"))
+    tb_dir = os.path.join(write_dir, "tb")
+    writer = tf.summary.create_file_writer(tb_dir)
     history = metrics.setdefault("dev_history", [])
     nan_guard = NanGuard()
     throughput = Throughput(config.batch_size)
     callbacks = [
         nan_guard, throughput,
-        keras.callbacks.TensorBoard(log_dir=os.path.join(output_dir, "tb"), update_freq=10,
+        keras.callbacks.TensorBoard(log_dir=tb_dir,
+                                    update_freq=max(1, 10 // config.steps_per_execution),
                                     write_graph=False),
         DevEvaluator(state, dev_pairs, writer, name=_dev_name(config.eval_data),
                      patience_drop=config.get("divergence_drop"), history=history,
-                     max_seq_length=config.eval_max_seq_length),
+                     max_seq_length=config.eval_max_seq_length,
+                     log_dir=tb_dir,
+                     projector_every=config.projector_every,
+                     projector_points=config.projector_points),
     ]
     if start_step < steps:
         dataset = make_dataset(spec, config, encoder, examples, start_step, output_dir)
@@ -207,8 +224,15 @@ def run(method, config, output_dir):
     final_step = int(optimizer.iterations.numpy())
     metrics["steps"] = final_step
     if nan_guard.failed_step is not None:
-        metrics["stopped"] = f"non-finite loss at step {nan_guard.failed_step}"
-    elif history:
+        _stop_diverged(state, metrics, metrics_path if chief else None, nan_guard.failed_step)
+    if not chief:
+        import shutil
+
+        writer.close()
+        shutil.rmtree(write_dir, ignore_errors=True)
+        logging.info("worker %d done at step %d (the chief exports)", task_id, final_step)
+        return metrics
+    if history:
         metrics["dev_final"] = {k: v for k, v in history[-1].items() if k != "step"}
     best, best_step = state.best()
     if best is not None:
@@ -277,6 +301,43 @@ def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
     ds = ds.map(lambda idx: {"a": tf.gather(table_a, idx), "b": tf.gather(table_b, idx)},
                 num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _stop_diverged(state, metrics, metrics_path, failed_step):
+    """Records a non-finite loss and raises TrainingError: no export, the best weights and
+    the last finite checkpoint stay as they were."""
+    import tensorflow as tf
+
+    from tfsent.errors import TrainingError
+    from tfsent.training import _write_json_atomic
+
+    metrics["stopped"] = f"non-finite loss at step {failed_step}"
+    if metrics_path:
+        _write_json_atomic(metrics_path, metrics)
+    latest = tf.train.latest_checkpoint(os.path.join(state.output_dir, "checkpoints"))
+    last = f"step {latest.rsplit('-', 1)[1]}" if latest else "the start"
+    best, best_step = state.best()
+    kept = (f"the best weights (dev {best:.2f} at step {best_step}) are in {state.best_dir}"
+            if best is not None else "no dev evaluation had completed")
+    raise TrainingError(
+        f"the loss became non-finite at step {failed_step}; stopped without exporting. "
+        f"{kept[0].upper() + kept[1:]}. Rerun the same command with a lower "
+        f"--config.learning_rate to resume from the last finite checkpoint ({last}).")
+
+
+def _split_cpu(n):
+    """Splits the CPU into n logical devices (so `mirrored` has n replicas on one CPU)."""
+    import tensorflow as tf
+
+    from tfsent.errors import ConfigError
+
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+    except RuntimeError as e:
+        raise ConfigError(f"cpu_replicas={n}: TensorFlow's devices are already initialised "
+                          f"in this process ({e})") from None
 
 
 def _dev_name(eval_data):

@@ -87,40 +87,104 @@ def read_json(path, default=None):
         return json.load(f)
 
 
-def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=None,
-                  use_head=True):
-    """Spearman and Pearson (x100) of cosine vs gold on dev pairs, embedding with
-    `model.encode` (a SentenceMethod: export pooling and head)."""
-    unique = list(dict.fromkeys(list(sents1) + list(sents2)))
+def dev_embeddings(model, sentences, batch_size=128, max_seq_length=None, use_head=True):
+    """L2-normalised embeddings of `sentences` with `model.encode` (a SentenceMethod: its
+    dev pooling and head)."""
     kwargs = {"pooling": model.dev_pooling} if hasattr(model, "dev_pooling") else {}
-    emb = model.encode(unique, batch_size=batch_size, normalize=True,
-                       max_seq_length=max_seq_length, use_head=use_head, **kwargs)
+    return model.encode(list(sentences), batch_size=batch_size, normalize=True,
+                        max_seq_length=max_seq_length, use_head=use_head, **kwargs)
+
+
+def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=None,
+                  use_head=True, geometry=False):
+    """Spearman and Pearson (x100) of cosine vs gold on dev pairs.
+
+    With `geometry=True` the result also has "alignment" (over pairs scored in the top
+    fifth of the gold range), "uniformity" and "random_pair_cosine" (over the distinct
+    dev sentences), and "sentences"/"embeddings" (the distinct sentences and their rows).
+    """
+    from tfsent.evaluation.geometry import pair_geometry
+
+    unique = list(dict.fromkeys(list(sents1) + list(sents2)))
+    emb = dev_embeddings(model, unique, batch_size, max_seq_length, use_head)
     index = {s: i for i, s in enumerate(unique)}
     a = emb[[index[s] for s in sents1]]
     b = emb[[index[s] for s in sents2]]
     cos = np.sum(a * b, axis=1)
-    return {"spearman": 100.0 * float(spearmanr(cos, gold).correlation),
-            "pearson": 100.0 * float(pearsonr(cos, gold)[0])}
+    out = {"spearman": 100.0 * float(spearmanr(cos, gold).correlation),
+           "pearson": 100.0 * float(pearsonr(cos, gold)[0])}
+    if geometry:
+        out.update(pair_geometry(a, b, gold, emb), sentences=unique, embeddings=emb)
+    return out
+
+
+def write_projector_snapshot(log_dir, name, sentences, embeddings, max_points=1000):
+    """Adds an embedding snapshot for TensorBoard's projector under `log_dir`.
+
+    Writes projector/metadata.tsv (the first `max_points` sentences, one a line),
+    projector/NAME.tsv (their vectors) and (re)writes projector_config.pbtxt listing every
+    snapshot of the directory. Each file is written to a temporary name and renamed.
+    """
+    from google.protobuf import text_format
+    from tensorboard.plugins import projector
+
+    folder = os.path.join(log_dir, "projector")
+    os.makedirs(folder, exist_ok=True)
+    sentences = list(sentences)[:max_points]
+    vectors = np.asarray(embeddings)[:len(sentences)]
+    clean = [" ".join(s.split()) or "(empty)" for s in sentences]  # no tabs or newlines
+    _write_text_atomic(os.path.join(folder, "metadata.tsv"), "".join(c + "\n" for c in clean))
+    _write_text_atomic(os.path.join(folder, f"{name}.tsv"),
+                       "".join("\t".join(f"{v:.5g}" for v in row) + "\n" for row in vectors))
+    config = projector.ProjectorConfig()
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".tsv")):
+        if file == "metadata.tsv":
+            continue
+        entry = config.embeddings.add()
+        entry.tensor_name = file[:-4]
+        entry.tensor_path = os.path.join("projector", file)
+        entry.metadata_path = os.path.join("projector", "metadata.tsv")
+    # What projector.visualize_embeddings writes, but atomically.
+    _write_text_atomic(os.path.join(log_dir, "projector_config.pbtxt"),
+                       text_format.MessageToString(config))
+
+
+def _write_text_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 class RunState:
-    """Checkpoint + best-model bookkeeping of one run directory."""
+    """Checkpoint + best-model bookkeeping of one run directory.
 
-    def __init__(self, output_dir, model, optimizer):
+    Under multi-worker training every worker saves (saving may run collectives), but only
+    the chief into `output_dir`; the others pass `write_dir` (a private directory) and
+    restore from the chief's checkpoints, so a restarted job resumes from one state.
+    """
+
+    def __init__(self, output_dir, model, optimizer, write_dir=None):
         self.output_dir = output_dir
+        self.write_dir = write_dir or output_dir
         self.model = model
-        self.best_dir = os.path.join(output_dir, "best")
+        self.best_dir = os.path.join(self.write_dir, "best")
         self.best_json = os.path.join(self.best_dir, "best.json")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(output_dir, "checkpoints"), max_to_keep=2)
+            self.checkpoint, os.path.join(self.write_dir, "checkpoints"), max_to_keep=2)
 
     def restore(self):
-        """Restores the latest checkpoint if there is one; returns the step reached."""
-        latest = self.manager.latest_checkpoint
+        """Restores the latest checkpoint (the chief's) if there is one; returns the step."""
+        latest = tf.train.latest_checkpoint(os.path.join(self.output_dir, "checkpoints"))
         if latest is None:
             return 0
         self.checkpoint.restore(latest).expect_partial()
+        if self.write_dir != self.output_dir:  # start from the chief's best score too
+            chief_best = read_json(os.path.join(self.output_dir, "best", "best.json"))
+            if chief_best is not None:
+                os.makedirs(self.best_dir, exist_ok=True)
+                _write_json_atomic(self.best_json, chief_best)
         return int(self.model.optimizer.iterations.numpy())
 
     def save_checkpoint(self, step):
@@ -154,12 +218,17 @@ class DevEvaluator(keras.callbacks.Callback):
     """Evaluates STS dev Spearman at the end of every Keras epoch (= eval_every steps),
     keeps the best encoder weights, writes a checkpoint, and logs to TensorBoard.
 
+    TensorBoard gets NAME/spearman, NAME/pearson, NAME/alignment, NAME/uniformity and
+    NAME/random_pair_cosine (the collapse signature) at every evaluation, the training
+    logs as train/*, and, at the first evaluation and every `projector_every` after it, a
+    projector snapshot of the dev sentences (`write_projector_snapshot`; 0 turns it off).
     A divergence guard (`patience_drop`) stops the run when the dev score falls more than
     that many points below the best (SCD's late collapse); the best weights stay intact.
     """
 
     def __init__(self, state, dev_pairs, writer=None, name="dev", patience_drop=None,
-                 history=None, max_seq_length=None):
+                 history=None, max_seq_length=None, log_dir=None, projector_every=5,
+                 projector_points=1000):
         super().__init__()
         self.max_seq_length = max_seq_length
         self.state = state
@@ -168,34 +237,49 @@ class DevEvaluator(keras.callbacks.Callback):
         self.name = name
         self.patience_drop = patience_drop
         self.history = history if history is not None else []
+        self.log_dir = log_dir
+        self.projector_every = projector_every
+        self.projector_points = projector_points
+        self.evaluations = 0
 
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(loss):
             return  # NanGuard reports it; do not let a diverged model become "best"
-        scores = sts_dev_score(self.model, *self.dev_pairs, max_seq_length=self.max_seq_length)
+        report = sts_dev_score(self.model, *self.dev_pairs, max_seq_length=self.max_seq_length,
+                               geometry=True)
+        sentences, embeddings = report.pop("sentences"), report.pop("embeddings")
         best, best_step = self.state.best()
-        improved = best is None or scores["spearman"] > best
+        improved = best is None or report["spearman"] > best
         if improved:
-            self.state.save_best(scores["spearman"], step, {"pearson": scores["pearson"]})
-            best, best_step = scores["spearman"], step
+            self.state.save_best(report["spearman"], step, {"pearson": report["pearson"]})
+            best, best_step = report["spearman"], step
         self.state.save_checkpoint(step)
-        self.history.append({"step": step, **scores})
-        logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s", step,
-                     self.name, scores["spearman"], scores["pearson"], best, best_step,
-                     " new best" if improved else "")
+        self.history.append({"step": step, **report})
+        logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s; "
+                     "alignment %.3f uniformity %.3f random-pair cosine %.3f", step,
+                     self.name, report["spearman"], report["pearson"], best, best_step,
+                     " new best" if improved else "", report["alignment"],
+                     report["uniformity"], report["random_pair_cosine"])
         if self.writer is not None:
-            with self.writer.as_default(step=step):
-                tf.summary.scalar(f"{self.name}/spearman", scores["spearman"])
-                tf.summary.scalar(f"{self.name}/pearson", scores["pearson"])
+            # record_if(True): Keras' TensorBoard callback leaves a record_if(step %
+            # update_freq == 0) context open around callbacks; dev scalars always go in.
+            with self.writer.as_default(step=step), tf.summary.record_if(True):
+                for key, value in report.items():
+                    tf.summary.scalar(f"{self.name}/{key}", value)
                 for key, value in (logs or {}).items():
                     tf.summary.scalar(f"train/{key}", value)
             self.writer.flush()
-        if self.patience_drop is not None and best - scores["spearman"] > self.patience_drop:
+        if (self.log_dir and self.projector_every
+                and self.evaluations % self.projector_every == 0):
+            write_projector_snapshot(self.log_dir, f"{self.name}_step_{step}", sentences,
+                                     embeddings, self.projector_points)
+        self.evaluations += 1
+        if self.patience_drop is not None and best - report["spearman"] > self.patience_drop:
             logging.warning("divergence guard: dev spearman %.2f is %.2f below the best %.2f; "
-                            "stopping (the best weights are kept)", scores["spearman"],
-                            best - scores["spearman"], best)
+                            "stopping (the best weights are kept)", report["spearman"],
+                            best - report["spearman"], best)
             self.model.stop_training = True
 
 

@@ -6,6 +6,7 @@ and line. Sources are named by a string (see `read_training_sentences`, `read_nl
 """
 
 import json
+import math
 import os
 
 from absl import logging
@@ -48,8 +49,13 @@ def read_scored_pairs(path):
         except ValueError:
             raise InputError(f"score {cols[0]!r} is not a number", path=path,
                              line=number) from None
-        s1.append(" ".join(cols[1].split()))
-        s2.append(" ".join(cols[2].split()))
+        if not math.isfinite(score):
+            raise InputError(f"score {cols[0]!r} is not finite", path=path, line=number)
+        a, b = " ".join(cols[1].split()), " ".join(cols[2].split())
+        if not a or not b:
+            raise InputError("empty sentence in a scored pair", path=path, line=number)
+        s1.append(a)
+        s2.append(b)
         scores.append(score)
     logging.info("read %d scored pairs from %s", len(scores), path)
     if not scores:
@@ -110,9 +116,12 @@ def read_nli_pairs_jsonl(path):
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise InputError(f"not an NLI json row ({type(e).__name__}: {e})", path=path,
                              line=number) from None
-        if y not in NLI_LABELS:
+        if not isinstance(y, str) or y not in NLI_LABELS:
             skipped += 1
             continue
+        if not isinstance(p, str) or not isinstance(h, str):
+            raise InputError("sentence1 and sentence2 must be strings", path=path,
+                             line=number)
         rows.append((" ".join(p.split()), " ".join(h.split()), y))
     logging.info("read %d NLI pairs from %s (%d without gold label skipped)", len(rows), path,
                  skipped)

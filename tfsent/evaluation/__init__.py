@@ -12,7 +12,8 @@ All of them take an `encode_fn` (list of str -> array (N, D)) and a SentEval
 import math
 
 from tfsent.errors import ConfigError
-from tfsent.evaluation.geometry import align_uniform, alignment, uniformity
+from tfsent.evaluation.geometry import (align_uniform, alignment, pair_geometry,
+                                        random_pair_cosines, uniformity)
 from tfsent.evaluation.sts import STS_TASKS, evaluate_sts, sts_from_pairs
 from tfsent.evaluation.transfer import TRANSFER_TASKS, LogisticRegression, evaluate_transfer
 
@@ -83,4 +84,5 @@ def format_table(results):
 
 __all__ = ["STS_TASKS", "TRANSFER_TASKS", "TASK_GROUPS", "evaluate_sts", "sts_from_pairs",
            "evaluate_transfer", "LogisticRegression", "align_uniform", "alignment",
-           "uniformity", "resolve_tasks", "format_table"]
+           "uniformity", "pair_geometry", "random_pair_cosines", "resolve_tasks",
+           "format_table"]

@@ -77,3 +77,39 @@ def align_uniform(encode_fn, data_dir, split="test", threshold=4.0,
     return {"align": alignment(a, b),
             "uniform": uniformity(emb, max_points=max_points, seed=seed),
             "n_pairs": int(len(positive)), "n_sentences": len(sentences)}
+
+
+def random_pair_cosines(x, n_pairs=1000, seed=0):
+    """Cosines of `n_pairs` random pairs of distinct rows of x (fixed by `seed`).
+
+    Their mean is the collapse signature: near 1 when every sentence points the same way
+    (raw BERT's anisotropy), near 0 for a well spread space.
+    """
+    x = l2_normalize(x)
+    n = len(x)
+    if n < 2:
+        raise InputError(f"random pairs need at least 2 embeddings, got {n}")
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, n_pairs)
+    j = (i + rng.integers(1, n, n_pairs)) % n   # j != i
+    return np.sum(x[i] * x[j], axis=1)
+
+
+def positive_threshold(gold):
+    """Gold score above which a dev pair counts as a positive pair for alignment: 80% of
+    the way from the lowest to the highest score (4.0 on STS-B's 0-5 scale)."""
+    gold = np.asarray(gold, dtype=np.float64)
+    return float(gold.min() + 0.8 * (gold.max() - gold.min()))
+
+
+def pair_geometry(emb1, emb2, gold, sentence_emb, max_points=2000, seed=0):
+    """Alignment over the high-scoring pairs, uniformity and mean random-pair cosine over
+    `sentence_emb` (the distinct sentences). Returns {"alignment", "uniformity",
+    "random_pair_cosine"}; alignment is nan when no pair clears `positive_threshold`."""
+    gold = np.asarray(gold, dtype=np.float64)
+    positive = np.flatnonzero(gold > positive_threshold(gold))
+    align = (alignment(np.asarray(emb1)[positive], np.asarray(emb2)[positive])
+             if len(positive) else float("nan"))
+    return {"alignment": align,
+            "uniformity": uniformity(sentence_emb, max_points=max_points, seed=seed),
+            "random_pair_cosine": float(np.mean(random_pair_cosines(sentence_emb, seed=seed)))}

@@ -80,6 +80,21 @@ class SentenceMethod(keras.Model):
         return self.encoder(features, training=training, pooling=self.train_pooling,
                             **kwargs)["embedding"]
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras builds the model from one batch before `fit`; under a strategy it first
+        all-reduces that batch (a MEAN of token ids) to get one replica's shapes, and
+        MultiWorkerMirroredStrategy cannot reduce a nested dict batch. This takes the
+        local replica's batch instead; the build is the same."""
+        if iterator is not None and self._distribute_strategy is not None:
+            strategy = self.distribute_strategy
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: strategy.experimental_local_results(x)[0]
+                    if isinstance(x, tf.distribute.DistributedValues) else x, next(it))
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
     def compute_losses(self, batch, training=True):
         """Returns (objective, logs); see the class docstring."""
         raise NotImplementedError
@@ -90,14 +105,26 @@ class SentenceMethod(keras.Model):
             objective, logs = self.compute_losses(batch, training=True)
             scaled = self.optimizer.scale_loss(objective)
         variables = self.trainable_variables
-        grads = tape.gradient(scaled, variables)
+        grads = self.adjust_gradients(tape.gradient(scaled, variables), variables)
         self.optimizer.apply_gradients(zip(grads, variables))
         return self._update_trackers(logs)
+
+    def adjust_gradients(self, grads, variables):
+        """Hook between the gradient and the update (identity here); a subclass whose
+        loss puts a global-batch gradient on every replica rescales it here."""
+        del variables
+        return grads
 
     def _update_trackers(self, logs):
         for name, value in logs.items():
             self._trackers[name].update_state(value)
-        return {name: tracker.result() for name, tracker in self._trackers.items()}
+        results = {name: tracker.result() for name, tracker in self._trackers.items()}
+        if _multi_worker(self.distribute_strategy):
+            # Keras reduces step logs across workers with reduce(MEAN, axis=0), which
+            # needs a batch axis: give each scalar one (Keras 3 with
+            # MultiWorkerMirroredStrategy; tensorflow/tensorflow#72388).
+            results = {name: tf.reshape(value, [1]) for name, value in results.items()}
+        return results
 
     def get_config(self):
         return {"encoder": keras.saving.serialize_keras_object(self.encoder),
@@ -114,3 +141,9 @@ def concat_features(parts):
     """Concatenates token feature dicts along the batch axis (one encoder pass for all views)."""
     keys = [k for k in ("token_ids", "padding_mask", "segment_ids") if k in parts[0]]
     return {k: tf.concat([p[k] for p in parts], axis=0) for k in keys}
+
+
+def _multi_worker(strategy):
+    """True under a MultiWorkerMirroredStrategy that spans several workers."""
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())  # noqa: SLF001

@@ -1,6 +1,5 @@
 """SCD: self-contrastive decorrelation (Klein and Nabi, 2022)."""
 
-import tensorflow as tf
 
 from tfsent import losses
 from tfsent.distribute import gather_with_local_grad, num_replicas
@@ -33,7 +32,7 @@ class SCD(SentenceMethod):
     is the paper's idea at any replica count.) Gradient bookkeeping: Keras sums gradients
     over replicas; the encoder's gradient reaches only the local rows, so its sum is exact,
     but every replica computes the projector's full gradient from the global tensors, so
-    `train_step` divides the projector's gradients by the number of replicas.
+    `adjust_gradients` divides the projector's gradients by the number of replicas.
 
     The projector is a training-only head: the exported model is the encoder with
     `export_pooling`.
@@ -94,22 +93,16 @@ class SCD(SentenceMethod):
         return loss, {"loss": loss, "self_contrast_loss": self_contrast,
                       "decorrelation_loss": decorrelation}
 
-    def train_step(self, data):
-        batch = data[0] if isinstance(data, tuple) else data
-        with tf.GradientTape() as tape:
-            objective, logs = self.compute_losses(batch, training=True)
-            scaled = self.optimizer.scale_loss(objective)
-        variables = self.trainable_variables
-        grads = tape.gradient(scaled, variables)
+    def adjust_gradients(self, grads, variables):
+        """Divides the projector's gradients by the replica count: each replica holds the
+        projector's full global-batch gradient (see the class docstring), and the replicas'
+        sum must equal it once."""
         replicas = num_replicas()
-        if replicas > 1:
-            # Each replica holds the projector's full global-batch gradient (see the class
-            # docstring); the replicas' sum must equal it once.
-            head = {id(v) for v in self.projector.trainable_variables}
-            grads = [g / replicas if g is not None and id(v) in head else g
-                     for g, v in zip(grads, variables)]
-        self.optimizer.apply_gradients(zip(grads, variables))
-        return self._update_trackers(logs)
+        if replicas == 1:
+            return grads
+        head = {id(v) for v in self.projector.trainable_variables}
+        return [g / replicas if g is not None and id(v) in head else g
+                for g, v in zip(grads, variables)]
 
     def get_config(self):
         config = super().get_config()

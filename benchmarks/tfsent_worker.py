@@ -1,0 +1,224 @@
+"""tfsent's side of the benchmarks, run in a fresh process by the benchmark scripts.
+
+    python benchmarks/tfsent_worker.py --mode=train|encode|peak [flags]
+
+Prints one result line (see common.emit_result). Each mode runs in its own process so that
+its memory high-water mark (ru_maxrss) belongs to that measurement alone.
+
+  train   unsupervised SimCSE on minilm-l6 built exactly as `python -m tfsent.train
+          --method=simcse_unsup` builds it (tfsent.train.resolve_config / make_optimizer /
+          make_dataset, the registry's builder, model.compile with the config's jit_compile,
+          model.fit on the tf.data pipeline), without the dev-evaluation, checkpoint and
+          TensorBoard callbacks, which are not training. Steps are timed by a callback that
+          reads the loss (which waits for the step, as the CLI's NaN guard does).
+  encode  the exported SavedModel (strings in, `serving_default`) and
+          `SentenceEncoder.encode`, on the same sentences and batch size, alternating repeats.
+  peak    float32 matmul FLOP/s of this machine (tf.linalg.matmul, eager and XLA).
+"""
+
+import os
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", None, ["train", "encode", "peak"], "What to measure.")
+flags.DEFINE_string("data", None, "Sentence file (one a line).")
+flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
+flags.DEFINE_integer("batch_size", 64, "Batch size.")
+flags.DEFINE_integer("max_seq_length", 32, "Truncation length.")
+flags.DEFINE_integer("steps", 30, "train: optimizer steps.")
+flags.DEFINE_integer("warmup_steps", 3, "train: first steps left out of the timing.")
+flags.DEFINE_multi_string("tfsent_config", [], "train: FIELD=VALUE run-config overrides "
+                          "(as --config.FIELD=VALUE of tfsent.train).")
+flags.DEFINE_integer("repeats", 3, "encode/peak: timed repetitions.")
+flags.DEFINE_integer("warmup_passes", 1, "encode: untimed passes over the sentences first.")
+flags.DEFINE_integer("keep_embeddings", 8, "encode: embeddings of the first K sentences to "
+                     "return (agreement check).")
+flags.DEFINE_integer("matmul_size", 2048, "peak: n of the n x n x n matmul.")
+
+
+def train_mode():
+    """Times SimCSE training steps; returns the result dict."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfsent import distribute
+    from tfsent.encoders import load_encoder, resolve_short_name
+    from tfsent.methods import get_method
+    from tfsent.train import load_training_data, make_dataset, make_optimizer, resolve_config
+
+    overrides = [f"train_data={FLAGS.data}", f"batch_size={FLAGS.batch_size}",
+                 f"max_seq_length={FLAGS.max_seq_length}", f"steps={FLAGS.steps}",
+                 "encoder=minilm-l6", "pooling=mean"] + list(FLAGS.tfsent_config)
+    config = resolve_config("simcse_unsup", None, overrides)
+    spec = get_method("simcse_unsup")
+    keras.utils.set_random_seed(config.seed)
+    if config.mixed_precision:
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+    strategy = distribute.get_strategy(config.strategy, config.tpu)
+    examples = load_training_data(spec, config)
+    if FLAGS.max_sentences:
+        examples = examples[:FLAGS.max_sentences]
+    with strategy.scope():
+        encoder = load_encoder(config.encoder, pooling=config.pooling,
+                               max_seq_length=config.max_seq_length,
+                               dtype=config.mixed_precision or None, seed=config.seed)
+        model = spec.build(encoder, config)
+        optimizer = make_optimizer(config, FLAGS.steps)
+        model.compile(optimizer=optimizer, jit_compile=bool(config.jit_compile),
+                      steps_per_execution=config.steps_per_execution)
+        optimizer.build(model.trainable_variables)
+    mask = encoder.tokenizer(examples)["padding_mask"]
+    mean_tokens = float(tf.reduce_mean(tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)))
+    rss_after_load = common.current_rss_mb()
+    dataset = make_dataset(spec, config, encoder, examples, 0, output_dir=None)
+
+    class StepTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends, self.losses = [], []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.losses.append(float(logs["loss"]))  # waits for the step to finish
+            self.ends.append(time.perf_counter())
+
+    timer = StepTimer()
+    t0 = time.perf_counter()
+    model.fit(dataset, epochs=1, steps_per_epoch=FLAGS.steps,
+              callbacks=[timer], verbose=0)
+    result = common.window_throughput(timer.ends, FLAGS.warmup_steps, FLAGS.batch_size *
+                                      config.steps_per_execution)
+    model_dir = resolve_short_name("minilm-l6")
+    result.update({
+        "first_step_s": round(timer.ends[0] - t0, 2),
+        "final_loss": timer.losses[-1], "losses_finite": bool(np.all(np.isfinite(timer.losses))),
+        "max_rss_mb": round(common.max_rss_mb(), 1), "rss_after_load_mb": round(rss_after_load, 1),
+        "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
+        "intermediate": int(encoder.backbone.intermediate_dim),
+        "n_sentences": len(examples), "mean_tokens": round(mean_tokens, 2),
+        "jit_compile": bool(config.jit_compile), "mixed_precision": config.mixed_precision,
+        "overrides": list(FLAGS.tfsent_config), "optimizer": type(optimizer).__name__,
+        "tensorflow": tf.__version__, "keras": keras.__version__,
+        "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
+    })
+    return result
+
+
+def _time_passes(fns, warmup_passes, repeats):
+    """Runs each fn `warmup_passes` times, then `repeats` timed rounds that alternate the fns;
+    returns {name: [seconds, ...]}."""
+    for fn in fns.values():
+        for _ in range(warmup_passes):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def encode_mode():
+    """Times the SavedModel and SentenceEncoder.encode; returns the result dict."""
+    import shutil
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    from tfsent.encoders import load_encoder, resolve_short_name
+    from tfsent.export import export_encoder
+
+    sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
+    n, bs = len(sentences), FLAGS.batch_size
+    encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
+    tmp = tempfile.mkdtemp(prefix="tfsent-bench-export-")
+    try:
+        path = export_encoder(encoder, tmp, pooling="mean", max_seq_length=FLAGS.max_seq_length)
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        # Longest first, as SentenceEncoder.encode and sentence-transformers' encode do: each
+        # batch is padded to its own longest sentence.
+        order = sorted(range(n), key=lambda i: -len(sentences[i]))
+        outputs = {}
+
+        def savedmodel():
+            out = np.zeros((n, encoder.hidden_dim), np.float32)
+            for start in range(0, n, bs):
+                idx = order[start:start + bs]
+                batch = tf.constant([sentences[i] for i in idx])
+                out[idx] = serve(sentences=batch)["embedding"].numpy()
+            outputs["savedmodel"] = out
+
+        def encoder_encode():
+            outputs["encoder"] = encoder.encode(sentences, batch_size=bs, verbose=0)
+
+        times = _time_passes({"savedmodel": savedmodel, "encoder": encoder_encode},
+                             FLAGS.warmup_passes, FLAGS.repeats)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    k = FLAGS.keep_embeddings
+    model_dir = resolve_short_name("minilm-l6")
+    return {
+        "savedmodel_sent_per_s": n / min(times["savedmodel"]),
+        "encoder_sent_per_s": n / min(times["encoder"]),
+        "savedmodel_seconds": [round(t, 3) for t in times["savedmodel"]],
+        "encoder_seconds": [round(t, 3) for t in times["encoder"]],
+        "savedmodel_embeddings": outputs["savedmodel"][:k].tolist(),
+        "encoder_embeddings": outputs["encoder"][:k].tolist(),
+        "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
+        "tensorflow": tf.__version__,
+        "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
+    }
+
+
+def peak_mode():
+    """Best float32 matmul FLOP/s over eager and XLA-compiled tf.linalg.matmul."""
+    import tensorflow as tf
+
+    n = FLAGS.matmul_size
+    a = tf.random.normal([n, n], dtype=tf.float32, seed=1)
+    b = tf.random.normal([n, n], dtype=tf.float32, seed=2)
+    xla = tf.function(tf.linalg.matmul, jit_compile=True)
+    flops = 2.0 * n ** 3
+    best = {}
+    for name, fn in (("eager", tf.linalg.matmul), ("xla", xla)):
+        for _ in range(2):  # warmup (and XLA compile)
+            fn(a, b)[0, 0].numpy()
+        seconds = []
+        for _ in range(FLAGS.repeats):
+            t0 = time.perf_counter()
+            fn(a, b)[0, 0].numpy()  # .numpy() waits for the result
+            seconds.append(time.perf_counter() - t0)
+        best[name] = flops / min(seconds)
+    return {"peak_flops": max(best.values()), "eager_flops": best["eager"],
+            "xla_flops": best["xla"], "matmul_size": n, "repeats": FLAGS.repeats}
+
+
+def main(argv):
+    """Runs the chosen mode and emits its result."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.mode is None:
+        raise app.UsageError("--mode is required (train, encode or peak)")
+    if FLAGS.mode in ("train", "encode") and not FLAGS.data:
+        raise app.UsageError("--data is required for --mode=train/encode")
+    if FLAGS.mode == "train" and FLAGS.steps <= FLAGS.warmup_steps:
+        raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
+                             f"({FLAGS.warmup_steps})")
+    if FLAGS.repeats < 1:
+        raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
+    result = {"train": train_mode, "encode": encode_mode, "peak": peak_mode}[FLAGS.mode]()
+    result["load_average"] = common.load_average()
+    common.emit_result(result)
+
+
+if __name__ == "__main__":
+    app.run(main)

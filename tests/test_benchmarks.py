@@ -1,0 +1,94 @@
+"""benchmarks/: tfsent's side of train_throughput.py and encode_throughput.py with tiny
+settings and --skip_peer (CI builds no PyTorch venv), their JSON, flag errors, and the
+FLOP count behind MFU."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, minilm_or_skip
+
+BENCH = os.path.join(REPO, "benchmarks")
+sys.path.insert(0, BENCH)
+import common  # noqa: E402  (benchmarks/common.py, standard library only)
+
+
+def _run(script, *args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, os.path.join(BENCH, script), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _positive_finite(value):
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def test_train_throughput_tfsent_side(tmp_path):
+    minilm_or_skip()
+    out = tmp_path / "train.json"
+    r = _run("train_throughput.py", "--skip_peer", "--steps=3", "--warmup_steps=1",
+             "--batch_size=8", "--max_sentences=64", "--peak_runs=1", "--peak_repeats=2",
+             "--matmul_size=512", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for key in ("tfsent_sent_per_s", "mfu", "peak_flops", "model_flops_per_step"):
+        assert _positive_finite(result[key]), (key, result[key])
+    assert result["peer_sent_per_s"] is None and result["ratio"] is None
+    assert result["losses_finite"] is True
+    assert result["settings"]["batch_size"] == 8
+    assert result["model_flops_per_step"] == common.simcse_train_flops(6, 384, 1536, 32, 8)
+    assert "ratio tfsent/peer" in r.stdout  # the table was printed
+
+
+def test_encode_throughput_tfsent_side(tmp_path):
+    minilm_or_skip()
+    out = tmp_path / "encode.json"
+    r = _run("encode_throughput.py", "--skip_peer", "--n=32", "--batch_size=16",
+             "--max_seq_length=32", "--repeats=1", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert _positive_finite(result["tfsent_sent_per_s"])
+    assert _positive_finite(result["encoder_encode_sent_per_s"])
+    assert result["peer_sent_per_s"] is None and result["ratio"] is None
+    # The SavedModel and SentenceEncoder.encode compute the same embeddings.
+    assert result["min_cosine_savedmodel_vs_encoder"] > 0.9999
+    assert result["settings"]["n"] == 32
+    assert "SavedModel" in r.stdout
+
+
+@pytest.mark.parametrize("script,args,flag", [
+    ("train_throughput.py", ["--steps=2", "--warmup_steps=2", "--json=JSON"], "--steps"),
+    ("train_throughput.py", ["--steps=5"], "--json"),
+    ("train_throughput.py", ["--data=/nonexistent.txt", "--json=JSON"], "--data"),
+    ("encode_throughput.py", ["--n=0", "--json=JSON"], "--n"),
+    ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
+])
+def test_bad_flags_name_the_flag(script, args, flag, tmp_path):
+    out = tmp_path / "never.json"
+    r = _run(script, *[a.replace("JSON", str(out)) for a in args], timeout=120)
+    assert r.returncode != 0
+    assert flag in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_flop_count_and_throughput_window():
+    # minilm-l6 (6 layers, H=384, I=1536), one sequence of 32 tokens, by hand:
+    per_layer = 2 * 32 * (4 * 384 * 384 + 2 * 384 * 1536) + 4 * 32 * 32 * 384
+    assert common.transformer_forward_flops(6, 384, 1536, 32, 1) == 6 * per_layer
+    assert common.simcse_train_flops(6, 384, 1536, 32, 64) == 3 * 128 * 6 * per_layer
+    # Steps end at t = 10 (compile), 11, 12, 13: one warmup step, 3 timed steps in 3 s.
+    w = common.window_throughput([10.0, 11.0, 12.0, 13.0], warmup_steps=1, batch_size=4)
+    assert w["sent_per_s"] == pytest.approx(4.0) and w["timed_steps"] == 3
+    with pytest.raises(ValueError):
+        common.window_throughput([1.0, 2.0], warmup_steps=2, batch_size=4)
+
+
+def test_write_json_atomic(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    common.write_json_atomic(str(path), {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert os.listdir(path.parent) == ["r.json"]  # no temporary file left behind
