@@ -49,9 +49,9 @@ def train_mode():
     import tensorflow as tf
 
     from tfsent import distribute
-    from tfsent.encoders import load_encoder, resolve_short_name
+    from tfsent.encoders import resolve_short_name
     from tfsent.methods import get_method
-    from tfsent.train import load_training_data, make_dataset, make_optimizer, resolve_config
+    from tfsent.train import build_model, load_training_data, make_dataset, resolve_config
 
     overrides = [f"train_data={FLAGS.data}", f"batch_size={FLAGS.batch_size}",
                  f"max_seq_length={FLAGS.max_seq_length}", f"steps={FLAGS.steps}",
@@ -66,14 +66,8 @@ def train_mode():
     if FLAGS.max_sentences:
         examples = examples[:FLAGS.max_sentences]
     with strategy.scope():
-        encoder = load_encoder(config.encoder, pooling=config.pooling,
-                               max_seq_length=config.max_seq_length,
-                               dtype=config.mixed_precision or None, seed=config.seed)
-        model = spec.build(encoder, config)
-        optimizer = make_optimizer(config, FLAGS.steps)
-        model.compile(optimizer=optimizer, jit_compile=bool(config.jit_compile),
-                      steps_per_execution=config.steps_per_execution)
-        optimizer.build(model.trainable_variables)
+        encoder, model, optimizer = build_model(spec, config, FLAGS.steps,
+                                                bool(config.jit_compile))
     mask = encoder.tokenizer(examples)["padding_mask"]
     mean_tokens = float(tf.reduce_mean(tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)))
     rss_after_load = common.current_rss_mb()

@@ -74,7 +74,7 @@ def test_two_replicas_match_one_replica(kind, mirrored_strategy):
     mirrored = _build(kind, mirrored_strategy, init)
     assert mirrored.distribute_strategy.num_replicas_in_sync == 2
     h2 = mirrored.fit(ds, epochs=1, steps_per_epoch=1, verbose=0).history
-    for key in h1:
+    for key in set(h1) - {"grad_norm"}:  # grad_norm is per replica (see SentenceMethod)
         np.testing.assert_allclose(h1[key][0], h2[key][0], rtol=1e-5, atol=1e-5, err_msg=key)
     changed = 0
     for a, b, w0 in zip(single.trainable_variables, mirrored.trainable_variables, init):

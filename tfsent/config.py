@@ -46,6 +46,8 @@ BASE_DEFAULTS = {
     "warmup_ratio": 0.0,
     "weight_decay": 0.0,
     "clip_norm": 0.0,              # global gradient-norm clipping (0: off)
+    "grad_cache_chunk": 0,         # GradCache: embed in chunks of N sentences per replica (0: off)
+    "max_grad_norm": 1e6,          # stop the run when the gradient norm exceeds this (0: off)
     # Model selection on a dev set.
     "eval_data": "demo",           # demo | stsb | sickr | scored-pair .tsv
     "eval_data_dir": "",           # SentEval layout dir (needed by stsb / sickr / test_tasks)
@@ -167,6 +169,9 @@ def validate(config):
         raise ConfigError(f"projector_every must be an integer >= 0, got "
                           f"{config.projector_every!r}")
     positive("projector_points")
+    if not isinstance(config.max_grad_norm, (int, float)) or config.max_grad_norm < 0:
+        raise ConfigError(f"max_grad_norm must be a number >= 0 (0: off), got "
+                          f"{config.max_grad_norm!r}")
     drop = config.get("encoder_dropout")
     if isinstance(drop, (int, float)) and not 0.0 <= drop < 1.0:
         raise ConfigError(f"encoder_dropout must be in [0, 1), got {drop}")

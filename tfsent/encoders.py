@@ -124,10 +124,11 @@ class SentenceTokenizer(keras.layers.Layer):
         sep = tf.fill([n, 1], self.sep_id)
         ids = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces,
                          tf.RaggedTensor.from_tensor(sep)], axis=1)
+        batch = strings.shape[0] if strings.shape.rank == 1 else None  # keep a static batch
         if self.pad_to_max_length:
-            shape = [None, self.max_seq_length]
+            shape = [batch, self.max_seq_length]
         else:
-            shape = None
+            shape = [batch, None]
         token_ids = ids.to_tensor(default_value=self.pad_id, shape=shape)
         padding_mask = tf.ones_like(ids, dtype=tf.int32).to_tensor(0, shape=shape)
         return {"token_ids": token_ids, "padding_mask": padding_mask,

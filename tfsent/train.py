@@ -73,6 +73,23 @@ def load_training_data(spec, config):
     return readers.read_training_sentences(source)
 
 
+def build_model(spec, config, steps, jit):
+    """(encoder, compiled method model, built optimizer) from a run config; call it inside
+    the strategy's scope."""
+    from tfsent.encoders import load_encoder
+
+    encoder = load_encoder(config.encoder, pooling=config.pooling,
+                           max_seq_length=config.max_seq_length,
+                           dtype=config.mixed_precision or None, seed=config.seed)
+    model = spec.build(encoder, config)
+    model.set_grad_cache(config.grad_cache_chunk)
+    optimizer = make_optimizer(config, steps)
+    model.compile(optimizer=optimizer, jit_compile=jit,
+                  steps_per_execution=config.steps_per_execution)
+    optimizer.build(model.trainable_variables)
+    return encoder, model, optimizer
+
+
 def make_optimizer(config, steps):
     """AdamW (default) or LARS with the configured warmup + linear/cosine/constant schedule."""
     import keras
@@ -124,7 +141,6 @@ def run(method, config, output_dir):
 
     from tfsent import distribute
     from tfsent.data.readers import read_dev_pairs
-    from tfsent.encoders import load_encoder
     from tfsent.export import export_encoder
     from tfsent.methods import get_method
     from tfsent.training import (DevEvaluator, NanGuard, RunState, Throughput,
@@ -162,14 +178,7 @@ def run(method, config, output_dir):
     dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
 
     with strategy.scope():
-        encoder = load_encoder(config.encoder, pooling=config.pooling,
-                               max_seq_length=config.max_seq_length,
-                               dtype=config.mixed_precision or None, seed=config.seed)
-        model = spec.build(encoder, config)
-        optimizer = make_optimizer(config, steps)
-        model.compile(optimizer=optimizer, jit_compile=jit,
-                      steps_per_execution=config.steps_per_execution)
-        optimizer.build(model.trainable_variables)
+        encoder, model, optimizer = build_model(spec, config, steps, jit)
 
     state = RunState(output_dir, model, optimizer, write_dir=write_dir)
     start_step = state.restore()
@@ -195,7 +204,7 @@ def run(method, config, output_dir):
     tb_dir = os.path.join(write_dir, "tb")
     writer = tf.summary.create_file_writer(tb_dir)
     history = metrics.setdefault("dev_history", [])
-    nan_guard = NanGuard()
+    nan_guard = NanGuard(config.max_grad_norm)
     throughput = Throughput(config.batch_size)
     callbacks = [
         nan_guard, throughput,
@@ -207,7 +216,7 @@ def run(method, config, output_dir):
                      max_seq_length=config.eval_max_seq_length,
                      log_dir=tb_dir,
                      projector_every=config.projector_every,
-                     projector_points=config.projector_points),
+                     projector_points=config.projector_points, guard=nan_guard),
     ]
     if start_step < steps:
         dataset = make_dataset(spec, config, encoder, examples, start_step, output_dir)
@@ -224,7 +233,8 @@ def run(method, config, output_dir):
     final_step = int(optimizer.iterations.numpy())
     metrics["steps"] = final_step
     if nan_guard.failed_step is not None:
-        _stop_diverged(state, metrics, metrics_path if chief else None, nan_guard.failed_step)
+        _stop_diverged(state, metrics, metrics_path if chief else None, nan_guard.failed_step,
+                       nan_guard.reason)
     if not chief:
         import shutil
 
@@ -303,15 +313,15 @@ def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _stop_diverged(state, metrics, metrics_path, failed_step):
-    """Records a non-finite loss and raises TrainingError: no export, the best weights and
-    the last finite checkpoint stay as they were."""
+def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
+    """Records a divergence (non-finite loss, exploding gradients) and raises TrainingError:
+    no export, the best weights and the last good checkpoint stay as they were."""
     import tensorflow as tf
 
     from tfsent.errors import TrainingError
     from tfsent.training import _write_json_atomic
 
-    metrics["stopped"] = f"non-finite loss at step {failed_step}"
+    metrics["stopped"] = f"{reason} at step {failed_step}"
     if metrics_path:
         _write_json_atomic(metrics_path, metrics)
     latest = tf.train.latest_checkpoint(os.path.join(state.output_dir, "checkpoints"))
@@ -320,9 +330,9 @@ def _stop_diverged(state, metrics, metrics_path, failed_step):
     kept = (f"the best weights (dev {best:.2f} at step {best_step}) are in {state.best_dir}"
             if best is not None else "no dev evaluation had completed")
     raise TrainingError(
-        f"the loss became non-finite at step {failed_step}; stopped without exporting. "
+        f"{reason} at step {failed_step}; stopped without exporting. "
         f"{kept[0].upper() + kept[1:]}. Rerun the same command with a lower "
-        f"--config.learning_rate to resume from the last finite checkpoint ({last}).")
+        f"--config.learning_rate to resume from the last good checkpoint ({last}).")
 
 
 def _split_cpu(n):

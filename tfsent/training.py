@@ -224,12 +224,14 @@ class DevEvaluator(keras.callbacks.Callback):
     projector snapshot of the dev sentences (`write_projector_snapshot`; 0 turns it off).
     A divergence guard (`patience_drop`) stops the run when the dev score falls more than
     that many points below the best (SCD's late collapse); the best weights stay intact.
+    With `guard` (a `NanGuard`) that has fired, the epoch's end writes nothing.
     """
 
     def __init__(self, state, dev_pairs, writer=None, name="dev", patience_drop=None,
                  history=None, max_seq_length=None, log_dir=None, projector_every=5,
-                 projector_points=1000):
+                 projector_points=1000, guard=None):
         super().__init__()
+        self.guard = guard
         self.max_seq_length = max_seq_length
         self.state = state
         self.dev_pairs = dev_pairs
@@ -245,8 +247,9 @@ class DevEvaluator(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(loss):
-            return  # NanGuard reports it; do not let a diverged model become "best"
+        if ((loss is not None and not math.isfinite(loss))
+                or (self.guard is not None and self.guard.failed_step is not None)):
+            return  # NanGuard reports it; a diverged model never becomes "best" or a checkpoint
         report = sts_dev_score(self.model, *self.dev_pairs, max_seq_length=self.max_seq_length,
                                geometry=True)
         sentences, embeddings = report.pop("sentences"), report.pop("embeddings")
@@ -284,20 +287,34 @@ class DevEvaluator(keras.callbacks.Callback):
 
 
 class NanGuard(keras.callbacks.Callback):
-    """Stops training at the first non-finite loss and says at which step."""
+    """Stops training at the first non-finite loss, or when the gradient norm (the
+    `grad_norm` log of `SentenceMethod.train_step`) is non-finite or above
+    `max_grad_norm` (exploding gradients; 0 turns the threshold off), and says at which
+    step. `failed_step` and `reason` tell the caller what happened."""
 
-    def __init__(self):
+    def __init__(self, max_grad_norm=0.0):
         super().__init__()
+        self.max_grad_norm = max_grad_norm
         self.failed_step = None
+        self.reason = None
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
+        logs = logs or {}
+        loss, norm = logs.get("loss"), logs.get("grad_norm")
         if loss is not None and not math.isfinite(float(loss)):
-            self.failed_step = int(self.model.optimizer.iterations.numpy())
-            logging.error("loss is %s at step %d: stopping. The best checkpoint and export are "
-                          "untouched; rerun with a lower learning_rate to resume from the "
-                          "last checkpoint.", loss, self.failed_step)
-            self.model.stop_training = True
+            reason = f"the loss became non-finite ({float(loss)})"
+        elif norm is not None and (not math.isfinite(float(norm)) or (
+                self.max_grad_norm and float(norm) > self.max_grad_norm)):
+            reason = (f"the gradients exploded (mean gradient norm {float(norm):.3g} this "
+                      f"epoch, limit max_grad_norm={self.max_grad_norm:g})")
+        else:
+            return
+        self.failed_step = int(self.model.optimizer.iterations.numpy())
+        self.reason = reason
+        logging.error("%s at step %d: stopping. The best checkpoint and export are untouched; "
+                      "rerun with a lower learning_rate to resume from the last checkpoint.",
+                      reason, self.failed_step)
+        self.model.stop_training = True
 
 
 class Throughput(keras.callbacks.Callback):

@@ -21,23 +21,38 @@ class SentenceMethod(keras.Model):
     `(objective, logs)`: the replica's differentiable objective and a dict of float32
     scalars to log (global values, identical on every replica).
 
+    GradCache (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under
+    Memory Limited Setup"): a method whose objective is a function of sentence embeddings
+    (and of heads outside the encoder) implements `embedding_parts` and
+    `loss_from_embeddings` and sets `supports_grad_cache`; with `grad_cache_chunk` > 0
+    its train_step embeds the batch in chunks without a tape, takes the gradient of the
+    loss w.r.t. the embeddings, then re-runs each chunk under a tape with the encoder's
+    dropout stream replayed, so the gradient equals the plain one while only one chunk's
+    activations are alive at a time.
+
     Args:
         encoder: a `tfsent.encoders.SentenceEncoder`.
         train_pooling: pooling used in the loss (default: the encoder's).
         export_pooling: pooling the exported model carries (default: train_pooling).
+        grad_cache_chunk: GradCache chunk size in sentences per replica (0: off).
     """
 
     metric_names = ("loss",)
+    supports_grad_cache = False
 
-    def __init__(self, encoder, train_pooling=None, export_pooling=None, **kwargs):
+    def __init__(self, encoder, train_pooling=None, export_pooling=None, grad_cache_chunk=0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.encoder = encoder
+        self.grad_cache_chunk = 0
+        self.set_grad_cache(grad_cache_chunk)
         self.train_pooling = train_pooling or encoder.pooling
         self.export_pooling = export_pooling or self.train_pooling
         if "cls" not in (self.train_pooling, self.export_pooling):
             # The pooler Dense is unused: keep it out of the trainable variables.
             encoder.backbone.pooled_dense.trainable = False
-        self._trackers = {name: keras.metrics.Mean(name=name) for name in self.metric_names}
+        self._trackers = {name: keras.metrics.Mean(name=name)
+                          for name in (*self.metric_names, "grad_norm")}
         # Every variable lives in already-built sublayers (subclasses build theirs in
         # __init__), so Keras must not try to build the model by calling it on a batch.
         self.built = True
@@ -99,15 +114,117 @@ class SentenceMethod(keras.Model):
         """Returns (objective, logs); see the class docstring."""
         raise NotImplementedError
 
+    def set_grad_cache(self, chunk):
+        """Turns GradCache on with `chunk` sentences per encoder pass (0 turns it off)."""
+        from tfsent.errors import ConfigError
+
+        if not isinstance(chunk, int) or chunk < 0:
+            raise ConfigError(f"grad_cache_chunk must be an integer >= 0, got {chunk!r}")
+        if chunk and not self.supports_grad_cache:
+            raise ConfigError(f"grad_cache_chunk: {type(self).__name__} does not support "
+                              "GradCache (its loss is not a function of sentence embeddings "
+                              "alone); set it to 0")
+        self.grad_cache_chunk = chunk
+
+    def embedding_parts(self, batch):
+        """GradCache hook: the `(features, embed_kwargs)` pairs whose training-mode
+        embeddings `loss_from_embeddings` needs, in order."""
+        raise NotImplementedError
+
+    def loss_from_embeddings(self, embeddings, batch):
+        """GradCache hook: `(objective, logs)` from the embeddings of `embedding_parts`."""
+        raise NotImplementedError
+
+    def embed_parts(self, batch, training):
+        """Embeds every part of `embedding_parts` in one encoder pass per distinct
+        kwargs (the plain path; GradCache embeds them chunk by chunk instead)."""
+        parts = self.embedding_parts(batch)
+        kwargs = parts[0][1]
+        if any(k != kwargs for _, k in parts):
+            return [self.embed(f, training, **k) for f, k in parts]
+        z = self.embed(concat_features([f for f, _ in parts]), training, **kwargs)
+        return tf.split(z, len(parts), axis=0)
+
     def train_step(self, data):
         batch = data[0] if isinstance(data, tuple) else data
-        with tf.GradientTape() as tape:
-            objective, logs = self.compute_losses(batch, training=True)
-            scaled = self.optimizer.scale_loss(objective)
         variables = self.trainable_variables
-        grads = self.adjust_gradients(tape.gradient(scaled, variables), variables)
+        if self.grad_cache_chunk:
+            grads, logs = self.grad_cache_gradients(batch, variables)
+        else:
+            grads, logs = self.gradients(batch, variables)
+        grads = self.adjust_gradients(grads, variables)
+        logs = dict(logs, grad_norm=self._gradient_norm(grads))
         self.optimizer.apply_gradients(zip(grads, variables))
         return self._update_trackers(logs)
+
+    def _scale(self, objective):
+        optimizer = getattr(self, "optimizer", None)
+        return optimizer.scale_loss(objective) if optimizer is not None else objective
+
+    def gradients(self, batch, variables):
+        """(gradients of the (loss-scaled) objective w.r.t. `variables`, logs)."""
+        with tf.GradientTape() as tape:
+            objective, logs = self.compute_losses(batch, training=True)
+            scaled = self._scale(objective)
+        return tape.gradient(scaled, variables), logs
+
+    def grad_cache_gradients(self, batch, variables):
+        """`gradients` computed with GradCache (see the class docstring). The encoder's
+        dropout seed state is saved before each chunk's first pass and restored for its
+        second, so both passes draw the same masks."""
+        seed_state = self.encoder.seed_generator.state
+        chunk = self.grad_cache_chunk
+        chunks, states, cached = [], [], []
+        for features, kwargs in self.embedding_parts(batch):
+            n = features["token_ids"].shape[0]
+            if n is None:
+                raise ValueError("GradCache needs a static per-replica batch size "
+                                 "(batch the dataset with drop_remainder=True)")
+            views = []
+            for start in range(0, n, chunk):
+                piece = {k: features[k][start:start + chunk] for k in FEATURE_KEYS
+                         if k in features}
+                states.append(tf.identity(seed_state.value))
+                chunks.append((piece, kwargs))
+                views.append(tf.stop_gradient(self.embed(piece, True, **kwargs)))
+            cached.append(tf.concat(views, axis=0))
+        after = tf.identity(seed_state.value)
+        with tf.GradientTape() as tape:
+            tape.watch(cached)
+            objective, logs = self.loss_from_embeddings(cached, batch)
+            scaled = self._scale(objective)
+        all_grads = tape.gradient(scaled, [*cached, *variables])
+        embedding_grads, grads = all_grads[:len(cached)], list(all_grads[len(cached):])
+        chunk_grads = []
+        for part_grad, part in zip(embedding_grads, cached):
+            n = part.shape[0]
+            chunk_grads.extend(tf.split(part_grad, [min(chunk, n - s)
+                                                    for s in range(0, n, chunk)], axis=0))
+        index = {id(v): i for i, v in enumerate(variables)}
+        encoder_vars = [v for v in self.encoder.trainable_variables if id(v) in index]
+        for (piece, kwargs), state, grad in zip(chunks, states, chunk_grads):
+            seed_state.assign(state)
+            with tf.GradientTape() as tape:
+                z = self.embed(piece, True, **kwargs)
+                surrogate = tf.reduce_sum(tf.cast(z, tf.float32)
+                                          * tf.cast(tf.stop_gradient(grad), tf.float32))
+            for var, g in zip(encoder_vars, tape.gradient(surrogate, encoder_vars)):
+                if g is not None:
+                    i = index[id(var)]
+                    grads[i] = g if grads[i] is None else _add_gradients(grads[i], g)
+        seed_state.assign(after)
+        return grads, logs
+
+    def _gradient_norm(self, grads):
+        """Global L2 norm of this replica's gradients before clipping, without the loss
+        scale (logged as `grad_norm`; `tfsent.training.NanGuard` stops on an explosion).
+        Unlike the losses it is a per-replica value: the norm of the summed gradient would
+        need a second all-reduce of every gradient."""
+        norm = tf.linalg.global_norm([g for g in grads if g is not None])
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        if scale is not None:  # LossScaleOptimizer: the gradients carry the loss scale
+            norm = norm / tf.cast(scale, norm.dtype)
+        return tf.cast(norm, tf.float32)
 
     def adjust_gradients(self, grads, variables):
         """Hook between the gradient and the update (identity here); a subclass whose
@@ -128,7 +245,8 @@ class SentenceMethod(keras.Model):
 
     def get_config(self):
         return {"encoder": keras.saving.serialize_keras_object(self.encoder),
-                "train_pooling": self.train_pooling, "export_pooling": self.export_pooling}
+                "train_pooling": self.train_pooling, "export_pooling": self.export_pooling,
+                "grad_cache_chunk": self.grad_cache_chunk}
 
     @classmethod
     def from_config(cls, config):
@@ -137,9 +255,20 @@ class SentenceMethod(keras.Model):
         return cls(**config)
 
 
+FEATURE_KEYS = ("token_ids", "padding_mask", "segment_ids")
+
+
+def _add_gradients(a, b):
+    """a + b for dense gradients and embedding-table IndexedSlices (kept sparse)."""
+    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.concat([a.values, b.values], 0),
+                                tf.concat([a.indices, b.indices], 0), a.dense_shape)
+    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
+
+
 def concat_features(parts):
     """Concatenates token feature dicts along the batch axis (one encoder pass for all views)."""
-    keys = [k for k in ("token_ids", "padding_mask", "segment_ids") if k in parts[0]]
+    keys = [k for k in FEATURE_KEYS if k in parts[0]]
     return {k: tf.concat([p[k] for p in parts], axis=0) for k in keys}
 
 

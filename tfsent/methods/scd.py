@@ -52,6 +52,7 @@ class SCD(SentenceMethod):
     """
 
     metric_names = ("loss", "self_contrast_loss", "decorrelation_loss")
+    supports_grad_cache = True
 
     def __init__(self, encoder, dropout_rate_a=0.05, dropout_rate_b=0.15, alpha=1.0,
                  beta=0.005225, lambd=0.012, temperature=0.05, projector_width=4096,
@@ -77,15 +78,23 @@ class SCD(SentenceMethod):
                                    name="projector")
         self.projector.build((None, encoder.hidden_dim))
 
+    def embedding_parts(self, batch):
+        """The batch at rate r_A and at rate r_B (GradCache hook)."""
+        return [(batch, {"dropout": self.dropout_rate_a}),
+                (batch, {"dropout": self.dropout_rate_b})]
+
     def views(self, batch, training):
         """The local pooled embeddings (h_A, h_B): two encoder passes at rates r_A, r_B."""
-        h_a = self.embed(batch, training, dropout=self.dropout_rate_a)
-        h_b = self.embed(batch, training, dropout=self.dropout_rate_b)
+        h_a, h_b = self.embed_parts(batch, training)
         return h_a, h_b
 
     def compute_losses(self, batch, training=True):
-        h_a, h_b = self.views(batch, training)
-        h_a, h_b = gather_with_local_grad(h_a, h_b)  # the step's only collective
+        return self.loss_from_embeddings(self.views(batch, training), batch, training)
+
+    def loss_from_embeddings(self, embeddings, batch, training=True):
+        """Self-contrast + decorrelation from (h_A, h_B) over the global batch."""
+        del batch
+        h_a, h_b = gather_with_local_grad(*embeddings)  # the step's only collective
         p_a = self.projector(h_a, training=training)
         p_b = self.projector(h_b, training=training)
         loss, self_contrast, decorrelation = losses.scd_loss(

@@ -1,10 +1,8 @@
 """SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
 
-import tensorflow as tf
-
 from tfsent import losses
 from tfsent.distribute import gather_with_local_grad
-from tfsent.methods.base import SentenceMethod, concat_features
+from tfsent.methods.base import SentenceMethod
 
 
 class SimCSE(SentenceMethod):
@@ -30,6 +28,7 @@ class SimCSE(SentenceMethod):
     """
 
     metric_names = ("loss",)
+    supports_grad_cache = True
 
     def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
                  dropout=None, train_pooling=None, export_pooling=None, **kwargs):
@@ -39,15 +38,24 @@ class SimCSE(SentenceMethod):
         self.hard_negative_weight = float(hard_negative_weight)
         self.dropout = dropout
 
+    def embedding_parts(self, batch):
+        """(anchor, positive, negative) features, or the batch twice (dropout views)."""
+        kwargs = {"dropout": self.dropout}
+        if self.supervised:
+            return [(batch["anchor"], kwargs), (batch["positive"], kwargs),
+                    (batch["negative"], kwargs)]
+        return [(batch, kwargs), (batch, kwargs)]
+
     def contrastive_views(self, batch, training):
         """Returns the local (z1, z2, z3-or-None) embeddings of a batch."""
-        if self.supervised:
-            parts = [batch["anchor"], batch["positive"], batch["negative"]]
-        else:
-            parts = [batch, batch]
-        z = self.embed(concat_features(parts), training, dropout=self.dropout)
-        views = tf.split(z, len(parts), axis=0)
+        views = self.embed_parts(batch, training)
         return views[0], views[1], (views[2] if self.supervised else None)
+
+    def loss_from_embeddings(self, embeddings, batch):
+        """InfoNCE from the views' embeddings (GradCache hook)."""
+        del batch
+        loss = self.contrastive_loss(*embeddings)
+        return loss, {"loss": loss}
 
     def contrastive_loss(self, z1, z2, z3=None):
         """InfoNCE over the global batch (gathered across replicas)."""
@@ -58,9 +66,7 @@ class SimCSE(SentenceMethod):
         return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
 
     def compute_losses(self, batch, training=True):
-        z1, z2, z3 = self.contrastive_views(batch, training)
-        loss = self.contrastive_loss(z1, z2, z3)
-        return loss, {"loss": loss}
+        return self.loss_from_embeddings(self.embed_parts(batch, training), batch)
 
     def get_config(self):
         config = super().get_config()

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfsent import losses
 from tfsent.distribute import gather_with_local_grad, global_sum
-from tfsent.methods.base import SentenceMethod, concat_features
+from tfsent.methods.base import SentenceMethod
 
 
 class SupConSBERT(SentenceMethod):
@@ -28,6 +28,7 @@ class SupConSBERT(SentenceMethod):
     """
 
     metric_names = ("loss", "ce_loss", "scl_loss", "nli_accuracy")
+    supports_grad_cache = True
 
     def __init__(self, encoder, scl_weight=0.3, temperature=1.0, max_positives=0,
                  max_negatives=0, similarity="dot", train_pooling="mean_no_cls",
@@ -44,9 +45,16 @@ class SupConSBERT(SentenceMethod):
              keras.layers.Dense(3, name="ce_logits")], name="nli_classifier")
         self.classifier.build((None, 3 * dim))
 
+    def embedding_parts(self, batch):
+        """Premises and hypotheses (GradCache hook)."""
+        return [(batch["premise"], {}), (batch["hypothesis"], {})]
+
     def compute_losses(self, batch, training=True):
-        z = self.embed(concat_features([batch["premise"], batch["hypothesis"]]), training)
-        u, v = tf.split(tf.cast(z, tf.float32), 2, axis=0)  # float32 under mixed precision
+        return self.loss_from_embeddings(self.embed_parts(batch, training), batch)
+
+    def loss_from_embeddings(self, embeddings, batch):
+        """CE on the NLI head plus SCL from premise/hypothesis embeddings."""
+        u, v = (tf.cast(z, tf.float32) for z in embeddings)  # float32 under mixed precision
         valid = tf.cast(batch["valid"], tf.float32)
         labels = tf.cast(batch["label"], tf.int32)
         logits = tf.cast(self.classifier(tf.concat([u, v, tf.abs(u - v)], axis=-1)), tf.float32)
