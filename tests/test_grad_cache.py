@@ -118,3 +118,28 @@ def test_unsupported_method_and_bad_chunk():
         CMLMCSE(encoder, extractor_layers=1, fusion_layers=1, grad_cache_chunk=8)
     with pytest.raises(ConfigError, match="grad_cache_chunk must be an integer"):
         SimCSE(encoder, grad_cache_chunk=-1)
+
+
+@pytest.mark.parametrize("policy,chunk", [("mixed_bfloat16", 0), ("mixed_float16", 3)])
+def test_mixed_precision_trains_with_float32_losses(policy, chunk):
+    """Both mixed policies train (float16 with loss scaling, here through GradCache); the
+    encoder computes in the low precision, the losses come out in float32."""
+    from tfsent.losses import info_nce
+
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        encoder = tiny_encoder(TINY_VOCAB, dropout=0.1)
+        model = SimCSE(encoder, grad_cache_chunk=chunk)
+        optimizer = keras.optimizers.AdamW(1e-3)
+        if policy == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, jit_compile=False)
+        data = tf.data.Dataset.from_tensor_slices(SENTENCES).repeat()
+        data = data.batch(6, drop_remainder=True).map(encoder.tokenizer)
+        history = model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"]).all()
+        z = model.embed(encoder.tokenizer(tf.constant(SENTENCES[:4])), True)
+        assert z.dtype == policy.split("_")[1]
+        assert info_nce(z, z).dtype == tf.float32
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
