@@ -44,6 +44,20 @@ def demo_sentences_path():
     return os.path.join(roots[0], "data", "demo", "sentences.txt")
 
 
+def data_or_usage_error(path):
+    """`resolve_data(path)` for a script's main: the note goes to stderr, a bad path becomes
+    an absl UsageError. Returns the data path."""
+    from absl import app
+
+    try:
+        data, note = resolve_data(path)
+    except ValueError as e:
+        raise app.UsageError(str(e))
+    if note:
+        print(f"[bench] {note}", file=sys.stderr)
+    return data, note
+
+
 def resolve_data(path, default=DEFAULT_WIKI, flag="--data"):
     """The sentence file to benchmark on: `path`; the default wiki prefix, or the demo corpus
     when the shared data is absent. Returns (path, note); raises ValueError naming `flag`."""

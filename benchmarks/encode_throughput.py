@@ -74,12 +74,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     validate_flags()
-    try:
-        data, note = common.resolve_data(FLAGS.data)
-    except ValueError as e:
-        raise app.UsageError(str(e))
-    if note:
-        print(f"[bench] {note}", file=sys.stderr)
+    data, note = common.data_or_usage_error(FLAGS.data)
     shared = [f"--data={data}", f"--max_sentences={FLAGS.n}",
               f"--batch_size={FLAGS.batch_size}", f"--max_seq_length={FLAGS.max_seq_length}",
               f"--repeats={FLAGS.repeats}", f"--warmup_passes={FLAGS.warmup_passes}"]

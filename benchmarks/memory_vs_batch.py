@@ -61,10 +61,7 @@ def main(argv):
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps}), which must be >= 1")
     sizes = parse_batch_sizes(FLAGS.batch_sizes)
-    try:
-        data, note = common.resolve_data(FLAGS.data)
-    except ValueError as e:
-        raise app.UsageError(str(e))
+    data, note = common.data_or_usage_error(FLAGS.data)
     n = len(common.read_sentences(data, FLAGS.max_sentences))
     if n < sizes[-1]:
         raise app.UsageError(f"--data has {n} sentences, fewer than the largest of "

@@ -192,12 +192,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     validate_flags()
-    try:
-        data, note = common.resolve_data(FLAGS.data)
-    except ValueError as e:
-        raise app.UsageError(str(e))
-    if note:
-        print(f"[bench] {note}", file=sys.stderr)
+    data, note = common.data_or_usage_error(FLAGS.data)
     n = len(common.read_sentences(data, FLAGS.max_sentences))
     if n < FLAGS.batch_size:
         raise app.UsageError(f"--data has {n} sentences (after --max_sentences), fewer than "

@@ -32,11 +32,16 @@ def require_matplotlib():
 
 
 def _save(fig, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
-    return path
+    """Lays out, writes `fig` to `path` atomically (temporary name, then rename), closes it."""
+    try:
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = path + ".tmp.png"
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+        return path
+    finally:
+        require_matplotlib().close(fig)
 
 
 def sts_scatter(path, task, gold, cosines_by_model, spearman_by_model):
@@ -60,11 +65,7 @@ def sts_scatter(path, task, gold, cosines_by_model, spearman_by_model):
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("cosine similarity")
     fig.suptitle(task, fontsize=10)
-    fig.tight_layout()
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _save(fig, path)
 
 
 def cosine_histogram(path, cosines_by_model, title="cosine of random sentence pairs"):
@@ -78,11 +79,7 @@ def cosine_histogram(path, cosines_by_model, title="cosine of random sentence pa
     ax.set_ylabel("pairs")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _save(fig, path)
 
 
 def align_uniform_plot(path, points_by_model, title="alignment / uniformity (STS-B test)"):
@@ -98,8 +95,4 @@ def align_uniform_plot(path, points_by_model, title="alignment / uniformity (STS
     ax.set_title(title, fontsize=10)
     ax.margins(0.3)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _save(fig, path)

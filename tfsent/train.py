@@ -78,6 +78,13 @@ def build_model(spec, config, steps, jit):
     the strategy's scope."""
     from tfsent.encoders import load_encoder
 
+    if config.grad_cache_chunk and jit:
+        # The chunk loop is unrolled at trace time; XLA then schedules the chunks' passes as
+        # one program and keeps their buffers alive together (batch 1024 in chunks of 64
+        # went past 20 GB here), which defeats GradCache. Until the loop is a tf.while_loop,
+        # GradCache runs without XLA.
+        logging.warning("grad_cache_chunk is set: jit_compile turned off for the train step")
+        jit = False
     encoder = load_encoder(config.encoder, pooling=config.pooling,
                            max_seq_length=config.max_seq_length,
                            dtype=config.mixed_precision or None, seed=config.seed)
@@ -221,7 +228,7 @@ def run(method, config, output_dir):
     if start_step < steps:
         dataset = make_dataset(spec, config, encoder, examples, start_step, output_dir)
         logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s", method,
-                     steps, config.batch_size, replicas, jit)
+                     steps, config.batch_size, replicas, model.jit_compile)
         t0 = time.time()
         model.fit(dataset, epochs=steps // config.eval_every,
                   steps_per_epoch=config.eval_every,
@@ -248,6 +255,12 @@ def run(method, config, output_dir):
     if best is not None:
         state.load_best()
         metrics["dev_best"] = {"spearman": best, "step": best_step}
+        start = metrics.get("dev_before", {}).get("spearman")
+        if start is not None and best < start:
+            logging.warning("no checkpoint beat the pretrained encoder on dev (best %.2f at "
+                            "step %d < %.2f before training); exporting the best checkpoint "
+                            "anyway: the starting encoder itself may be the better model",
+                            best, best_step, start)
     else:
         logging.warning("no dev evaluation completed; exporting the current weights")
     export_path = export_encoder(encoder, os.path.join(output_dir, "export"),
