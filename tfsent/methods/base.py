@@ -184,9 +184,12 @@ class SentenceMethod(keras.Model):
             for start in range(0, n, chunk):
                 piece = {k: features[k][start:start + chunk] for k in FEATURE_KEYS
                          if k in features}
-                states.append(tf.identity(seed_state.value))
-                chunks.append((piece, kwargs))
-                views.append(tf.stop_gradient(self.embed(piece, True, **kwargs)))
+                # In a graph nothing orders independent chunks: without these control
+                # dependencies TF's executor runs them all at once (the full batch's memory).
+                with tf.control_dependencies(views[-1:] or cached[-1:]):
+                    states.append(tf.identity(seed_state.value))
+                    chunks.append((piece, kwargs))
+                    views.append(tf.stop_gradient(self.embed(piece, True, **kwargs)))
             cached.append(tf.concat(views, axis=0))
         after = tf.identity(seed_state.value)
         with tf.GradientTape() as tape:
@@ -202,14 +205,18 @@ class SentenceMethod(keras.Model):
                                                     for s in range(0, n, chunk)], axis=0))
         index = {id(v): i for i, v in enumerate(variables)}
         encoder_vars = [v for v in self.encoder.trainable_variables if id(v) in index]
+        previous = [g for g in grads if g is not None]
         for (piece, kwargs), state, grad in zip(chunks, states, chunk_grads):
-            seed_state.assign(state)
-            with tf.GradientTape() as tape:
-                z = self.embed(piece, True, **kwargs)
-                surrogate = tf.reduce_sum(tf.cast(z, tf.float32)
-                                          * tf.cast(tf.stop_gradient(grad), tf.float32))
+            with tf.control_dependencies([_dense_part(g) for g in previous]):  # one at a time
+                seed_state.assign(state)
+                with tf.GradientTape() as tape:
+                    z = self.embed(piece, True, **kwargs)
+                    surrogate = tf.reduce_sum(tf.cast(z, tf.float32)
+                                              * tf.cast(tf.stop_gradient(grad), tf.float32))
+            previous = []
             for var, g in zip(encoder_vars, tape.gradient(surrogate, encoder_vars)):
                 if g is not None:
+                    previous.append(g)
                     i = index[id(var)]
                     grads[i] = g if grads[i] is None else _add_gradients(grads[i], g)
         seed_state.assign(after)
@@ -256,6 +263,11 @@ class SentenceMethod(keras.Model):
 
 
 FEATURE_KEYS = ("token_ids", "padding_mask", "segment_ids")
+
+
+def _dense_part(g):
+    """The tensor carrying a gradient's values (IndexedSlices -> its values)."""
+    return g.values if isinstance(g, tf.IndexedSlices) else g
 
 
 def _add_gradients(a, b):
