@@ -198,6 +198,16 @@ def cpu_busy_fraction(interval=1.0):
 BUSY_THRESHOLD = 0.15
 
 
+def check_busy():
+    """Measures how busy the CPU is before a run and warns on stderr if it is. Returns
+    (busy fraction, warning text or None) for the result JSON and the final printout."""
+    busy = cpu_busy_fraction()
+    warning = busy_warning(busy)
+    if warning:
+        print(f"[bench] warning: {warning}", file=sys.stderr)
+    return busy, warning
+
+
 def busy_warning(busy):
     """A warning text if the machine was busy before the run (else None)."""
     if busy is None or busy < BUSY_THRESHOLD:

@@ -79,10 +79,7 @@ def main(argv):
               f"--batch_size={FLAGS.batch_size}", f"--max_seq_length={FLAGS.max_seq_length}",
               f"--repeats={FLAGS.repeats}", f"--warmup_passes={FLAGS.warmup_passes}"]
     peer_env.worker_env()  # checks --peer_env
-    busy = common.cpu_busy_fraction()
-    warning = common.busy_warning(busy)
-    if warning:
-        print(f"[bench] warning: {warning}", file=sys.stderr)
+    busy, warning = common.check_busy()
     peer_python = None
     if not FLAGS.skip_peer:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python)

@@ -67,10 +67,7 @@ def main(argv):
         raise app.UsageError(f"--data has {n} sentences, fewer than the largest of "
                              f"--batch_sizes ({sizes[-1]})")
     peer_env.worker_env()  # checks --peer_env
-    busy = common.cpu_busy_fraction()
-    warning = common.busy_warning(busy)
-    if warning:
-        print(f"[bench] warning: {warning}", file=sys.stderr)
+    busy, warning = common.check_busy()
     peer_python = (peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python)
                    if FLAGS.with_peer else None)
     rows = []

@@ -198,10 +198,7 @@ def main(argv):
         raise app.UsageError(f"--data has {n} sentences (after --max_sentences), fewer than "
                              f"--batch_size={FLAGS.batch_size}")
     peer_env.worker_env()  # checks --peer_env
-    busy = common.cpu_busy_fraction()
-    warning = common.busy_warning(busy)
-    if warning:
-        print(f"[bench] warning: {warning}", file=sys.stderr)
+    busy, warning = common.check_busy()
     peer_python = None
     if not FLAGS.skip_peer:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python)
