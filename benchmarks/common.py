@@ -177,6 +177,29 @@ def simcse_train_flops(num_layers, hidden, intermediate, seq_len, batch_size):
                                          2 * batch_size)
 
 
+def encode_flops(num_layers, hidden, intermediate, widths, n, batch_size):
+    """Forward matmul FLOPs of one encode pass over `n` sentences in batches of
+    `batch_size` (the last one smaller), batch k padded to `widths[k]` tokens."""
+    sizes = [min(batch_size, n - start) for start in range(0, n, batch_size)]
+    if len(sizes) != len(widths):
+        raise ValueError(f"{len(widths)} batch widths for {len(sizes)} batches")
+    return sum(transformer_forward_flops(num_layers, hidden, intermediate, w, b)
+               for w, b in zip(widths, sizes))
+
+
+def measure_peak(peer_python, matmul_size, repeats, peer_env_vars=None):
+    """One peak measurement in fresh processes: {"tf": FLOP/s, "torch": FLOP/s or None},
+    the best float32 n x n x n matmul of TF (eager and XLA) and of PyTorch (if
+    `peer_python`)."""
+    args = [f"--matmul_size={matmul_size}", f"--repeats={repeats}"]
+    out = {"tf": run_worker(sys.executable, "tfsent_worker.py", ["--mode=peak"] + args,
+                            what="matmul peak (TF)")["peak_flops"], "torch": None}
+    if peer_python:
+        out["torch"] = run_worker(peer_python, "peer_worker.py", ["--mode=peak"] + args,
+                                  env=peer_env_vars, what="matmul peak (PyTorch)")["peak_flops"]
+    return out
+
+
 def cpu_busy_fraction(interval=1.0):
     """Fraction of CPU time (all cores) spent busy over `interval` seconds, from /proc/stat
     (None where unavailable). Measured before a run: other jobs distort every number."""

@@ -21,6 +21,14 @@ passes (tfsent's two paths alternate); sentences/s is n over the fastest pass. `
 savedmodel / peer, `encoder_ratio` = encoder / peer. As a check that all three compute the
 same model, the JSON holds the lowest cosine between their embeddings of the first 8
 sentences (1.0 = identical directions).
+
+MFU: each side reports the padded width of every batch it forms (tfsent from its
+tokenizer's lengths in its own order; the peer from its own tokenizer in its own order), so
+`*_flops_per_pass` = the sum over batches of the forward FLOPs of train_throughput.py's
+formula at that width, and `*_mfu` = flops_per_pass / fastest pass / peak, the peak being
+the best float32 n x n x n matmul of TF and PyTorch measured in this run. A side's MFU
+bounds what any implementation of the same computation can gain over it: a ratio of 2.0
+needs the peer's MFU below half of what tfsent reaches.
 """
 
 import os
@@ -43,13 +51,15 @@ flags.DEFINE_integer("warmup_passes", 1, "Untimed passes per path first.")
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no PyTorch venv).")
 flags.DEFINE_integer("peer_threads", 0, "torch intra-op threads (0: torch's default).")
+flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the peak.")
+flags.DEFINE_integer("peak_repeats", 5, "Timed matmuls per peak measurement.")
 
 
 def validate_flags():
     """Raises app.UsageError naming the offending flag."""
     if not FLAGS.json:
         raise app.UsageError("--json is required (where to write the results)")
-    for name in ("n", "batch_size", "repeats"):
+    for name in ("n", "batch_size", "repeats", "matmul_size", "peak_repeats"):
         if getattr(FLAGS, name) < 1:
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.warmup_passes < 0:
@@ -69,6 +79,12 @@ def min_cosine(a, b):
     return float(np.min(cos))
 
 
+def _mean_width(widths, n):
+    """Mean padded length per sentence over batches of FLAGS.batch_size."""
+    sizes = [min(FLAGS.batch_size, n - s) for s in range(0, n, FLAGS.batch_size)]
+    return sum(w * b for w, b in zip(widths, sizes)) / n
+
+
 def main(argv):
     """Runs the three paths, writes --json, prints the table."""
     if len(argv) > 1:
@@ -84,6 +100,8 @@ def main(argv):
     if not FLAGS.skip_peer:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python)
     load_before = common.load_average()
+    peaks = common.measure_peak(peer_python, FLAGS.matmul_size, FLAGS.peak_repeats,
+                                peer_env.worker_env() if peer_python else None)
     ours = common.run_worker(sys.executable, "tfsent_worker.py", ["--mode=encode"] + shared,
                              what="tfsent encode (SavedModel and SentenceEncoder.encode)")
     peer = None
@@ -94,9 +112,24 @@ def main(argv):
                                  what="sentence-transformers encode")
     sm, enc = ours["savedmodel_sent_per_s"], ours["encoder_sent_per_s"]
     p = peer["sent_per_s"] if peer else None
+    peak = max(v for v in peaks.values() if v)
+    n = ours["n_sentences"]
+
+    def pass_flops(side):
+        return common.encode_flops(ours["num_layers"], ours["hidden"], ours["intermediate"],
+                                   side["batch_widths"], n, FLAGS.batch_size)
+
+    flops = pass_flops(ours)
+    peer_flops = pass_flops(peer) if peer else None
     result = {
         "tfsent_sent_per_s": sm, "encoder_encode_sent_per_s": enc, "peer_sent_per_s": p,
         "ratio": sm / p if p else None, "encoder_ratio": enc / p if p else None,
+        "mfu": flops * sm / n / peak, "encoder_mfu": flops * enc / n / peak,
+        "peer_mfu": peer_flops * p / n / peak if peer else None,
+        "tfsent_flops_per_pass": flops, "peer_flops_per_pass": peer_flops,
+        "tfsent_mean_padded_length": _mean_width(ours["batch_widths"], n),
+        "peer_mean_padded_length": _mean_width(peer["batch_widths"], n) if peer else None,
+        "peak_flops": peak, "peak_measurements": peaks,
         "min_cosine_savedmodel_vs_encoder": min_cosine(ours["savedmodel_embeddings"],
                                                        ours["encoder_embeddings"]),
         "min_cosine_savedmodel_vs_peer": (min_cosine(ours["savedmodel_embeddings"],
@@ -127,12 +160,14 @@ def main(argv):
         raise RuntimeError(f"the two sides read different sentence counts "
                            f"({ours['n_sentences']} vs {peer['n_sentences']})")
     common.write_json_atomic(FLAGS.json, result)
+    pct = lambda x: common.fmt(100 * x) + "%" if x is not None else "-"  # noqa: E731
     rows = [["tfsent SavedModel (strings in)", common.fmt(sm), common.fmt(sm / p, 2) if p
-             else "-"],
+             else "-", pct(result["mfu"])],
             ["tfsent SentenceEncoder.encode", common.fmt(enc), common.fmt(enc / p, 2) if p
-             else "-"],
-            ["sentence-transformers encode", common.fmt(p), "1.00" if p else "-"]]
-    common.print_table(["path", "sent/s", "vs peer"], rows,
+             else "-", pct(result["encoder_mfu"])],
+            ["sentence-transformers encode", common.fmt(p), "1.00" if p else "-",
+             pct(result["peer_mfu"])]]
+    common.print_table(["path", "sent/s", "vs peer", "MFU"], rows,
                        title=f"encode throughput: minilm-l6 mean pooling, "
                              f"{ours['n_sentences']} sentences, batch {FLAGS.batch_size}, "
                              f"max_seq_length {FLAGS.max_seq_length}")

@@ -15,7 +15,10 @@ as train_throughput.py) trains minilm-l6 for `steps` steps and reports:
   sent_per_s         sentences/s after `warmup_steps` (as in train_throughput.py).
 
 --tfsent_config passes run-config overrides (e.g. mixed_precision=mixed_bfloat16) to every
-run; --with_peer measures sentence-transformers (Trainer) the same way in its venv.
+run; --grad_cache_chunk=N trains the batch sizes above N with GradCache in chunks of N and
+the others plain, and reports each tfsent row's peak RSS over the smallest plain batch's
+(`rss_vs_smallest_plain`); --with_peer measures sentence-transformers (Trainer) the same
+way in its venv.
 """
 
 import os
@@ -36,6 +39,8 @@ flags.DEFINE_string("data", common.DEFAULT_WIKI, "Sentence file, one a line (def
                     "wiki prefix; the demo corpus when ../shared/data is absent).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
 flags.DEFINE_multi_string("tfsent_config", [], "FIELD=VALUE overrides of tfsent's run config.")
+flags.DEFINE_integer("grad_cache_chunk", 0, "GradCache chunk for batch sizes above it (smaller "
+                     "batches train plain, so one run compares plain and cached; 0: off).")
 flags.DEFINE_bool("with_peer", False, "Also measure sentence-transformers (its own venv).")
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 
@@ -57,6 +62,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.json:
         raise app.UsageError("--json is required (where to write the results)")
+    if FLAGS.grad_cache_chunk < 0:
+        raise app.UsageError(f"--grad_cache_chunk must be >= 0, got {FLAGS.grad_cache_chunk}")
     if FLAGS.warmup_steps < 1 or FLAGS.steps <= FLAGS.warmup_steps:
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps}), which must be >= 1")
@@ -75,25 +82,33 @@ def main(argv):
         args = [f"--data={data}", f"--max_sentences={FLAGS.max_sentences}",
                 f"--batch_size={size}", f"--max_seq_length={FLAGS.max_seq_length}",
                 f"--steps={FLAGS.steps}", f"--warmup_steps={FLAGS.warmup_steps}"]
+        chunk = FLAGS.grad_cache_chunk if 0 < FLAGS.grad_cache_chunk < size else 0
+        config = list(FLAGS.tfsent_config) + ([f"grad_cache_chunk={chunk}"] if chunk else [])
         sides = [("tfsent", sys.executable, "tfsent_worker.py",
-                  ["--mode=train"] + [f"--tfsent_config={c}" for c in FLAGS.tfsent_config],
-                  None)]
+                  ["--mode=train"] + [f"--tfsent_config={c}" for c in config], None)]
         if peer_python:
             sides.append(("sentence-transformers", peer_python, "peer_worker.py",
                           ["--mode=train", "--loop=trainer"], peer_env.worker_env()))
         for side, python, script, extra, env in sides:
             r = common.run_worker(python, script, extra + args, env=env,
                                   what=f"{side} training, batch {size}")
-            rows.append({"side": side, "batch_size": size, "peak_rss_mb": r["max_rss_mb"],
+            rows.append({"side": side, "batch_size": size,
+                         "grad_cache_chunk": chunk if side == "tfsent" else 0,
+                         "peak_rss_mb": r["max_rss_mb"],
                          "rss_after_load_mb": r["rss_after_load_mb"],
                          "sent_per_s": r["sent_per_s"], "median_step_s": r["median_step_s"],
                          "losses_finite": r["losses_finite"], "load_average": r["load_average"]})
+    plain = [r for r in rows if r["side"] == "tfsent" and not r["grad_cache_chunk"]]
+    for r in rows:
+        if r["side"] == "tfsent" and plain:
+            r["rss_vs_smallest_plain"] = r["peak_rss_mb"] / plain[0]["peak_rss_mb"]
     result = {"rows": rows,
               "settings": {"batch_sizes": sizes, "steps": FLAGS.steps,
                            "warmup_steps": FLAGS.warmup_steps,
                            "max_seq_length": FLAGS.max_seq_length, "data": data,
                            "max_sentences": FLAGS.max_sentences,
                            "tfsent_config": list(FLAGS.tfsent_config),
+                           "grad_cache_chunk": FLAGS.grad_cache_chunk,
                            "peer_env": list(FLAGS.peer_env) if FLAGS.with_peer else [],
                            "cpu_count": os.cpu_count()},
               "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}
@@ -104,8 +119,11 @@ def main(argv):
         result["note"] = note
     common.write_json_atomic(FLAGS.json, result)
     common.print_table(
-        ["side", "batch", "peak RSS MiB", "RSS after load MiB", "sent/s", "median step s"],
-        [[r["side"], r["batch_size"], common.fmt(r["peak_rss_mb"], 0),
+        ["side", "batch", "GradCache chunk", "peak RSS MiB", "vs smallest plain",
+         "RSS after load MiB", "sent/s", "median step s"],
+        [[r["side"], r["batch_size"], r["grad_cache_chunk"] or "-",
+          common.fmt(r["peak_rss_mb"], 0),
+          common.fmt(r["rss_vs_smallest_plain"], 2) if "rss_vs_smallest_plain" in r else "-",
           common.fmt(r["rss_after_load_mb"], 0), common.fmt(r["sent_per_s"]),
           common.fmt(r["median_step_s"], 3)] for r in rows],
         title=f"memory and throughput vs batch size: minilm-l6, max_seq_length "

@@ -208,6 +208,8 @@ def train_mode(args, model_dir):
 
 def encode_mode(args, model_dir):
     """Times SentenceTransformer.encode; returns the result dict."""
+    import numpy as np
+
     sentences = common.read_sentences(args.data, args.max_sentences)
     model = build_model(model_dir, args.max_seq_length)
     model.eval()
@@ -224,8 +226,16 @@ def encode_mode(args, model_dir):
         t0 = time.perf_counter()
         run()
         seconds.append(time.perf_counter() - t0)
+    # The padded width of each batch as encode() forms them: longest text first, each batch
+    # padded to its longest tokenization.
+    order = np.argsort([-len(s) for s in sentences])
+    widths = []
+    for start in range(0, len(sentences), args.batch_size):
+        batch = [sentences[i] for i in order[start:start + args.batch_size]]
+        widths.append(int(model.tokenize(batch)["input_ids"].shape[1]))
     return {"sent_per_s": len(sentences) / min(seconds),
             "seconds": [round(s, 3) for s in seconds], "n_sentences": len(sentences),
+            "batch_widths": widths,
             "embeddings": out["emb"][:args.keep_embeddings].tolist(),
             "max_rss_mb": round(common.max_rss_mb(), 1)}
 

@@ -156,6 +156,9 @@ def encode_mode():
 
         times = _time_passes({"savedmodel": savedmodel, "encoder": encoder_encode},
                              FLAGS.warmup_passes, FLAGS.repeats)
+        lengths = encoder.tokenizer(tf.constant(sentences))["padding_mask"]
+        lengths = np.sum(lengths.numpy(), axis=1)
+        widths = [int(max(lengths[i] for i in order[s:s + bs])) for s in range(0, n, bs)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     k = FLAGS.keep_embeddings
@@ -168,7 +171,9 @@ def encode_mode():
         "savedmodel_embeddings": outputs["savedmodel"][:k].tolist(),
         "encoder_embeddings": outputs["encoder"][:k].tolist(),
         "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
-        "tensorflow": tf.__version__,
+        "tensorflow": tf.__version__, "batch_widths": widths,
+        "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
+        "intermediate": int(encoder.backbone.intermediate_dim),
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
     }
 

@@ -86,14 +86,8 @@ def validate_flags():
 
 def measure_peak(peer_python):
     """One peak measurement: {"tf": FLOP/s, "torch": FLOP/s or None}."""
-    args = [f"--matmul_size={FLAGS.matmul_size}", f"--repeats={FLAGS.peak_repeats}"]
-    out = {"tf": common.run_worker(sys.executable, "tfsent_worker.py", ["--mode=peak"] + args,
-                                   what="matmul peak (TF)")["peak_flops"], "torch": None}
-    if peer_python:
-        out["torch"] = common.run_worker(peer_python, "peer_worker.py", ["--mode=peak"] + args,
-                                         env=peer_env.worker_env(),
-                                         what="matmul peak (PyTorch)")["peak_flops"]
-    return out
+    return common.measure_peak(peer_python, FLAGS.matmul_size, FLAGS.peak_repeats,
+                               peer_env.worker_env() if peer_python else None)
 
 
 def _shared_args(data):

@@ -57,6 +57,10 @@ def test_encode_throughput_tfsent_side(tmp_path):
     # The SavedModel and SentenceEncoder.encode compute the same embeddings.
     assert result["min_cosine_savedmodel_vs_encoder"] > 0.9999
     assert result["settings"]["n"] == 32
+    for key in ("mfu", "encoder_mfu", "peak_flops", "tfsent_flops_per_pass"):
+        assert _positive_finite(result[key]), (key, result[key])
+    assert 2 <= result["tfsent_mean_padded_length"] <= 32
+    assert result["peer_mfu"] is None
     assert "SavedModel" in r.stdout
 
 
@@ -66,6 +70,7 @@ def test_encode_throughput_tfsent_side(tmp_path):
     ("train_throughput.py", ["--data=/nonexistent.txt", "--json=JSON"], "--data"),
     ("encode_throughput.py", ["--n=0", "--json=JSON"], "--n"),
     ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
+    ("memory_vs_batch.py", ["--grad_cache_chunk=-1", "--json=JSON"], "--grad_cache_chunk"),
 ])
 def test_bad_flags_name_the_flag(script, args, flag, tmp_path):
     out = tmp_path / "never.json"
@@ -80,6 +85,13 @@ def test_flop_count_and_throughput_window():
     per_layer = 2 * 32 * (4 * 384 * 384 + 2 * 384 * 1536) + 4 * 32 * 32 * 384
     assert common.transformer_forward_flops(6, 384, 1536, 32, 1) == 6 * per_layer
     assert common.simcse_train_flops(6, 384, 1536, 32, 64) == 3 * 128 * 6 * per_layer
+    # Encoding 5 sentences in batches of 2 padded to 7, 5, 3 tokens: forward FLOPs of
+    # 2 x 7 + 2 x 5 + 1 x 3 sequences; the widths must match the batches.
+    by_hand = sum(b * 6 * (2 * w * (4 * 384 * 384 + 2 * 384 * 1536) + 4 * w * w * 384)
+                  for w, b in ((7, 2), (5, 2), (3, 1)))
+    assert common.encode_flops(6, 384, 1536, [7, 5, 3], 5, 2) == by_hand
+    with pytest.raises(ValueError, match="batch widths"):
+        common.encode_flops(6, 384, 1536, [7, 5], 5, 2)
     # Steps end at t = 10 (compile), 11, 12, 13: one warmup step, 3 timed steps in 3 s.
     w = common.window_throughput([10.0, 11.0, 12.0, 13.0], warmup_steps=1, batch_size=4)
     assert w["sent_per_s"] == pytest.approx(4.0) and w["timed_steps"] == 3

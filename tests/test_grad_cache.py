@@ -19,13 +19,19 @@ def _features(encoder, sentences):
     return encoder.tokenizer(tf.constant(sentences))
 
 
-def _compare(model, batch, chunk, atol=1e-5):
-    """Max abs difference between plain and GradCache gradients, and the logs."""
+def _compare(model, batch, chunk, atol=1e-5, jit=None):
+    """Max difference between plain and GradCache gradients, relative to each gradient's
+    scale when it is above 1 (float32 sums in another order: a table row whose gradient
+    is ~37 differs by ~1.5e-5 in a graph), and the logs; `jit` None runs eagerly,
+    True/False inside a tf.function with/without XLA."""
     variables = model.trainable_variables
     model.set_grad_cache(0)
     plain, plain_logs = model.gradients(batch, variables)
     model.set_grad_cache(chunk)
-    cached, cached_logs = model.grad_cache_gradients(batch, variables)
+    run = lambda b: model.grad_cache_gradients(b, variables)  # noqa: E731
+    if jit is not None:
+        run = tf.function(run, jit_compile=jit)
+    cached, cached_logs = run(batch)
     assert len(plain) == len(cached)
     worst = 0.0
     for var, a, b in zip(variables, plain, cached):
@@ -33,7 +39,8 @@ def _compare(model, batch, chunk, atol=1e-5):
         if a is not None:
             a, b = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy()
             assert np.abs(a).max() > 0 or np.abs(b).max() == 0
-            worst = max(worst, float(np.abs(a - b).max()))
+            scale = max(1.0, float(np.abs(a).max()))
+            worst = max(worst, float(np.abs(a - b).max()) / scale)
     assert worst <= atol, worst
     np.testing.assert_allclose(float(plain_logs["loss"]), float(cached_logs["loss"]),
                                rtol=1e-5)
@@ -50,6 +57,35 @@ def test_simcse_sup_gradients_equal_plain(chunk):
              "negative": _features(encoder, SENTENCES[::-1])}
     assert n % 5  # chunk 5 leaves a smaller last chunk
     _compare(model, batch, chunk)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("chunk", [2, 5])
+def test_chunk_loop_in_a_graph_equals_plain(jit, chunk):
+    """In a tf.function (with and without XLA) the equal chunks between the first and the
+    last run in a tf.while_loop (12 rows: chunk 2 -> 1 + a loop of 5; chunk 5 -> 1 + 1 +
+    a remainder of 2); the gradients, sparse embedding rows included, still match."""
+    from tfsent.methods.base import _chunk_segments
+
+    assert _chunk_segments(12, 2) == [(0, 2, 1), (2, 2, 5)]
+    assert _chunk_segments(12, 5) == [(0, 5, 1), (5, 5, 1), (10, 2, 1)]
+    encoder = tiny_encoder(TINY_VOCAB, dropout=0.0)
+    model = SimCSE(encoder, supervised=True)
+    batch = {"anchor": _features(encoder, SENTENCES),
+             "positive": _features(encoder, SENTENCES[1:] + SENTENCES[:1]),
+             "negative": _features(encoder, SENTENCES[::-1])}
+    _compare(model, batch, chunk, jit=jit)
+
+
+def test_chunk_segments():
+    from tfsent.methods.base import _chunk_segments
+
+    assert _chunk_segments(3, 8) == [(0, 3, 1)]
+    assert _chunk_segments(8, 8) == [(0, 8, 1)]
+    assert _chunk_segments(17, 8) == [(0, 8, 1), (8, 8, 1), (16, 1, 1)]
+    assert _chunk_segments(1024, 64) == [(0, 64, 1), (64, 64, 15)]
+    with pytest.raises(ValueError, match="static per-replica batch size"):
+        _chunk_segments(None, 8)
 
 
 def test_supcon_head_and_encoder_gradients_equal_plain():
@@ -73,7 +109,7 @@ def test_dropout_masks_are_replayed():
     """With dropout on, GradCache's gradient equals autodiff through the same chunked
     forward pass (same seed state): the second pass of every chunk redraws its masks."""
     encoder = tiny_encoder(TINY_VOCAB, dropout=0.2)
-    model = SimCSE(encoder, supervised=False, grad_cache_chunk=4)
+    model = SimCSE(encoder, supervised=False, grad_cache_chunk=4)  # 12 rows: 1 + loop of 2
     batch = _features(encoder, SENTENCES)
     seed = encoder.seed_generator.state
     start = seed.numpy().copy()
@@ -90,7 +126,8 @@ def test_dropout_masks_are_replayed():
     end = seed.numpy().copy()
 
     seed.assign(start)
-    cached, logs = model.grad_cache_gradients(batch, variables)
+    # in a graph: chunks 4..7 run in the tf.while_loop, their masks come from saved states
+    cached, logs = tf.function(lambda b: model.grad_cache_gradients(b, variables))(batch)
     np.testing.assert_array_equal(seed.numpy(), end)  # the stream advanced as one pass would
     np.testing.assert_allclose(float(logs["loss"]), float(loss), rtol=1e-6)
     assert not np.allclose(views[0].numpy(), views[1].numpy())  # dropout did act
