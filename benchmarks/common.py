@@ -200,6 +200,38 @@ def measure_peak(peer_python, matmul_size, repeats, peer_env_vars=None):
     return out
 
 
+def training_gemms(tokens, hidden, intermediate):
+    """The matmuls of a BERT layer's training step on `tokens` rows, as
+    (name, shape_a, shape_b, transpose_a, transpose_b): the forward projections, the
+    input gradient (dY W^T) and the weight gradients (X^T dY)."""
+    T, H, I = tokens, hidden, intermediate
+    return [("fwd X W, [T,H] x [H,I]", (T, H), (H, I), False, False),
+            ("fwd X W, [T,I] x [I,H]", (T, I), (I, H), False, False),
+            ("fwd X W, [T,H] x [H,H]", (T, H), (H, H), False, False),
+            ("bwd dY W^T, [T,I] x [H,I]^T", (T, I), (H, I), False, True),
+            ("bwd X^T dY, [T,H]^T x [T,I]", (T, H), (T, I), True, False),
+            ("bwd X^T dY, [T,I]^T x [T,H]", (T, I), (T, H), True, False)]
+
+
+def gemm_flops(shape_a, shape_b, transpose_a, transpose_b):
+    """2 m k n of op(A) op(B)."""
+    m, k = (shape_a[1], shape_a[0]) if transpose_a else shape_a
+    n = shape_b[0] if transpose_b else shape_b[1]
+    return 2 * m * k * n
+
+
+def time_best(fn, repeats, warmup=3):
+    """Best wall time of `fn()` over `repeats` calls after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def cpu_busy_fraction(interval=1.0):
     """Fraction of CPU time (all cores) spent busy over `interval` seconds, from /proc/stat
     (None where unavailable). Measured before a run: other jobs distort every number."""

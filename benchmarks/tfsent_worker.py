@@ -12,8 +12,12 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           TensorBoard callbacks, which are not training. Steps are timed by a callback that
           reads the loss (which waits for the step, as the CLI's NaN guard does).
   encode  the exported SavedModel (strings in, `serving_default`) and
-          `SentenceEncoder.encode`, on the same sentences and batch size, alternating repeats.
+          `SentenceEncoder.encode`, on the same sentences and batch size, alternating repeats;
+          each also with XLA (`export_encoder(jit_compile=True)`, `encode(jit_compile=True)`:
+          bucketed shapes, compiled during the warmup passes).
   peak    float32 matmul FLOP/s of this machine (tf.linalg.matmul, eager and XLA).
+  gemm    FLOP/s of each matmul of a training step (common.training_gemms), XLA-compiled
+          and in TF's graph executor.
 """
 
 import os
@@ -26,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["train", "encode", "peak"], "What to measure.")
+flags.DEFINE_enum("mode", None, ["train", "encode", "peak", "gemm"], "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
 flags.DEFINE_integer("batch_size", 64, "Batch size.")
@@ -40,6 +44,9 @@ flags.DEFINE_integer("warmup_passes", 1, "encode: untimed passes over the senten
 flags.DEFINE_integer("keep_embeddings", 8, "encode: embeddings of the first K sentences to "
                      "return (agreement check).")
 flags.DEFINE_integer("matmul_size", 2048, "peak: n of the n x n x n matmul.")
+flags.DEFINE_integer("tokens", 4096, "gemm: rows (tokens of a step).")
+flags.DEFINE_integer("hidden", 384, "gemm: hidden size.")
+flags.DEFINE_integer("intermediate", 1536, "gemm: FFN size.")
 
 
 def train_mode():
@@ -136,25 +143,36 @@ def encode_mode():
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
     tmp = tempfile.mkdtemp(prefix="tfsent-bench-export-")
     try:
-        path = export_encoder(encoder, tmp, pooling="mean", max_seq_length=FLAGS.max_seq_length)
-        serve = tf.saved_model.load(path).signatures["serving_default"]
+        serves = {}
+        for name, jit in (("savedmodel", False), ("savedmodel_xla", True)):
+            path = export_encoder(encoder, tmp, pooling="mean", jit_compile=jit,
+                                  max_seq_length=FLAGS.max_seq_length)
+            serves[name] = tf.saved_model.load(path).signatures["serving_default"]
         # Longest first, as SentenceEncoder.encode and sentence-transformers' encode do: each
         # batch is padded to its own longest sentence.
         order = sorted(range(n), key=lambda i: -len(sentences[i]))
         outputs = {}
 
-        def savedmodel():
-            out = np.zeros((n, encoder.hidden_dim), np.float32)
-            for start in range(0, n, bs):
-                idx = order[start:start + bs]
-                batch = tf.constant([sentences[i] for i in idx])
-                out[idx] = serve(sentences=batch)["embedding"].numpy()
-            outputs["savedmodel"] = out
+        def savedmodel(name):
+            def run():
+                out = np.zeros((n, encoder.hidden_dim), np.float32)
+                for start in range(0, n, bs):
+                    idx = order[start:start + bs]
+                    batch = tf.constant([sentences[i] for i in idx])
+                    out[idx] = serves[name](sentences=batch)["embedding"].numpy()
+                outputs[name] = out
+            return run
 
-        def encoder_encode():
-            outputs["encoder"] = encoder.encode(sentences, batch_size=bs, verbose=0)
+        def encoder_encode(name, jit):
+            def run():
+                outputs[name] = encoder.encode(sentences, batch_size=bs, verbose=0,
+                                               jit_compile=jit)
+            return run
 
-        times = _time_passes({"savedmodel": savedmodel, "encoder": encoder_encode},
+        times = _time_passes({"savedmodel": savedmodel("savedmodel"),
+                              "encoder": encoder_encode("encoder", False),
+                              "savedmodel_xla": savedmodel("savedmodel_xla"),
+                              "encoder_xla": encoder_encode("encoder_xla", True)},
                              FLAGS.warmup_passes, FLAGS.repeats)
         lengths = encoder.tokenizer(tf.constant(sentences))["padding_mask"]
         lengths = np.sum(lengths.numpy(), axis=1)
@@ -163,13 +181,13 @@ def encode_mode():
         shutil.rmtree(tmp, ignore_errors=True)
     k = FLAGS.keep_embeddings
     model_dir = resolve_short_name("minilm-l6")
+    result = {}
+    for name in times:
+        result[f"{name}_sent_per_s"] = n / min(times[name])
+        result[f"{name}_seconds"] = [round(t, 3) for t in times[name]]
+        result[f"{name}_embeddings"] = outputs[name][:k].tolist()
     return {
-        "savedmodel_sent_per_s": n / min(times["savedmodel"]),
-        "encoder_sent_per_s": n / min(times["encoder"]),
-        "savedmodel_seconds": [round(t, 3) for t in times["savedmodel"]],
-        "encoder_seconds": [round(t, 3) for t in times["encoder"]],
-        "savedmodel_embeddings": outputs["savedmodel"][:k].tolist(),
-        "encoder_embeddings": outputs["encoder"][:k].tolist(),
+        **result,
         "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
         "tensorflow": tf.__version__, "batch_widths": widths,
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
@@ -201,6 +219,27 @@ def peak_mode():
             "xla_flops": best["xla"], "matmul_size": n, "repeats": FLAGS.repeats}
 
 
+def gemm_mode():
+    """FLOP/s of the training step's matmuls under XLA and TF's graph executor."""
+    import tensorflow as tf
+
+    rows = []
+    for name, a, b, ta, tb in common.training_gemms(FLAGS.tokens, FLAGS.hidden,
+                                                    FLAGS.intermediate):
+        x, y = tf.random.normal(a, seed=1), tf.random.normal(b, seed=2)
+
+        def matmul(x, y, ta=ta, tb=tb):
+            return tf.linalg.matmul(x, y, transpose_a=ta, transpose_b=tb)
+
+        row = {"name": name}
+        for mode, fn in (("xla", tf.function(matmul, jit_compile=True)),
+                         ("graph", tf.function(matmul))):
+            seconds = common.time_best(lambda: fn(x, y)[0, 0].numpy(), FLAGS.repeats)
+            row[mode] = common.gemm_flops(a, b, ta, tb) / seconds
+        rows.append(row)
+    return {"gemms": rows}
+
+
 def main(argv):
     """Runs the chosen mode and emits its result."""
     if len(argv) > 1:
@@ -214,7 +253,8 @@ def main(argv):
                              f"({FLAGS.warmup_steps})")
     if FLAGS.repeats < 1:
         raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
-    result = {"train": train_mode, "encode": encode_mode, "peak": peak_mode}[FLAGS.mode]()
+    result = {"train": train_mode, "encode": encode_mode, "peak": peak_mode,
+              "gemm": gemm_mode}[FLAGS.mode]()
     result["load_average"] = common.load_average()
     common.emit_result(result)
 

@@ -57,11 +57,29 @@ def test_encode_throughput_tfsent_side(tmp_path):
     # The SavedModel and SentenceEncoder.encode compute the same embeddings.
     assert result["min_cosine_savedmodel_vs_encoder"] > 0.9999
     assert result["settings"]["n"] == 32
-    for key in ("mfu", "encoder_mfu", "peak_flops", "tfsent_flops_per_pass"):
+    assert result["min_cosine_xla_vs_plain"] > 0.9999
+    for key in ("mfu", "encoder_mfu", "xla_mfu", "encoder_xla_mfu", "peak_flops",
+                "tfsent_flops_per_pass", "savedmodel_xla_sent_per_s"):
         assert _positive_finite(result[key]), (key, result[key])
     assert 2 <= result["tfsent_mean_padded_length"] <= 32
     assert result["peer_mfu"] is None
     assert "SavedModel" in r.stdout
+
+
+def test_gemm_shapes_tf_side(tmp_path):
+    out = tmp_path / "gemm.json"
+    r = _run("gemm_shapes.py", "--skip_peer", "--batch_size=2", "--max_seq_length=8",
+             "--repeats=2", "--matmul_size=256", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["settings"]["tokens"] == 32 and len(result["rows"]) == 6
+    for row in result["rows"]:
+        assert _positive_finite(row["tf_xla_flops"]) and _positive_finite(row["tf_graph_flops"])
+        assert row["torch_flops"] is None
+    assert "TF XLA" in r.stdout
+    # 2 m k n with the transposes: [32,384]^T x [32,1536] is m=384, k=32, n=1536.
+    assert common.gemm_flops((32, 384), (32, 1536), True, False) == 2 * 384 * 32 * 1536
+    assert common.gemm_flops((32, 1536), (384, 1536), False, True) == 2 * 32 * 1536 * 384
 
 
 @pytest.mark.parametrize("script,args,flag", [
@@ -71,6 +89,7 @@ def test_encode_throughput_tfsent_side(tmp_path):
     ("encode_throughput.py", ["--n=0", "--json=JSON"], "--n"),
     ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
     ("memory_vs_batch.py", ["--grad_cache_chunk=-1", "--json=JSON"], "--grad_cache_chunk"),
+    ("gemm_shapes.py", ["--repeats=0", "--json=JSON"], "--repeats"),
 ])
 def test_bad_flags_name_the_flag(script, args, flag, tmp_path):
     out = tmp_path / "never.json"

@@ -91,3 +91,43 @@ def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
     path = export_encoder(enc, str(tmp_path / "e"), max_seq_length=12)
     meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
     assert meta["max_seq_length"] == 12
+
+
+def test_xla_export_and_encode_match_plain(tmp_path, tiny_encoder_dir):
+    """jit_compile=True pads batches to bucketed shapes (rows to a power of two, width to
+    WIDTH_BUCKETS) and runs XLA: the served and encoded vectors equal the plain ones, in a
+    fresh process too, for batch sizes that need row padding (3 -> 4) and for none."""
+    from tfsent.encoders import WIDTH_BUCKETS
+
+    enc = load_encoder(tiny_encoder_dir, pooling="mean")
+    plain = enc.encode(SENTENCES, batch_size=3)
+    for batch_size in (3, 4, 6):
+        xla = enc.encode(SENTENCES, batch_size=batch_size, jit_compile=True)
+        np.testing.assert_allclose(xla, plain, atol=1e-5)
+    path = export_encoder(enc, str(tmp_path / "x"), jit_compile=True)
+    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    assert meta["jit_compile"] is True
+    served = serve_in_fresh_process(path, SENTENCES)
+    assert served["modules"] == []
+    np.testing.assert_allclose(np.array(served["embedding"], np.float32), plain, atol=1e-5)
+    assert list(WIDTH_BUCKETS) == sorted(WIDTH_BUCKETS) and len(WIDTH_BUCKETS) == 32
+
+
+def test_call_in_buckets_shapes():
+    import tensorflow as tf
+
+    from tfsent.encoders import call_in_buckets
+
+    seen = []
+
+    def fn(ids, mask):
+        seen.append((tuple(ids.shape), int(tf.reduce_sum(mask))))
+        return {"out": tf.cast(ids[:, :1], tf.float32)}
+
+    for rows, length, max_len, want in [(3, 5, 128, (4, 8)), (64, 17, 128, (64, 24)),
+                                        (65, 100, 128, (128, 104)), (1, 78, 80, (1, 80)),
+                                        (2, 130, 256, (2, 144)), (2, 257, 512, (2, 288))]:
+        ids = tf.ones([rows, length], tf.int32)
+        out = call_in_buckets(fn, {"token_ids": ids, "padding_mask": ids}, max_len)
+        assert out["out"].shape == (rows, 1)
+        assert seen[-1] == (want, rows * length)  # padding is masked out

@@ -31,7 +31,7 @@ _TMP_PREFIX = ".tmp-export-"
 class _ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
-    def __init__(self, encoder, pooling, max_seq_length=None, head=None):
+    def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False):
         super().__init__()
         from tfsent.encoders import SentenceTokenizer
 
@@ -43,6 +43,9 @@ class _ServingModule(tf.Module):
                                            pad_to_max_length=False)
         self.pooling = pooling
         self.head = head
+        self.jit_compile = jit_compile
+        if jit_compile:
+            self._xla_embed = tf.function(self._embed, jit_compile=True)
 
     def _embed(self, token_ids, padding_mask):
         features = {"token_ids": token_ids, "padding_mask": padding_mask}
@@ -56,6 +59,10 @@ class _ServingModule(tf.Module):
     def serve(self, sentences):
         """Signature `serving_default`: strings -> embedding, embedding_normalized."""
         features = self.tokenizer(sentences)
+        if self.jit_compile:
+            from tfsent.encoders import call_in_buckets
+
+            return call_in_buckets(self._xla_embed, features, self.tokenizer.max_seq_length)
         return self._embed(features["token_ids"], features["padding_mask"])
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids"),
@@ -78,11 +85,15 @@ def list_versions(export_dir):
 
 
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
-                   max_seq_length=None, head=None):
+                   max_seq_length=None, head=None, jit_compile=False):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
     `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
+    `jit_compile=True` makes `serving_default` run the encoder under XLA on batches padded
+    to bucketed shapes (`tfsent.encoders.WIDTH_BUCKETS`, rows to a power of two): faster
+    once each shape is compiled; TF Serving on CPU then needs
+    `--xla_cpu_compilation_enabled=true`. `encode_ids` stays plain TF.
 
     Returns the path of the new version directory. The write is atomic: a temporary
     hidden directory is renamed into place at the end.
@@ -105,7 +116,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     if os.path.exists(final):
         raise ConfigError(f"export version {version} already exists at {final}")
     tmp = os.path.join(export_dir, f"{_TMP_PREFIX}{version}-{os.getpid()}")
-    module = _ServingModule(encoder, pooling, max_seq_length, head)
+    module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile)
     signatures = {
         "serving_default": module.serve.get_concrete_function(),
         "encode_ids": module.encode_ids.get_concrete_function(),
@@ -113,7 +124,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     tf.saved_model.save(module, tmp, signatures=signatures)
     meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
             "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
-            "strip_accents": encoder.tokenizer.strip_accents}
+            "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile)}
     meta.update(metadata or {})
     os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
     with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
