@@ -6,7 +6,7 @@
 A training step of unsupervised SimCSE (batch B, length L, two views) multiplies
 T = 2 B L token rows by each layer's weights: three forward shapes (Q/K/V/output
 projections H x H, FFN up H x I, FFN down I x H), the input gradients (dY W^T) and the weight
-gradients (X^T dY). These six matmuls are ~96% of the step's model FLOPs (the attention
+gradients (X^T dY). These six matmuls are ~99% of the step's model FLOPs (the attention
 score/value matmuls are the rest at L = 32). This script times each alone, float32,
 on random inputs, in fresh processes one after the other:
 

@@ -12,7 +12,7 @@ Signatures:
       ops only (for servers built without TF Text ops).
 Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else.
 
-CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR
+CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR [--jit_compile]
 """
 
 import json
@@ -191,7 +191,7 @@ def main(argv):
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
     path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
-                          metadata={"model": FLAGS.model})
+                          metadata={"model": FLAGS.model}, jit_compile=FLAGS.jit_compile)
     logging.info("exported %s (pooling %s) to %s", FLAGS.model, FLAGS.pooling, path)
     print(path)
 
@@ -203,6 +203,8 @@ def _define_flags():
     flags.DEFINE_string("pooling", "mean", "Pooling carried by the export.")
     flags.DEFINE_integer("max_seq_length", 256, "Tokenizer truncation length.")
     flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels.")
+    flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
+                      "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.mark_flag_as_required("export_dir")
 
 

@@ -195,7 +195,7 @@ class SentenceMethod(keras.Model):
                 with tf.control_dependencies(barrier):
                     if count == 1:
                         state, z = first_pass(features, kwargs, start, size)
-                        state, z = state[None], z
+                        state = state[None]
                     else:
                         state, z = _chunk_loop(
                             lambda i, f=features, k=kwargs, a=start, s=size:
@@ -231,19 +231,20 @@ class SentenceMethod(keras.Model):
 
         barrier = [g for g in embedding_grads if g is not None]
         for (features, kwargs, segments, states, _), part_grad in zip(parts, embedding_grads):
-            chunk_index = 0
-            for start, size, count in segments:
+            chunk_index, first_grads = 0, None
+            for start, size, count in segments:  # the first segment is one chunk
                 with tf.control_dependencies(barrier):
                     if count == 1:
                         chunk_grads = second_pass(features, kwargs, start, size,
                                                   states[chunk_index], part_grad)
-                    else:
+                        if first_grads is None:
+                            first_grads = chunk_grads
+                    else:  # the first chunk's gradients give the loop its structure
                         chunk_grads = _summed_chunk_gradients(
-                            lambda i, f=features, k=kwargs, a=start, s=size, c=chunk_index:
-                                second_pass(f, k, a + i * s, s, tf.gather(states, c + i),
-                                            part_grad),
-                            count, template)
-                template = chunk_grads
+                            lambda i, f=features, k=kwargs, a=start, s=size, c=chunk_index,
+                            g=part_grad: second_pass(f, k, a + i * s, s,
+                                                     tf.gather(states, c + i), g),
+                            count, first_grads)
                 chunk_index += count
                 for slot, g in zip(slots, chunk_grads):
                     if g is not None:
