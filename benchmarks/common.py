@@ -177,14 +177,19 @@ def simcse_train_flops(num_layers, hidden, intermediate, seq_len, batch_size):
                                          2 * batch_size)
 
 
-def encode_flops(num_layers, hidden, intermediate, widths, n, batch_size):
-    """Forward matmul FLOPs of one encode pass over `n` sentences in batches of
+def padded_batches(widths, n, batch_size):
+    """(width, rows) of each batch when `n` sentences are encoded in batches of
     `batch_size` (the last one smaller), batch k padded to `widths[k]` tokens."""
     sizes = [min(batch_size, n - start) for start in range(0, n, batch_size)]
     if len(sizes) != len(widths):
         raise ValueError(f"{len(widths)} batch widths for {len(sizes)} batches")
+    return list(zip(widths, sizes))
+
+
+def encode_flops(num_layers, hidden, intermediate, widths, n, batch_size):
+    """Forward matmul FLOPs of one encode pass (batches as in `padded_batches`)."""
     return sum(transformer_forward_flops(num_layers, hidden, intermediate, w, b)
-               for w, b in zip(widths, sizes))
+               for w, b in padded_batches(widths, n, batch_size))
 
 
 def measure_peak(peer_python, matmul_size, repeats, peer_env_vars=None):

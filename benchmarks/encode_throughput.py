@@ -87,8 +87,7 @@ def min_cosine(a, b):
 
 def _mean_width(widths, n):
     """Mean padded length per sentence over batches of FLAGS.batch_size."""
-    sizes = [min(FLAGS.batch_size, n - s) for s in range(0, n, FLAGS.batch_size)]
-    return sum(w * b for w, b in zip(widths, sizes)) / n
+    return sum(w * b for w, b in common.padded_batches(widths, n, FLAGS.batch_size)) / n
 
 
 def main(argv):
