@@ -13,8 +13,8 @@ setup(
     install_requires=[
         "tensorflow==2.21.*",
         "tensorflow-text==2.21.*",
-        "keras>=3.10",
-        "keras-hub",
+        "keras>=3.10,<3.16",
+        "keras-hub>=0.32,<0.33",
         "tensorflow-datasets",
         "scipy",
         "numpy",

@@ -54,10 +54,10 @@ def minilm_or_skip():
 @pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory):
     """A tiny random BERT saved as a tfsent encoder directory (format (c))."""
-    from tfsent.encoders import tiny_encoder
+    from tfsent.testing import tiny_encoder
 
     path = str(tmp_path_factory.mktemp("tiny") / "encoder")
-    tiny_encoder(TINY_VOCAB, max_seq_length=16).save(path)
+    tiny_encoder(TINY_VOCAB, max_seq_length=16).save_encoder_dir(path)
     return path
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB
 from tfsent.data import cache
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.methods import CLSR
 from tfsent.optimizers import LARS
 
@@ -99,7 +99,7 @@ def test_cache_key_changes_with_each_input(tmp_path, tiny_encoder_dir):
     assert cache.cache_key("minilm-l6", "mean", 16, sents) != base
     # Rewriting the encoder directory (retraining into it) changes the key too.
     other = str(tmp_path / "enc")
-    tiny_encoder(TINY_VOCAB, max_seq_length=16, seed=5).save(other)
+    tiny_encoder(TINY_VOCAB, max_seq_length=16, seed=5).save_encoder_dir(other)
     key1 = cache.cache_key(other, "mean", 16, sents)
     os.utime(os.path.join(other, "backbone.weights.h5"), (1, 1))
     assert cache.cache_key(other, "mean", 16, sents) != key1

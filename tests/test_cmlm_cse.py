@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from conftest import TINY_VOCAB
 from tfsent.data import pipelines
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.layers import Fusioner, LexicalExtractor
 from tfsent.methods import CMLMCSE
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 from conftest import TINY_VOCAB
 from tfsent import losses
 from tfsent.data import pipelines
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError
 from tfsent.layers import augment as A
 from tfsent.methods.base import concat_features

@@ -5,7 +5,8 @@ import pytest
 
 from conftest import TINY_VOCAB, minilm_or_skip
 from tfsent import encoders
-from tfsent.encoders import load_encoder, tiny_encoder
+from tfsent.encoders import load_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError, InputError
 
 SENTS = ["a man plays a guitar", "the dog runs in the park", ""]
@@ -13,12 +14,12 @@ SENTS = ["a man plays a guitar", "the dog runs in the park", ""]
 
 def test_tfsent_directory_round_trip(tmp_path):
     enc = tiny_encoder(TINY_VOCAB, max_seq_length=16, pooling="last2_avg", seed=3)
-    enc.save(str(tmp_path / "enc"))
+    enc.save_encoder_dir(str(tmp_path / "enc"))
     back = load_encoder(str(tmp_path / "enc"), pooling=None)
     assert back.pooling == "last2_avg"
     np.testing.assert_allclose(back.encode(SENTS), enc.encode(SENTS), atol=1e-6)
     # Saving again over the same directory replaces it atomically.
-    enc.save(str(tmp_path / "enc"))
+    enc.save_encoder_dir(str(tmp_path / "enc"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc"]
 
 

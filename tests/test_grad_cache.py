@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import TINY_VOCAB
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError
 from tfsent.methods import CMLMCSE, SCD, SimCSE, SupConSBERT
 

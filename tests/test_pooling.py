@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfsent.encoders import (DROPOUT_SITES, POOLINGS, SentenceEncoder, SentenceTokenizer,
-                             pool, tiny_encoder)
+from tfsent.encoders import DROPOUT_SITES, POOLINGS, SentenceEncoder, SentenceTokenizer, pool
+from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError
 
 WORDS = ("a the man woman dog cat plays runs sits on in park guitar mat big small "

@@ -12,7 +12,8 @@ import tensorflow as tf
 from conftest import TINY_VOCAB
 from tfsent.config import BASE_DEFAULTS, build_config
 from tfsent.data import pipelines
-from tfsent.encoders import DROPOUT_SITES, tiny_encoder
+from tfsent.encoders import DROPOUT_SITES
+from tfsent.testing import tiny_encoder
 from tfsent.layers.projector import Projector
 from tfsent.losses import scd_loss
 from tfsent.methods.scd import SCD, registry_entry

@@ -8,7 +8,7 @@ from conftest import TINY_VOCAB
 from tfsent import losses
 from tfsent.data import pipelines
 from tfsent.data.grouping import grouped_batches, premise_groups
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.methods import SupConSBERT
 
 ROWS = [("a man plays a guitar", "a man plays music", "entailment"),

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB, minilm_or_skip
 from tfsent.data import pipelines
-from tfsent.encoders import tiny_encoder
+from tfsent.testing import tiny_encoder
 from tfsent.methods import CMLMCSE, SimCSE, SupConSBERT
 
 SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",

@@ -33,14 +33,10 @@ class _ServingModule(tf.Module):
 
     def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False):
         super().__init__()
-        from tfsent.encoders import SentenceTokenizer
-
-        tok = encoder.tokenizer
         self.encoder = encoder
         # Per-batch padding at serving time: no wasted FLOPs on short sentences.
-        self.tokenizer = SentenceTokenizer(tok.vocabulary, tok.lowercase, tok.strip_accents,
-                                           encoder.clamp_length(max_seq_length),
-                                           pad_to_max_length=False)
+        self.tokenizer = encoder.tokenizer.with_options(
+            max_seq_length=encoder.clamp_length(max_seq_length), pad_to_max_length=False)
         self.pooling = pooling
         self.head = head
         self.jit_compile = jit_compile

@@ -270,7 +270,7 @@ def run(method, config, output_dir):
     metrics["export"] = export_path
     if model.export_head is None:  # a head on top has no place in an encoder directory
         encoder.pooling = export_pooling
-        encoder.save(os.path.join(output_dir, "encoder"))
+        encoder.save_encoder_dir(os.path.join(output_dir, "encoder"))
     if config.test_tasks:
         metrics["test"] = _evaluate_tasks(model, config)
     if config.get("report_geometry") and config.eval_data_dir:

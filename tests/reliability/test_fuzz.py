@@ -118,7 +118,7 @@ TEXTS = st.lists(st.text(max_size=60), min_size=1, max_size=6)
 
 @pytest.fixture(scope="module")
 def tiny():
-    from tfsent.encoders import tiny_encoder
+    from tfsent.testing import tiny_encoder
 
     return tiny_encoder(TINY_VOCAB, max_seq_length=16)
 

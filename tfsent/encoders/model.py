@@ -1,0 +1,290 @@
+"""`SentenceEncoder`: a keras-hub backbone's weights run by our own transformer forward.
+
+The forward exists (rather than calling the backbone) so that callers can
+  - get every layer's hidden states (poolers such as `last2_avg` need them),
+  - choose the dropout rate of each dropout site per call (SCD trains two views with
+    different rates; keras-hub's layers fix the rate at construction),
+  - transform the embedding-layer output and the position ids (ConSERT's augmentations).
+With all rates at the backbone's own value the forward equals keras-hub's (tested).
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfsent.encoders import keras_hub_adapter as kh
+from tfsent.encoders.buckets import call_in_buckets
+from tfsent.encoders.pooling import check_pooling, pool
+from tfsent.errors import ConfigError, InputError
+
+DROPOUT_SITES = ("embeddings", "attention_probs", "attention_output", "ffn_output")
+
+
+def _gelu_exact(x):
+    return keras.activations.gelu(x, approximate=False)
+
+
+def _gelu_approx(x):
+    return keras.activations.gelu(x, approximate=True)
+
+
+_ACTIVATIONS = {"gelu": _gelu_exact, "gelu_new": _gelu_approx, "gelu_approximate": _gelu_approx,
+                "relu": keras.activations.relu}
+
+
+def resolve_dropout_rates(dropout, default):
+    """Normalises a dropout spec to a dict site -> float rate.
+
+    `dropout` is None (the backbone's rate everywhere), a float (that rate everywhere) or a
+    dict naming some of DROPOUT_SITES (others keep `default`).
+    """
+    if dropout is None:
+        rates = dict.fromkeys(DROPOUT_SITES, float(default))
+    elif isinstance(dropout, dict):
+        unknown = set(dropout) - set(DROPOUT_SITES)
+        if unknown:
+            raise ConfigError(f"unknown dropout sites {sorted(unknown)}; valid: {DROPOUT_SITES}")
+        rates = dict.fromkeys(DROPOUT_SITES, float(default))
+        rates.update({k: float(v) for k, v in dropout.items()})
+    else:
+        rates = dict.fromkeys(DROPOUT_SITES, float(dropout))
+    for site, rate in rates.items():
+        if not 0.0 <= rate < 1.0:
+            raise ConfigError(f"dropout rate for {site} must be in [0, 1), got {rate}")
+    return rates
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class SentenceEncoder(keras.Model):
+    """A BERT-family backbone plus a named pooler, with a tokenizer for raw strings.
+
+    Call it on `{"token_ids", "padding_mask"}` (int32, (B, L)); it returns a dict with
+    `embedding` (B, H) and, with `output_hidden_states=True`, `hidden_states` (a list of
+    num_layers + 1 tensors (B, L, H), the embedding output first).
+
+    Extra call arguments (all optional):
+        dropout: None, a float, or a dict site -> rate over DROPOUT_SITES, used when
+            `training=True` (SCD's per-view rates; 0.0 switches dropout off, as ConSERT does).
+        embedding_fn: `fn(x, padding_mask) -> x` applied to the embedding-layer output
+            (after its LayerNorm and dropout), e.g. ConSERT's augmentations.
+        position_ids: (B, L) int32 position ids replacing 0..L-1 (ConSERT's shuffle).
+        pooling: override the encoder's pooling for this call.
+
+    Args:
+        backbone: a `keras_hub.models.BertBackbone`.
+        tokenizer: a `SentenceTokenizer` (may be None for id-only use).
+        pooling: one of POOLINGS.
+        activation: the feed-forward activation of the checkpoint ("gelu" = exact, as in
+            Hugging Face BERT; keras-hub's own presets use "gelu_approximate").
+        seed: seed of the dropout random stream.
+    """
+
+    def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.pooling = check_pooling(pooling)
+        if activation not in _ACTIVATIONS:
+            raise ConfigError(f"unknown activation {activation!r}; valid: {sorted(_ACTIVATIONS)}")
+        self.activation = activation
+        self._act = _ACTIVATIONS[activation]
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.hidden_dim = backbone.hidden_dim
+        self.num_layers = backbone.num_layers
+        self.num_heads = backbone.num_heads
+        self.default_dropout = float(backbone.dropout)
+        self._encode_cache = _FunctionCache()
+        self.built = True  # the backbone owns every variable and is built already
+
+    # -- forward ------------------------------------------------------------------------
+    def _dropout(self, x, rate, training):
+        if not training or rate == 0.0:
+            return x
+        return keras.random.dropout(x, rate, seed=self.seed_generator)
+
+    def embed(self, token_ids, segment_ids=None, position_ids=None, training=False,
+              rates=None):
+        """The embedding layer: token + position + segment, LayerNorm, dropout."""
+        bb = self.backbone
+        rates = rates or resolve_dropout_rates(None, self.default_dropout)
+        tokens = bb.token_embedding(token_ids)
+        if position_ids is None:
+            positions = bb.position_embedding(tokens)
+        else:
+            table = tf.convert_to_tensor(bb.position_embedding.position_embeddings)
+            positions = tf.cast(tf.gather(table, position_ids), tokens.dtype)
+        if segment_ids is None:
+            segment_ids = tf.zeros_like(token_ids)
+        x = bb.embeddings_add((tokens, positions, bb.segment_embedding(segment_ids)))
+        x = bb.embeddings_layer_norm(x)
+        return self._dropout(x, rates["embeddings"], training)
+
+    def transformer_block(self, index, x, attention_bias, training=False, rates=None):
+        """Transformer layer `index` (post-LayerNorm BERT block) with per-site dropout."""
+        rates = rates or resolve_dropout_rates(None, self.default_dropout)
+        parts = kh.transformer_block_parts(self.backbone.transformer_layers[index])
+        query = parts.query(x)  # (B, L, heads, head_dim)
+        key = parts.key(x)
+        value = parts.value(x)
+        head_dim = query.shape[-1]
+        query = query * tf.cast(1.0 / math.sqrt(head_dim), query.dtype)
+        scores = tf.einsum("bqhd,bkhd->bhqk", query, key)
+        scores = tf.cast(scores, tf.float32) + attention_bias
+        probs = tf.cast(tf.nn.softmax(scores, axis=-1), x.dtype)
+        probs = self._dropout(probs, rates["attention_probs"], training)
+        context = tf.einsum("bhqk,bkhd->bqhd", probs, value)
+        attn_out = parts.attention_output(context)
+        attn_out = self._dropout(attn_out, rates["attention_output"], training)
+        x = parts.attention_norm(x + attn_out)
+        inner = parts.ffn_inner
+        hidden = tf.matmul(x, tf.cast(inner.kernel, x.dtype)) + tf.cast(inner.bias, x.dtype)
+        hidden = self._act(hidden)
+        ffn = parts.ffn_output(hidden)
+        ffn = self._dropout(ffn, rates["ffn_output"], training)
+        return parts.ffn_norm(x + ffn)
+
+    @staticmethod
+    def attention_bias(padding_mask):
+        """(B, L) mask -> additive (B, 1, 1, L) float32 bias: 0 for real tokens, -1e9 for padding."""
+        mask = tf.cast(padding_mask, tf.float32)
+        return (1.0 - mask)[:, None, None, :] * -1e9
+
+    def call(self, inputs, training=False, dropout=None, embedding_fn=None, position_ids=None,
+             pooling=None, output_hidden_states=False, num_layers=None):
+        token_ids = inputs["token_ids"]
+        padding_mask = inputs["padding_mask"]
+        rates = resolve_dropout_rates(dropout, self.default_dropout)
+        x = self.embed(token_ids, inputs.get("segment_ids"), position_ids, training, rates)
+        if embedding_fn is not None:
+            x = embedding_fn(x, padding_mask)
+        hidden_states = [x]
+        bias = self.attention_bias(padding_mask)
+        depth = self.num_layers if num_layers is None else num_layers
+        for i in range(depth):
+            x = self.transformer_block(i, x, bias, training, rates)
+            hidden_states.append(x)
+        outputs = {"sequence_output": x}
+        pooling = self.pooling if pooling is None else check_pooling(pooling)
+        if depth == self.num_layers:
+            outputs["embedding"] = pool(pooling, hidden_states, padding_mask,
+                                        self.backbone.pooled_dense)
+        if output_hidden_states:
+            outputs["hidden_states"] = hidden_states
+        return outputs
+
+    # -- strings in -----------------------------------------------------------------------
+    def tokenize(self, sentences):
+        """Strings -> token ids / padding mask (the encoder's tokenizer)."""
+        if self.tokenizer is None:
+            raise ConfigError("this SentenceEncoder has no tokenizer")
+        return self.tokenizer(sentences)
+
+    def encode(self, sentences, batch_size=64, normalize=False, verbose="auto",
+               pooling=None, max_seq_length=None, jit_compile=False):
+        """Embeds a list of strings; returns a float32 array (N, H) in input order.
+
+        `max_seq_length` overrides the tokenizer's truncation length (e.g. to evaluate a
+        model trained on short sequences at full length). `jit_compile=True` runs the
+        encoder under XLA, batches padded to bucketed shapes (`WIDTH_BUCKETS`): faster per
+        sentence once each shape is compiled (a few seconds each), so worth it for large
+        corpora.
+
+        Sentences are sorted by length and each batch is padded to its own longest
+        sentence (fewer wasted FLOPs); a progress bar is shown for more than 4 batches
+        (`verbose=0` silences it). An empty list gives an array of shape (0, H).
+        """
+        if isinstance(sentences, str):
+            raise InputError("encode() takes a list of strings, not one string")
+        sentences = list(sentences)
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise InputError(f"sentence {i} is {type(s).__name__}, expected str")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        dim = self.hidden_dim
+        if not sentences:
+            return np.zeros((0, dim), np.float32)
+        pooling = self.pooling if pooling is None else check_pooling(pooling)
+        lengths = [len(s) for s in sentences]
+        order = np.argsort(lengths, kind="stable")[::-1]
+        fn = self._get_encode_fn(pooling, self.clamp_length(max_seq_length), bool(jit_compile))
+        out = np.zeros((len(sentences), dim), np.float32)
+        n_batches = (len(sentences) + batch_size - 1) // batch_size
+        show = verbose == 1 or (verbose == "auto" and n_batches > 4)
+        bar = keras.utils.Progbar(len(sentences), unit_name="sentence") if show else None
+        for start in range(0, len(sentences), batch_size):
+            idx = order[start:start + batch_size]
+            batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
+            emb = fn(batch).numpy()
+            out[idx] = emb
+            if bar is not None:
+                bar.add(len(idx))
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def clamp_length(self, max_seq_length=None):
+        """A truncation length the position embeddings cover (default: the tokenizer's)."""
+        length = max_seq_length or self.tokenizer.max_seq_length
+        return min(int(length), int(self.backbone.max_sequence_length))
+
+    def _get_encode_fn(self, pooling, max_seq_length, jit_compile=False):
+        key = (pooling, max_seq_length, jit_compile)
+        if key not in self._encode_cache.functions:
+            tokenizer = self.tokenizer.with_options(max_seq_length=max_seq_length,
+                                                    pad_to_max_length=False)
+
+            def forward(token_ids, padding_mask):
+                features = {"token_ids": token_ids, "padding_mask": padding_mask}
+                emb = self(features, training=False, pooling=pooling)["embedding"]
+                return {"embedding": tf.cast(emb, tf.float32)}
+
+            xla_forward = tf.function(forward, jit_compile=True)
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+                         reduce_retracing=True)
+            def encode_fn(strings):
+                features = tokenizer(strings)
+                if jit_compile:
+                    return call_in_buckets(xla_forward, features, max_seq_length)["embedding"]
+                return forward(features["token_ids"], features["padding_mask"])["embedding"]
+
+            self._encode_cache.functions[key] = encode_fn
+        return self._encode_cache.functions[key]
+
+    # -- persistence ----------------------------------------------------------------------
+    def save_encoder_dir(self, directory):
+        """Writes a tfsent encoder directory that `load_encoder(directory)` reads back
+        (format (c)); atomic: written beside `directory` and renamed into place.
+        (`keras.Model.save` keeps its Keras meaning: a `.keras` archive.)"""
+        from tfsent.encoders.loading import save_encoder_dir
+
+        save_encoder_dir(self, directory)
+
+    def get_config(self):
+        return {"backbone": keras.saving.serialize_keras_object(self.backbone),
+                "tokenizer": (None if self.tokenizer is None
+                              else keras.saving.serialize_keras_object(self.tokenizer)),
+                "pooling": self.pooling, "activation": self.activation, "seed": self.seed,
+                "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        if config.get("tokenizer") is not None:
+            config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        return cls(**config)
+
+
+class _FunctionCache:
+    """Holds `encode`'s tf.functions outside TF/Keras object tracking (so they are neither
+    checkpointed nor saved into an exported SavedModel)."""
+
+    def __init__(self):
+        self.functions = {}
+

@@ -1,0 +1,51 @@
+"""Pooling: pure functions of (hidden states, padding mask) -> sentence embedding."""
+
+import tensorflow as tf
+
+from tfsent.errors import ConfigError
+
+POOLINGS = ("cls", "cls_before_pooler", "mean", "mean_no_cls", "first_last_avg",
+            "emb_last_avg", "last2_avg")
+
+
+def masked_mean(x, mask):
+    """Mean of `x` (B, L, H) over positions where `mask` (B, L) is non-zero."""
+    mask = tf.cast(mask, x.dtype)[:, :, None]
+    total = tf.reduce_sum(x * mask, axis=1)
+    count = tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1.0, x.dtype))
+    return total / count
+
+
+def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
+    """Applies the named pooler (METHODS.md "Shared pieces") and returns (B, H).
+
+    `hidden_states[0]` is the embedding-layer output, `hidden_states[i]` transformer
+    layer i's output. `pooler_dense` is the Dense(H, tanh) used by `cls`.
+    """
+    last = hidden_states[-1]
+    if pooling == "cls":
+        if pooler_dense is None:
+            raise ConfigError("pooling 'cls' needs the encoder's pooler Dense layer")
+        return pooler_dense(last[:, 0])
+    if pooling == "cls_before_pooler":
+        return last[:, 0]
+    if pooling == "mean":
+        return masked_mean(last, padding_mask)
+    if pooling == "mean_no_cls":
+        mask = tf.cast(padding_mask, tf.int32)
+        not_first = tf.concat([tf.zeros_like(mask[:, :1]), tf.ones_like(mask[:, 1:])], 1)
+        return masked_mean(last, mask * not_first)
+    if pooling == "first_last_avg":
+        return masked_mean((hidden_states[1] + last) / 2.0, padding_mask)
+    if pooling == "emb_last_avg":
+        return masked_mean((hidden_states[0] + last) / 2.0, padding_mask)
+    if pooling == "last2_avg":
+        return masked_mean((hidden_states[-2] + last) / 2.0, padding_mask)
+    raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+
+
+def check_pooling(pooling):
+    """Raises ConfigError unless `pooling` is a known pooler name."""
+    if pooling not in POOLINGS:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    return pooling
