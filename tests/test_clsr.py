@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from conftest import REPO, TINY_VOCAB
+from conftest import REPO, TINY_VOCAB, TINY_RUN_FLAGS
 from tfsent.data import cache
 from tfsent.testing import tiny_encoder
 from tfsent.methods import CLSR
@@ -128,7 +128,7 @@ def test_cli_run_reuses_the_cache(tmp_path, tiny_encoder_dir):
             [sys.executable, "-m", "tfsent.train", "--method=clsr",
              f"--output_dir={tmp_path / run}", f"--config.encoder={tiny_encoder_dir}",
              f"--config.train_data={pairs}", "--config.batch_size=8", "--config.steps=200",
-             "--config.eval_every=100"], cwd=REPO, env=env, capture_output=True, text=True,
+             "--config.eval_every=100", *TINY_RUN_FLAGS], cwd=REPO, env=env, capture_output=True, text=True,
             timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         logs.append(r.stderr)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_VOCAB, minilm_or_skip
+from conftest import REPO, TINY_VOCAB, minilm_or_skip, TINY_RUN_FLAGS
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
 from tfsent.methods import CMLMCSE, SimCSE, SupConSBERT
@@ -95,7 +95,7 @@ def test_single_replica_step_with_xla():
 def _train_cmd(out, encoder_dir, *extra):
     return [sys.executable, "-m", "tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
             f"--config.encoder={encoder_dir}", "--config.max_seq_length=16",
-            "--config.batch_size=8", "--config.learning_rate=1e-3", *extra]
+            "--config.batch_size=8", "--config.learning_rate=1e-3", *TINY_RUN_FLAGS, *extra]
 
 
 def _env():

@@ -56,12 +56,19 @@ BASE_DEFAULTS = {
     "projector_every": 5,          # TensorBoard projector snapshot every N evaluations (0: off)
     "projector_points": 1000,      # dev sentences in each projector snapshot
     "report_geometry": False,      # alignment/uniformity before and after (needs eval_data_dir)
+    "first_eval_step": 10,         # an early dev evaluation at this step when < eval_every (0: off)
+    "export_if_worse": False,      # export the best checkpoint even if the start scored higher
+    # Divergence guard (tfsent.callbacks.DivergenceGuard; 0 turns a criterion off).
+    "divergence_drop": 10.0,       # stop when dev Spearman falls this far below the best/start
+    "collapse_cosine_rise": 0.3,   # ... or the random-pair cosine rises this far above its start
+    "collapse_uniformity_ratio": 0.75,  # ... or uniformity loses this share of its start
     # Execution.
     "strategy": "auto",            # auto | one_device | mirrored | multi_worker | tpu
     "tpu": "",
     "cpu_replicas": 0,             # split the CPU into N logical devices (0: off); test
                                    # distributed runs on one machine with strategy=mirrored
     "mixed_precision": "",         # "" | mixed_bfloat16 | mixed_float16
+    "loss_scale": 32768.0,         # mixed_float16: the LossScaleOptimizer's initial (dynamic) scale
     "jit_compile": True,           # XLA (switched off for multi-replica CPU runs)
     "steps_per_execution": 1,      # train steps per tf.function call (raise for tiny models)
     "seed": 0,
@@ -161,6 +168,7 @@ def validate(config):
     if config.mixed_precision not in ("", "mixed_bfloat16", "mixed_float16"):
         raise ConfigError("mixed_precision must be '', mixed_bfloat16 or mixed_float16, got "
                           f"{config.mixed_precision!r}")
+    positive("loss_scale")
     if "temperature" in config:
         positive("temperature")
     if not isinstance(config.cpu_replicas, int) or config.cpu_replicas < 0:
@@ -172,6 +180,15 @@ def validate(config):
     if not isinstance(config.max_grad_norm, (int, float)) or config.max_grad_norm < 0:
         raise ConfigError(f"max_grad_norm must be a number >= 0 (0: off), got "
                           f"{config.max_grad_norm!r}")
+    if not isinstance(config.first_eval_step, int) or config.first_eval_step < 0:
+        raise ConfigError(f"first_eval_step must be an integer >= 0 (0: off), got "
+                          f"{config.first_eval_step!r}")
+    for name in ("divergence_drop", "collapse_cosine_rise"):
+        if not isinstance(config[name], (int, float)) or config[name] < 0:
+            raise ConfigError(f"{name} must be a number >= 0 (0: off), got {config[name]!r}")
+    if not 0.0 <= config.collapse_uniformity_ratio < 1.0:
+        raise ConfigError(f"collapse_uniformity_ratio must be in [0, 1) (0: off), got "
+                          f"{config.collapse_uniformity_ratio!r}")
     drop = config.get("encoder_dropout")
     if isinstance(drop, (int, float)) and not 0.0 <= drop < 1.0:
         raise ConfigError(f"encoder_dropout must be in [0, 1), got {drop}")

@@ -119,7 +119,8 @@ def make_optimizer(config, steps):
                                            weight_decay=config.weight_decay,
                                            global_clipnorm=clip)
     if config.mixed_precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer,
+                                                        initial_scale=config.loss_scale)
     return optimizer
 
 
@@ -141,152 +142,268 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
                                       skip_batches=skip_batches, mlm_mask_rate=rate)
 
 
+class Run:
+    """The state one training run passes between its steps (see `run`)."""
+
+    def __init__(self, method, config, output_dir):
+        self.method = method
+        self.config = config
+        self.output_dir = output_dir
+        self.spec = None
+        self.strategy = None
+        self.chief = True
+        self.task_id = 0
+        self.write_dir = output_dir
+        self.jit = bool(config.jit_compile)
+        self.examples = None
+        self.steps = 0
+        self.dev_pairs = None
+        self.encoder = self.model = self.optimizer = None
+        self.state = None
+        self.start_step = 0
+        self.metrics = {}
+        self.metrics_path = os.path.join(output_dir, "metrics.json")
+
+
 def run(method, config, output_dir):
-    """Trains, selects, exports. Returns the metrics dict written to metrics.json."""
+    """Trains, selects, exports. Returns the metrics dict written to metrics.json.
+
+    Five named steps: `resolve_run` (strategy, roles, data), `build_run` (encoder, method,
+    optimizer), `restore_run` (resume or score the starting encoder), `fit_run` (Keras fit
+    with the callbacks of `tfsent.callbacks`), `finalize_run` (selection, export)."""
+    r = Run(method, config, output_dir)
+    resolve_run(r)
+    build_run(r)
+    restore_run(r)
+    guards = fit_run(r)
+    return finalize_run(r, *guards)
+
+
+def resolve_run(r):
+    """Strategy, mixed precision, the worker's role and directory, the data and the steps."""
     import keras
     import tensorflow as tf
 
     from tfsent import distribute
     from tfsent.data.readers import read_dev_pairs
-    from tfsent.export import export_encoder
+    from tfsent.errors import ConfigError
     from tfsent.methods import get_method
-    from tfsent.training import (DevEvaluator, NanGuard, RunState, Throughput,
-                                 _write_json_atomic, read_json, sts_dev_score)
+    from tfsent.training import _write_json_atomic
 
-    spec = get_method(method)
+    config = r.config
+    r.spec = get_method(r.method)
     if config.cpu_replicas:
         _split_cpu(config.cpu_replicas)
     # First, before anything initialises TensorFlow's context (multi-worker collectives
     # must be configured at startup).
-    strategy = distribute.get_strategy(config.strategy, config.tpu)
+    r.strategy = distribute.get_strategy(config.strategy, config.tpu)
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
-    replicas = strategy.num_replicas_in_sync
+    replicas = r.strategy.num_replicas_in_sync
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
-    chief, task_id = distribute.worker_role(strategy)
-    write_dir = output_dir if chief else os.path.join(output_dir, ".workers", f"worker-{task_id}")
-    os.makedirs(write_dir, exist_ok=True)
-    if chief:
-        _write_json_atomic(os.path.join(output_dir, "config.json"), dict(config, method=method))
+    r.chief, r.task_id = distribute.worker_role(r.strategy)
+    if not r.chief:
+        r.write_dir = os.path.join(r.output_dir, ".workers", f"worker-{r.task_id}")
+    os.makedirs(r.write_dir, exist_ok=True)
+    if r.chief:
+        _write_json_atomic(os.path.join(r.output_dir, "config.json"),
+                           dict(config, method=r.method))
     if config.batch_size % replicas:
-        from tfsent.errors import ConfigError
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
                           f"{replicas} replicas")
-    jit = bool(config.jit_compile)
-    if jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
+    if r.jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
         logging.info("jit_compile off: XLA on CPU cannot place variables across %d replicas",
                      replicas)
-        jit = False
+        r.jit = False
+    r.examples = load_training_data(r.spec, config)
+    r.steps = total_steps(config, len(r.examples))
+    r.dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
 
-    examples = load_training_data(spec, config)
-    steps = total_steps(config, len(examples))
-    dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
 
-    with strategy.scope():
-        encoder, model, optimizer = build_model(spec, config, steps, jit)
+def build_run(r):
+    """The encoder, the method model and its optimizer, in the strategy's scope."""
+    with r.strategy.scope():
+        r.encoder, r.model, r.optimizer = build_model(r.spec, r.config, r.steps, r.jit)
 
-    state = RunState(output_dir, model, optimizer, write_dir=write_dir)
-    start_step = state.restore()
-    metrics_path = os.path.join(output_dir, "metrics.json")
-    metrics = read_json(metrics_path, {}) if start_step and chief else {}
-    metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
-    export_pooling = model.export_pooling
-    if start_step:
-        logging.info("resuming from step %d (checkpoint in %s)", start_step,
-                     os.path.join(output_dir, "checkpoints"))
-    elif chief:
-        # "Before training" is the pretrained encoder itself (without an untrained head).
-        before = sts_dev_score(model, *dev_pairs, max_seq_length=config.eval_max_seq_length,
-                               use_head=False, geometry=True)
-        for key in ("sentences", "embeddings"):
-            before.pop(key)
-        metrics["dev_before"] = before
-        logging.info("dev before training: spearman %.2f", before["spearman"])
-        if config.get("report_geometry") and config.eval_data_dir:
-            metrics["geometry_before"] = _geometry(model, config, use_head=False)
-        _write_json_atomic(metrics_path, metrics)
 
-    tb_dir = os.path.join(write_dir, "tb")
-    writer = tf.summary.create_file_writer(tb_dir)
-    history = metrics.setdefault("dev_history", [])
+def restore_run(r):
+    """Resumes from the last checkpoint, or (a new run) scores the starting encoder on the
+    dev set and keeps its weights: it is the first candidate of dev selection."""
+    from tfsent.training import RunState, _write_json_atomic, read_json, sts_dev_score
+
+    config = r.config
+    r.state = RunState(r.output_dir, r.model, r.optimizer, write_dir=r.write_dir)
+    r.start_step = r.state.restore()
+    r.metrics = read_json(r.metrics_path, {}) if r.start_step and r.chief else {}
+    r.metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
+    if r.start_step:
+        logging.info("resuming from step %d (checkpoint in %s)", r.start_step,
+                     os.path.join(r.output_dir, "checkpoints"))
+        return
+    # "Before training" is the pretrained encoder itself (without an untrained head).
+    before = sts_dev_score(r.model, *r.dev_pairs, max_seq_length=config.eval_max_seq_length,
+                           use_head=False, geometry=True)
+    for key in ("sentences", "embeddings"):
+        before.pop(key)
+    r.metrics["dev_before"] = before
+    logging.info("dev before training: spearman %.2f (the starting encoder is the first "
+                 "candidate for the best)", before["spearman"])
+    if not r.chief:
+        return
+    r.state.save_start(before["spearman"])
+    if config.get("report_geometry") and config.eval_data_dir:
+        r.metrics["geometry_before"] = _geometry(r.model, config, use_head=False)
+    _write_json_atomic(r.metrics_path, r.metrics)
+
+
+def fit_run(r):
+    """Keras fit with the CLI's callbacks; returns (nan_guard, divergence_guard)."""
+    import keras
+    import tensorflow as tf
+
+    from tfsent.callbacks import (BestEncoderKeeper, DevTensorBoard, DivergenceGuard,
+                                  EarlyDevCheck, NanGuard, RunCheckpoint, STSDevEvaluation,
+                                  Throughput)
+
+    config = r.config
+    tb_dir = os.path.join(r.write_dir, "tb")
+    r.writer = tf.summary.create_file_writer(tb_dir)
+    history = r.metrics.setdefault("dev_history", [])
+    name = _dev_name(config.eval_data)
+    start = r.metrics.get("dev_before", {})
     nan_guard = NanGuard(config.max_grad_norm)
     throughput = Throughput(config.batch_size)
+    evaluation = STSDevEvaluation(*r.dev_pairs, prefix="val",
+                                  max_seq_length=config.eval_max_seq_length,
+                                  skip_when=nan_guard.failed)
+    keeper = BestEncoderKeeper(r.state, evaluation, name=name, baseline=start.get("spearman"),
+                               history=history)
+    board = DevTensorBoard(r.writer, evaluation, name=name, log_dir=tb_dir,
+                           projector_every=config.projector_every,
+                           projector_points=config.projector_points)
+    guard = DivergenceGuard(evaluation, start=start, max_drop=config.divergence_drop,
+                            collapse_cosine_rise=config.collapse_cosine_rise,
+                            collapse_uniformity_ratio=config.collapse_uniformity_ratio)
     callbacks = [
-        nan_guard, throughput,
+        nan_guard, throughput, evaluation, keeper,
+        RunCheckpoint(r.state, skip_when=nan_guard.failed), board, guard,
         keras.callbacks.TensorBoard(log_dir=tb_dir,
                                     update_freq=max(1, 10 // config.steps_per_execution),
                                     write_graph=False),
-        DevEvaluator(state, dev_pairs, writer, name=_dev_name(config.eval_data),
-                     patience_drop=config.get("divergence_drop"), history=history,
-                     max_seq_length=config.eval_max_seq_length,
-                     log_dir=tb_dir,
-                     projector_every=config.projector_every,
-                     projector_points=config.projector_points, guard=nan_guard),
     ]
-    if start_step < steps:
-        dataset = make_dataset(spec, config, encoder, examples, start_step, output_dir)
-        logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s", method,
-                     steps, config.batch_size, replicas, model.jit_compile)
+    if r.start_step == 0 and 0 < config.first_eval_step < config.eval_every:
+        callbacks.insert(3, EarlyDevCheck(config.first_eval_step, evaluation, keeper, board,
+                                          guard, skip_when=nan_guard.failed))
+    if r.start_step < r.steps:
+        dataset = make_dataset(r.spec, config, r.encoder, r.examples, r.start_step,
+                               r.output_dir)
+        logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s",
+                     r.method, r.steps, config.batch_size, r.strategy.num_replicas_in_sync,
+                     r.model.jit_compile)
         t0 = time.time()
-        model.fit(dataset, epochs=steps // config.eval_every,
-                  steps_per_epoch=config.eval_every,
-                  initial_epoch=start_step // config.eval_every, callbacks=callbacks,
-                  verbose=1)
-        metrics["train_seconds"] = metrics.get("train_seconds", 0.0) + time.time() - t0
-        metrics["examples_per_second"] = throughput.examples_per_second()
+        r.model.fit(dataset, epochs=r.steps // config.eval_every,
+                    steps_per_epoch=config.eval_every,
+                    initial_epoch=r.start_step // config.eval_every, callbacks=callbacks,
+                    verbose=1)
+        r.metrics["train_seconds"] = r.metrics.get("train_seconds", 0.0) + time.time() - t0
+        r.metrics["examples_per_second"] = throughput.examples_per_second()
+    return nan_guard, guard
 
-    final_step = int(optimizer.iterations.numpy())
+
+def finalize_run(r, nan_guard, guard):
+    """Stops on a divergence; otherwise picks the export (best checkpoint, or the starting
+    encoder when nothing beat it), exports, saves the encoder directory, reports."""
+    from tfsent.export import export_encoder
+    from tfsent.training import _write_json_atomic
+
+    config, metrics, state = r.config, r.metrics, r.state
+    final_step = int(r.optimizer.iterations.numpy())
     metrics["steps"] = final_step
     if nan_guard.failed_step is not None:
-        _stop_diverged(state, metrics, metrics_path if chief else None, nan_guard.failed_step,
-                       nan_guard.reason)
-    if not chief:
+        _stop_diverged(state, metrics, r.metrics_path if r.chief else None,
+                       nan_guard.failed_step, nan_guard.reason)
+    if guard.reason is not None:
+        metrics["divergence_guard"] = f"{guard.reason} at step {guard.stopped_step}"
+    if not r.chief:
         import shutil
 
-        writer.close()
-        shutil.rmtree(write_dir, ignore_errors=True)
-        logging.info("worker %d done at step %d (the chief exports)", task_id, final_step)
+        r.writer.close()
+        shutil.rmtree(r.write_dir, ignore_errors=True)
+        logging.info("worker %d done at step %d (the chief exports)", r.task_id, final_step)
         return metrics
+    history = metrics.get("dev_history", [])
     if history:
         metrics["dev_final"] = {k: v for k, v in history[-1].items() if k != "step"}
-    best, best_step = state.best()
-    if best is not None:
-        state.load_best()
-        metrics["dev_best"] = {"spearman": best, "step": best_step}
-        start = metrics.get("dev_before", {}).get("spearman")
-        if start is not None and best < start:
-            logging.warning("no checkpoint beat the pretrained encoder on dev (best %.2f at "
-                            "step %d < %.2f before training); exporting the best checkpoint "
-                            "anyway: the starting encoder itself may be the better model",
-                            best, best_step, start)
-    else:
-        logging.warning("no dev evaluation completed; exporting the current weights")
-    export_path = export_encoder(encoder, os.path.join(output_dir, "export"),
-                                 pooling=export_pooling, head=model.export_head,
-                                 metadata={"method": method, "step": best_step or final_step},
+    head, exported = _choose_export(r)
+    export_step = exported["step"] if exported["step"] is not None else final_step
+    export_path = export_encoder(r.encoder, os.path.join(r.output_dir, "export"),
+                                 pooling=r.model.export_pooling, head=head,
+                                 metadata={"method": r.method, "step": export_step,
+                                           "exported": exported["which"]},
                                  max_seq_length=config.eval_max_seq_length)
     metrics["export"] = export_path
-    if model.export_head is None:  # a head on top has no place in an encoder directory
-        encoder.pooling = export_pooling
-        encoder.save_encoder_dir(os.path.join(output_dir, "encoder"))
+    metrics["exported"] = exported
+    if head is None:  # a head on top has no place in an encoder directory
+        r.encoder.pooling = r.model.export_pooling
+        r.encoder.save_encoder_dir(os.path.join(r.output_dir, "encoder"))
     if config.test_tasks:
-        metrics["test"] = _evaluate_tasks(model, config)
+        metrics["test"] = _evaluate_tasks(r.model, config)
     if config.get("report_geometry") and config.eval_data_dir:
-        metrics["geometry_after"] = _geometry(model, config)
+        metrics["geometry_after"] = _geometry(r.model, config, use_head=head is not None)
     if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
         from tfsent.data.readers import read_nli_pairs
 
         rows = read_nli_pairs(config.train_data, config.nli_eval_split)
-        acc = model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
+        acc = r.model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
         metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
         logging.info("NLI accuracy on %s (%s): %.2f", config.train_data,
                      config.nli_eval_split, acc)
-    _write_json_atomic(metrics_path, metrics)
-    logging.info("best dev spearman %s at step %s; export: %s", best, best_step, export_path)
+    _write_json_atomic(r.metrics_path, metrics)
+    score = exported["score"]
+    logging.info("exported the %s (dev spearman %s, step %s): %s", exported["which"],
+                 "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
     print(f"export: {export_path}")
     return metrics
+
+
+def _choose_export(r):
+    """Loads the weights to export into the model; returns (export head, record) where the
+    record says which weights were exported and why (metrics.json "exported")."""
+    best, best_step = r.state.best()
+    start = r.metrics.get("dev_before", {}).get("spearman")
+    start_ok = start is not None and math.isfinite(start) and os.path.exists(
+        r.state.start_weights)
+    if best is None and not start_ok:
+        logging.warning("no dev evaluation completed; exporting the current weights")
+        return r.model.export_head, {"which": "final weights", "score": None, "step": None,
+                                     "why": "no dev evaluation completed"}
+    r.metrics["dev_best"] = {"spearman": best, "step": best_step}
+    if best is not None and (not start_ok or best > start):
+        r.state.load_best()
+        why = (f"dev spearman {best:.2f} at step {best_step} beat the starting encoder's "
+               f"{start:.2f}" if start_ok else "the best dev evaluation")
+        return r.model.export_head, {"which": "best checkpoint", "score": best,
+                                     "step": best_step, "why": why}
+    if best is not None and r.config.export_if_worse:
+        r.state.load_best()
+        logging.warning("no checkpoint beat the starting encoder on dev (best %.2f at step "
+                        "%d <= %.2f before training); exporting the best checkpoint anyway "
+                        "(export_if_worse=true)", best, best_step, start)
+        return r.model.export_head, {
+            "which": "best checkpoint", "score": best, "step": best_step,
+            "why": f"export_if_worse=true, although it is worse than the starting encoder "
+                   f"({best:.2f} <= {start:.2f})"}
+    r.state.load_start()
+    trained = (f"the best checkpoint scored {best:.2f} at step {best_step}"
+               if best is not None else "no trained checkpoint was evaluated")
+    logging.warning("no checkpoint beat the starting encoder on dev (%.2f before training; "
+                    "%s): exporting the STARTING encoder, unchanged, so nothing is lost. "
+                    "Set --config.export_if_worse=true to export the best checkpoint "
+                    "instead, or try a lower learning_rate.", start, trained)
+    return None, {"which": "starting encoder", "score": start, "step": 0,
+                  "why": f"no checkpoint beat it ({trained})"}
 
 
 def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):

@@ -1,4 +1,5 @@
-"""Training machinery shared by all methods: LR schedule, checkpoints, Keras callbacks.
+"""Training machinery shared by all methods: LR schedules, dev scoring, run-directory state
+(the Keras callbacks built on them are in `tfsent.callbacks`).
 
 Run directory layout (`output_dir`):
   checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every steps
@@ -13,13 +14,11 @@ previous state readable and a rerun of the same command resumes.
 import json
 import math
 import os
-import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from scipy.stats import pearsonr, spearmanr
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -104,6 +103,7 @@ def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=No
     dev sentences), and "sentences"/"embeddings" (the distinct sentences and their rows).
     """
     from tfsent.evaluation.geometry import pair_geometry
+    from tfsent.evaluation.sts import correlations
 
     unique = list(dict.fromkeys(list(sents1) + list(sents2)))
     emb = dev_embeddings(model, unique, batch_size, max_seq_length, use_head)
@@ -111,8 +111,9 @@ def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=No
     a = emb[[index[s] for s in sents1]]
     b = emb[[index[s] for s in sents2]]
     cos = np.sum(a * b, axis=1)
-    out = {"spearman": 100.0 * float(spearmanr(cos, gold).correlation),
-           "pearson": 100.0 * float(pearsonr(cos, gold)[0])}
+    # The evaluator's guarded correlation: NaN (not a scipy warning and garbage) when every
+    # cosine is equal, and a NaN score is never "best" (tfsent.callbacks).
+    out = correlations(cos, gold)
     if geometry:
         out.update(pair_geometry(a, b, gold, emb), sentences=unique, embeddings=emb)
     return out
@@ -205,6 +206,27 @@ class RunState:
         os.replace(tmp, final)
         _write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
 
+    @property
+    def start_weights(self):
+        """Path of the starting encoder's weights (written once, before training)."""
+        return os.path.join(self.write_dir, "start", "model.weights.h5")
+
+    def save_start(self, score):
+        """Keeps the weights the run starts from (the first candidate of dev selection)."""
+        folder = os.path.dirname(self.start_weights)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, "model.tmp.weights.h5")
+        self.model.save_weights(tmp)
+        os.replace(tmp, self.start_weights)
+        _write_json_atomic(os.path.join(folder, "start.json"), {"score": score, "step": 0})
+
+    def load_start(self):
+        """Loads the starting weights into the model; False if there are none."""
+        if not os.path.exists(self.start_weights):
+            return False
+        self.model.load_weights(self.start_weights)
+        return True
+
     def load_best(self):
         """Loads the best weights into the model; False if there are none."""
         path = os.path.join(self.best_dir, "model.weights.h5")
@@ -212,133 +234,3 @@ class RunState:
             return False
         self.model.load_weights(path)
         return True
-
-
-class DevEvaluator(keras.callbacks.Callback):
-    """Evaluates STS dev Spearman at the end of every Keras epoch (= eval_every steps),
-    keeps the best encoder weights, writes a checkpoint, and logs to TensorBoard.
-
-    TensorBoard gets NAME/spearman, NAME/pearson, NAME/alignment, NAME/uniformity and
-    NAME/random_pair_cosine (the collapse signature) at every evaluation, the training
-    logs as train/*, and, at the first evaluation and every `projector_every` after it, a
-    projector snapshot of the dev sentences (`write_projector_snapshot`; 0 turns it off).
-    A divergence guard (`patience_drop`) stops the run when the dev score falls more than
-    that many points below the best (SCD's late collapse); the best weights stay intact.
-    With `guard` (a `NanGuard`) that has fired, the epoch's end writes nothing.
-    """
-
-    def __init__(self, state, dev_pairs, writer=None, name="dev", patience_drop=None,
-                 history=None, max_seq_length=None, log_dir=None, projector_every=5,
-                 projector_points=1000, guard=None):
-        super().__init__()
-        self.guard = guard
-        self.max_seq_length = max_seq_length
-        self.state = state
-        self.dev_pairs = dev_pairs
-        self.writer = writer
-        self.name = name
-        self.patience_drop = patience_drop
-        self.history = history if history is not None else []
-        self.log_dir = log_dir
-        self.projector_every = projector_every
-        self.projector_points = projector_points
-        self.evaluations = 0
-
-    def on_epoch_end(self, epoch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        loss = (logs or {}).get("loss")
-        if ((loss is not None and not math.isfinite(loss))
-                or (self.guard is not None and self.guard.failed_step is not None)):
-            return  # NanGuard reports it; a diverged model never becomes "best" or a checkpoint
-        report = sts_dev_score(self.model, *self.dev_pairs, max_seq_length=self.max_seq_length,
-                               geometry=True)
-        sentences, embeddings = report.pop("sentences"), report.pop("embeddings")
-        best, best_step = self.state.best()
-        improved = best is None or report["spearman"] > best
-        if improved:
-            self.state.save_best(report["spearman"], step, {"pearson": report["pearson"]})
-            best, best_step = report["spearman"], step
-        self.state.save_checkpoint(step)
-        self.history.append({"step": step, **report})
-        logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s; "
-                     "alignment %.3f uniformity %.3f random-pair cosine %.3f", step,
-                     self.name, report["spearman"], report["pearson"], best, best_step,
-                     " new best" if improved else "", report["alignment"],
-                     report["uniformity"], report["random_pair_cosine"])
-        if self.writer is not None:
-            # record_if(True): Keras' TensorBoard callback leaves a record_if(step %
-            # update_freq == 0) context open around callbacks; dev scalars always go in.
-            with self.writer.as_default(step=step), tf.summary.record_if(True):
-                for key, value in report.items():
-                    tf.summary.scalar(f"{self.name}/{key}", value)
-                for key, value in (logs or {}).items():
-                    tf.summary.scalar(f"train/{key}", value)
-            self.writer.flush()
-        if (self.log_dir and self.projector_every
-                and self.evaluations % self.projector_every == 0):
-            write_projector_snapshot(self.log_dir, f"{self.name}_step_{step}", sentences,
-                                     embeddings, self.projector_points)
-        self.evaluations += 1
-        if self.patience_drop is not None and best - report["spearman"] > self.patience_drop:
-            logging.warning("divergence guard: dev spearman %.2f is %.2f below the best %.2f; "
-                            "stopping (the best weights are kept)", report["spearman"],
-                            best - report["spearman"], best)
-            self.model.stop_training = True
-
-
-class NanGuard(keras.callbacks.Callback):
-    """Stops training at the first non-finite loss, or when the gradient norm (the
-    `grad_norm` log of `SentenceMethod.train_step`) is non-finite or above
-    `max_grad_norm` (exploding gradients; 0 turns the threshold off), and says at which
-    step. `failed_step` and `reason` tell the caller what happened."""
-
-    def __init__(self, max_grad_norm=0.0):
-        super().__init__()
-        self.max_grad_norm = max_grad_norm
-        self.failed_step = None
-        self.reason = None
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        loss, norm = logs.get("loss"), logs.get("grad_norm")
-        if loss is not None and not math.isfinite(float(loss)):
-            reason = f"the loss became non-finite ({float(loss)})"
-        elif norm is not None and (not math.isfinite(float(norm)) or (
-                self.max_grad_norm and float(norm) > self.max_grad_norm)):
-            reason = (f"the gradients exploded (mean gradient norm {float(norm):.3g} this "
-                      f"epoch, limit max_grad_norm={self.max_grad_norm:g})")
-        else:
-            return
-        self.failed_step = int(self.model.optimizer.iterations.numpy())
-        self.reason = reason
-        logging.error("%s at step %d: stopping. The best checkpoint and export are untouched; "
-                      "rerun with a lower learning_rate to resume from the last checkpoint.",
-                      reason, self.failed_step)
-        self.model.stop_training = True
-
-
-class Throughput(keras.callbacks.Callback):
-    """Measures training examples/s over train batches (evaluation time excluded)."""
-
-    def __init__(self, batch_size):
-        super().__init__()
-        self.batch_size = batch_size
-        self.durations = []  # (seconds, optimizer steps) per train-batch callback
-        self._start = None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._start = (time.perf_counter(), int(self.model.optimizer.iterations.numpy()))
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self._start is not None:
-            t0, step0 = self._start
-            steps = int(self.model.optimizer.iterations.numpy()) - step0
-            self.durations.append((time.perf_counter() - t0, steps))
-
-    def examples_per_second(self):
-        """Examples/s over the measured calls, the first (tracing/compiling) one excluded.
-        With steps_per_execution > 1 one callback covers several optimizer steps."""
-        timed = self.durations[1:] if len(self.durations) > 1 else self.durations
-        seconds = sum(t for t, _ in timed)
-        steps = sum(n for _, n in timed)
-        return steps * self.batch_size / seconds if seconds > 0 else 0.0

@@ -7,14 +7,14 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, TINY_RUN_FLAGS
 
 
 def _run(out, encoder_dir, steps, lr, *extra):
     cmd = [sys.executable, "-m", "tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
            f"--config.encoder={encoder_dir}", "--config.max_seq_length=12",
            "--config.batch_size=8", f"--config.learning_rate={lr}", f"--config.steps={steps}",
-           "--config.eval_every=5", "--config.projector_every=0", *extra]
+           "--config.eval_every=5", "--config.projector_every=0", *TINY_RUN_FLAGS, *extra]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from conftest import REPO
+from conftest import REPO, TINY_RUN_FLAGS
 
 SENTENCES = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book", ""]
 
@@ -47,7 +47,7 @@ def _cmd(out, encoder_dir, steps, eval_every, *extra):
             "--config.batch_size=8", "--config.learning_rate=1e-3",
             "--config.encoder_dropout=0.0", "--config.jit_compile=False",
             f"--config.steps={steps}", f"--config.eval_every={eval_every}",
-            "--config.projector_every=0", *extra]
+            "--config.projector_every=0", *TINY_RUN_FLAGS, *extra]
 
 
 def _start_workers(out, encoder_dir, steps, eval_every, log_dir, ports=None):

@@ -8,6 +8,7 @@ deterministic stream when a run resumes, without tokenizing the skipped batches.
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from tfsent.errors import ConfigError
@@ -121,11 +122,12 @@ def mask_tokens(features, tokenizer, rate, seed):
 NLI_LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2}
 
 
-def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0):
+def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0, repeat=True):
     """(premise, hypothesis, label) rows -> premise-grouped batches of
     `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}` (see
-    `tfsent.data.grouping`; `valid` is 0 on padding slots of a short batch)."""
-    from tfsent.data.grouping import epoch_stream, premise_groups
+    `tfsent.data.grouping`; `valid` is 0 on padding slots of a short batch).
+    `repeat=False`: one epoch."""
+    from tfsent.data.grouping import epoch_stream, grouped_batches, premise_groups
 
     _check_batch(len(rows), batch_size, "the NLI pairs")
     premises = [r[0] for r in rows]
@@ -138,8 +140,14 @@ def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0):
     table_h = tf.constant([r[1] for r in rows])
     table_y = tf.constant([NLI_LABEL_IDS[r[2]] for r in rows], tf.int32)
     table_g = tf.constant(group_of, tf.int32)
+    if repeat:
+        def stream():
+            return epoch_stream(groups, batch_size, seed, skip_batches)
+    else:
+        def stream():
+            return iter(grouped_batches(groups, batch_size, np.random.default_rng(seed)))
     ds = tf.data.Dataset.from_generator(
-        lambda: epoch_stream(groups, batch_size, seed, skip_batches),
+        stream,
         output_signature=tf.TensorSpec([batch_size], tf.int64))
 
     def load(idx):

@@ -12,7 +12,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfsent import grad_cache
+from tfsent.grad_cache import FEATURE_KEYS
 
+
+@keras.saving.register_keras_serializable(package="tfsent")
 class SentenceMethod(keras.Model):
     """Base class: encoder + objective with its own train_step.
 
@@ -30,6 +34,15 @@ class SentenceMethod(keras.Model):
     dropout stream replayed, so the gradient equals the plain one while only one chunk's
     activations are alive at a time.
 
+    Keras-native: every method (and every subclass defined inside tfsent) is a registered
+    serializable ("tfsent>ClassName"), so `model.save("m.keras")` and
+    `keras.saving.load_model("m.keras")` round-trip it with its optimizer state;
+    `evaluate` / `fit(validation_data=...)` report the objective's losses on held-out
+    batches (`test_step`: the same objective with the encoder in inference mode, so
+    dropout-view methods see identical views: comparable between checkpoints, not with
+    the training loss); `fit`, `evaluate` take raw strings (`input_kind` says which
+    examples) and tokenize them in the tf.data pipeline with the encoder's tokenizer.
+
     Args:
         encoder: a `tfsent.encoders.SentenceEncoder`.
         train_pooling: pooling used in the loss (default: the encoder's).
@@ -39,6 +52,26 @@ class SentenceMethod(keras.Model):
 
     metric_names = ("loss",)
     supports_grad_cache = False
+    # What `fit(x=...)` takes as raw examples (see `tfsent.data.preprocessing`):
+    # "sentences", "sentences_mlm", "triplets", "nli_pairs" or "embedding_pairs".
+    input_kind = "sentences"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("tfsent."):  # users register their own subclasses
+            keras.saving.register_keras_serializable(package="tfsent")(cls)
+
+    @classmethod
+    def from_preset(cls, encoder, pooling=None, max_seq_length=128, **kwargs):
+        """A method on a named encoder in one line: `SimCSE.from_preset("minilm-l6")`.
+
+        `encoder` is anything `tfsent.encoders.load_encoder` takes (a short name, a
+        keras-hub preset, a Hugging Face / sentence-transformers / tfsent directory);
+        `kwargs` go to the method's constructor."""
+        from tfsent.encoders import load_encoder
+
+        loaded = load_encoder(encoder, pooling=pooling, max_seq_length=max_seq_length)
+        return cls(loaded, **kwargs)
 
     def __init__(self, encoder, train_pooling=None, export_pooling=None, grad_cache_chunk=0,
                  **kwargs):
@@ -51,8 +84,7 @@ class SentenceMethod(keras.Model):
         if "cls" not in (self.train_pooling, self.export_pooling):
             # The pooler Dense is unused: keep it out of the trainable variables.
             encoder.backbone.pooled_dense.trainable = False
-        self._trackers = {name: keras.metrics.Mean(name=name)
-                          for name in (*self.metric_names, "grad_norm")}
+        self._trackers = {name: keras.metrics.Mean(name=name) for name in self.metric_names}
         # Every variable lives in already-built sublayers (subclasses build theirs in
         # __init__), so Keras must not try to build the model by calling it on a batch.
         self.built = True
@@ -145,6 +177,76 @@ class SentenceMethod(keras.Model):
         z = self.embed(concat_features([f for f, _ in parts]), training, **kwargs)
         return tf.split(z, len(parts), axis=0)
 
+    def compile(self, optimizer="adamw", loss=None, loss_weights=None, metrics=None,
+                weighted_metrics=None, **kwargs):
+        """`keras.Model.compile` without `loss` / `metrics`: the objective is built in and
+        logs its own parts (`metric_names`); passing either is an error, not ignored."""
+        from tfsent.errors import ConfigError
+
+        for name, value in (("loss", loss), ("loss_weights", loss_weights),
+                            ("metrics", metrics), ("weighted_metrics", weighted_metrics)):
+            if value is not None and not (isinstance(value, (list, tuple, dict))
+                                          and not value):
+                raise ConfigError(
+                    f"{type(self).__name__}.compile({name}={value!r}): a tfsent method "
+                    f"computes its own objective and logs {', '.join(self.metric_names)}; "
+                    f"remove {name}= (for a dev score, use "
+                    "tfsent.callbacks.STSDevEvaluation)")
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def compile_from_config(self, config):
+        """Re-compiles a loaded model (`keras.saving.load_model`) and builds its optimizer,
+        so the optimizer state saved in a `.keras` archive is restored."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if getattr(self, "optimizer", None) is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, validation_data=None,
+            shuffle=True, validation_batch_size=None, **kwargs):
+        """`keras.Model.fit`, also on raw examples (`input_kind`): a list (or a tf.data
+        Dataset of unbatched elements) of strings, triplets or NLI rows, batched by
+        `batch_size` (default 32) and tokenized in the tf.data pipeline. `validation_data`
+        may be raw too. Pre-tokenized datasets pass through unchanged."""
+        from tfsent.data import preprocessing
+
+        raw_batch_size = batch_size or 32
+        if preprocessing.is_raw(x):
+            x = preprocessing.dataset_for(self, x, raw_batch_size, shuffle=shuffle,
+                                          argument="x")
+            batch_size = None
+            if y is not None:
+                from tfsent.errors import ConfigError
+
+                raise ConfigError("fit(y=...): tfsent methods take no targets; labels of "
+                                  "NLI rows go inside x")
+        if validation_data is not None and preprocessing.is_raw(validation_data):
+            validation_data = preprocessing.dataset_for(
+                self, validation_data, validation_batch_size or raw_batch_size,
+                shuffle=False, argument="validation_data")
+        if isinstance(x, tf.data.Dataset):
+            shuffle = False  # a dataset shuffles itself (Keras would only warn)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                           validation_data=validation_data, shuffle=shuffle,
+                           validation_batch_size=validation_batch_size, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        """`keras.Model.evaluate` (the objective's losses on held-out batches), also on raw
+        examples like `fit`."""
+        from tfsent.data import preprocessing
+
+        if preprocessing.is_raw(x):
+            x = preprocessing.dataset_for(self, x, batch_size or 32, shuffle=False,
+                                          argument="x")
+            batch_size = None
+        return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+
+    def test_step(self, data):
+        """The objective's losses on a held-out batch (encoder in inference mode)."""
+        batch = data[0] if isinstance(data, tuple) else data
+        _, logs = self.compute_losses(batch, training=False)
+        return self._update_trackers(logs, only_logged=True)
+
     def train_step(self, data):
         batch = data[0] if isinstance(data, tuple) else data
         variables = self.trainable_variables
@@ -153,9 +255,14 @@ class SentenceMethod(keras.Model):
         else:
             grads, logs = self.gradients(batch, variables)
         grads = self.adjust_gradients(grads, variables)
-        logs = dict(logs, grad_norm=self._gradient_norm(grads))
+        grad_norm = self._gradient_norm(grads)
         self.optimizer.apply_gradients(zip(grads, variables))
-        return self._update_trackers(logs)
+        results = self._update_trackers(logs)
+        # The step's own gradient norm, not an epoch mean: one exploding step must not be
+        # diluted by the steps before it (`tfsent.callbacks.NanGuard` reads it).
+        results["grad_norm"] = (tf.reshape(grad_norm, [1]) if _multi_worker(
+            self.distribute_strategy) else grad_norm)
+        return results
 
     def _scale(self, objective):
         optimizer = getattr(self, "optimizer", None)
@@ -169,94 +276,12 @@ class SentenceMethod(keras.Model):
         return tape.gradient(scaled, variables), logs
 
     def grad_cache_gradients(self, batch, variables):
-        """`gradients` computed with GradCache (see the class docstring).
-
-        Each part of `embedding_parts` is cut into chunks of `grad_cache_chunk` rows: the
-        first chunk and a smaller last one run as plain ops, the equal-sized chunks between
-        them in a `tf.while_loop` (one iteration at a time), so a graph holds one chunk's
-        activations at a time and XLA compiles one chunk, not an unrolled batch. The
-        encoder's dropout seed state is saved before each chunk's first pass and restored
-        for its second, so both passes draw the same masks."""
-        seed_state = self.encoder.seed_generator.state
-        chunk = self.grad_cache_chunk
-        barrier = []  # orders the chunks in a graph (nothing else keeps them apart)
-
-        def first_pass(features, kwargs, start, size):
-            state = tf.identity(seed_state.value)
-            z = self.embed(_rows(features, start, size), True, **kwargs)
-            return state, tf.stop_gradient(z)
-
-        parts = []  # (features, kwargs, segments, states (chunks, ...), cached (n, D))
-        for features, kwargs in self.embedding_parts(batch):
-            features = {k: features[k] for k in FEATURE_KEYS if k in features}
-            segments = _chunk_segments(features["token_ids"].shape[0], chunk)
-            states, views = [], []
-            for start, size, count in segments:
-                with tf.control_dependencies(barrier):
-                    if count == 1:
-                        state, z = first_pass(features, kwargs, start, size)
-                        state = state[None]
-                    else:
-                        state, z = _chunk_loop(
-                            lambda i, f=features, k=kwargs, a=start, s=size:
-                                first_pass(f, k, a + i * s, s),
-                            count, (tf.TensorSpec(seed_state.shape, seed_state.dtype),
-                                    tf.TensorSpec(views[-1].shape, views[-1].dtype)))
-                        z = tf.reshape(z, [count * size, -1])
-                states.append(state)
-                views.append(z)
-                barrier = [z]
-            parts.append((features, kwargs, segments, tf.concat(states, 0),
-                          tf.concat(views, 0)))
-        after = tf.identity(seed_state.value)
-        cached = [part[-1] for part in parts]
-        with tf.GradientTape() as tape:
-            tape.watch(cached)
-            objective, logs = self.loss_from_embeddings(cached, batch)
-            scaled = self._scale(objective)
-        all_grads = tape.gradient(scaled, [*cached, *variables])
-        embedding_grads, grads = all_grads[:len(cached)], list(all_grads[len(cached):])
-
-        index = {id(v): i for i, v in enumerate(variables)}
-        encoder_vars = [v for v in self.encoder.trainable_variables if id(v) in index]
-        slots = [index[id(v)] for v in encoder_vars]
-
-        def second_pass(features, kwargs, start, size, state, part_grad):
-            seed_state.assign(state)
-            grad = tf.stop_gradient(_rows({"g": part_grad}, start, size)["g"])
-            with tf.GradientTape() as tape:
-                z = self.embed(_rows(features, start, size), True, **kwargs)
-                surrogate = tf.reduce_sum(tf.cast(z, tf.float32) * tf.cast(grad, tf.float32))
-            return tape.gradient(surrogate, encoder_vars)
-
-        barrier = [g for g in embedding_grads if g is not None]
-        for (features, kwargs, segments, states, _), part_grad in zip(parts, embedding_grads):
-            chunk_index, first_grads = 0, None
-            for start, size, count in segments:  # the first segment is one chunk
-                with tf.control_dependencies(barrier):
-                    if count == 1:
-                        chunk_grads = second_pass(features, kwargs, start, size,
-                                                  states[chunk_index], part_grad)
-                        if first_grads is None:
-                            first_grads = chunk_grads
-                    else:  # the first chunk's gradients give the loop its structure
-                        chunk_grads = _summed_chunk_gradients(
-                            lambda i, f=features, k=kwargs, a=start, s=size, c=chunk_index,
-                            g=part_grad: second_pass(f, k, a + i * s, s,
-                                                     tf.gather(states, c + i), g),
-                            count, first_grads)
-                chunk_index += count
-                for slot, g in zip(slots, chunk_grads):
-                    if g is not None:
-                        grads[slot] = g if grads[slot] is None else _add_gradients(grads[slot], g)
-                barrier = [_dense_part(g) for g in chunk_grads if g is not None]
-        with tf.control_dependencies(barrier):
-            seed_state.assign(after)
-        return grads, logs
+        """`gradients` computed with GradCache (`tfsent.grad_cache`)."""
+        return grad_cache.grad_cache_gradients(self, batch, variables)
 
     def _gradient_norm(self, grads):
         """Global L2 norm of this replica's gradients before clipping, without the loss
-        scale (logged as `grad_norm`; `tfsent.training.NanGuard` stops on an explosion).
+        scale (logged as `grad_norm`; `tfsent.callbacks.NanGuard` stops on an explosion).
         Unlike the losses it is a per-replica value: the norm of the summed gradient would
         need a second all-reduce of every gradient."""
         norm = tf.linalg.global_norm([g for g in grads if g is not None])
@@ -271,10 +296,11 @@ class SentenceMethod(keras.Model):
         del variables
         return grads
 
-    def _update_trackers(self, logs):
+    def _update_trackers(self, logs, only_logged=False):
         for name, value in logs.items():
             self._trackers[name].update_state(value)
-        results = {name: tracker.result() for name, tracker in self._trackers.items()}
+        results = {name: tracker.result() for name, tracker in self._trackers.items()
+                   if name in logs or not only_logged}
         if _multi_worker(self.distribute_strategy):
             # Keras reduces step logs across workers with reduce(MEAN, axis=0), which
             # needs a batch axis: give each scalar one (Keras 3 with
@@ -292,98 +318,6 @@ class SentenceMethod(keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
-
-
-FEATURE_KEYS = ("token_ids", "padding_mask", "segment_ids")
-
-
-def _dense_part(g):
-    """The tensor carrying a gradient's values (IndexedSlices -> its values)."""
-    return g.values if isinstance(g, tf.IndexedSlices) else g
-
-
-def _rows(features, start, size):
-    """Rows [start, start + size) of every tensor in a dict (`start` may be a tensor;
-    `size` is static, so shapes stay static for XLA)."""
-    out = {}
-    for key, value in features.items():
-        rank = value.shape.rank
-        out[key] = tf.slice(value, [start] + [0] * (rank - 1), [size] + [-1] * (rank - 1))
-    return out
-
-
-def _chunk_segments(n, chunk):
-    """GradCache's plan for `n` rows in chunks of `chunk`: `(start, size, count)` runs of
-    equal chunks; the first chunk alone (its results give the loop its shapes), then the
-    other full chunks (one `tf.while_loop`), then the remainder."""
-    if n is None:
-        raise ValueError("GradCache needs a static per-replica batch size "
-                         "(batch the dataset with drop_remainder=True)")
-    first = min(chunk, n)
-    full = n // chunk
-    segments = [(0, first, 1)]
-    if full > 1:
-        segments.append((chunk, chunk, full - 1))
-    if full >= 1 and n % chunk:
-        segments.append((full * chunk, n % chunk, 1))
-    return segments
-
-
-def _chunk_loop(fn, count, specs):
-    """Stacks `fn(i)` (a tuple of tensors matching `specs`) for i in [0, count), one
-    iteration at a time."""
-    arrays = tuple(tf.TensorArray(spec.dtype, size=count, element_shape=spec.shape)
-                   for spec in specs)
-
-    def body(i, arrays):
-        return i + 1, tuple(a.write(i, x) for a, x in zip(arrays, fn(i)))
-
-    _, arrays = tf.while_loop(lambda i, _: i < count, body, (tf.constant(0), arrays),
-                              parallel_iterations=1)
-    return tuple(a.stack() for a in arrays)
-
-
-def _summed_chunk_gradients(fn, count, template):
-    """Sum over i in [0, count) of the gradient lists `fn(i)`, in a `tf.while_loop`;
-    `template` (one chunk's gradients) gives each entry's kind: None, dense (summed in
-    the loop) or IndexedSlices (rows stacked, kept sparse)."""
-    dense = [tf.zeros_like(g) if g is not None and not isinstance(g, tf.IndexedSlices)
-             else tf.zeros([]) for g in template]
-    sparse = [(tf.TensorArray(g.values.dtype, size=count, element_shape=g.values.shape),
-               tf.TensorArray(g.indices.dtype, size=count, element_shape=g.indices.shape))
-              if isinstance(g, tf.IndexedSlices) else () for g in template]
-
-    def body(i, dense, sparse):
-        new_dense, new_sparse = [], []
-        for g, acc, arrays, kind in zip(fn(i), dense, sparse, template):
-            if isinstance(kind, tf.IndexedSlices):
-                new_dense.append(acc)
-                new_sparse.append((arrays[0].write(i, g.values), arrays[1].write(i, g.indices)))
-            else:
-                new_dense.append(acc if kind is None else acc + g)
-                new_sparse.append(arrays)
-        return i + 1, new_dense, new_sparse
-
-    _, dense, sparse = tf.while_loop(lambda i, *_: i < count, body,
-                                     (tf.constant(0), dense, sparse), parallel_iterations=1)
-    out = []
-    for kind, acc, arrays in zip(template, dense, sparse):
-        if kind is None:
-            out.append(None)
-        elif isinstance(kind, tf.IndexedSlices):
-            values, indices = arrays[0].concat(), arrays[1].concat()
-            out.append(tf.IndexedSlices(values, indices, kind.dense_shape))
-        else:
-            out.append(acc)
-    return out
-
-
-def _add_gradients(a, b):
-    """a + b for dense gradients and embedding-table IndexedSlices (kept sparse)."""
-    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.concat([a.values, b.values], 0),
-                                tf.concat([a.indices, b.indices], 0), a.dense_shape)
-    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
 
 
 def concat_features(parts):

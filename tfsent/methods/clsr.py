@@ -26,6 +26,7 @@ class CLSR(SentenceMethod):
     """
 
     metric_names = ("loss",)
+    input_kind = "embedding_pairs"  # raw `fit` examples: positive (sentence, sentence) pairs
 
     def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,
                  direction_reduction="mean", train_pooling=None, export_pooling=None,

@@ -31,6 +31,7 @@ class CMLMCSE(SimCSE):
     """
 
     metric_names = ("loss", "contrastive_loss", "mlm_loss", "mlm_accuracy")
+    input_kind = "sentences_mlm"  # raw `fit` examples: sentences, masked at `mask_rate`
     supports_grad_cache = False  # the MLM loss reads the encoder's token states too
 
     def __init__(self, encoder, extractor_layers=8, fusion_layers=3, mlm_weight=0.005,

@@ -276,6 +276,11 @@ class ConSERT(SentenceMethod):
         labels = np.array([NLI_LABEL_IDS[r[2]] for r in rows])
         return 100.0 * float(np.mean(np.argmax(logits, axis=1) == labels))
 
+    @property
+    def input_kind(self):
+        """Raw examples of `fit`: sentences (unsup) or NLI (premise, hypothesis, label) rows."""
+        return "sentences" if self.mode == "unsup" else "nli_pairs"
+
     def get_config(self):
         config = super().get_config()
         config.update({

@@ -30,6 +30,11 @@ class SimCSE(SentenceMethod):
     metric_names = ("loss",)
     supports_grad_cache = True
 
+    @property
+    def input_kind(self):
+        """Raw examples of `fit`: sentences, or NLI triplets when supervised."""
+        return "triplets" if self.supervised else "sentences"
+
     def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
                  dropout=None, train_pooling=None, export_pooling=None, **kwargs):
         super().__init__(encoder, train_pooling, export_pooling, **kwargs)

@@ -28,6 +28,7 @@ class SupConSBERT(SentenceMethod):
     """
 
     metric_names = ("loss", "ce_loss", "scl_loss", "nli_accuracy")
+    input_kind = "nli_pairs"  # raw `fit` examples: (premise, hypothesis, label) rows
     supports_grad_cache = True
 
     def __init__(self, encoder, scl_weight=0.3, temperature=1.0, max_positives=0,

@@ -1,0 +1,276 @@
+"""One harness for every method and layer (keras-hub's test_case pattern): serialization
+round trip, `.keras` save/load in a fresh process (same embeddings, same optimizer state,
+training continues identically), `evaluate`, `fit` on raw examples with raw
+`validation_data`, and a `ModelCheckpoint` on the dev score that keeps the best epoch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TINY_VOCAB
+from tfsent.data import readers
+from tfsent.errors import ConfigError
+from tfsent.testing import tiny_encoder
+
+SENTENCES = readers.read_sentences(readers.DEMO_SENTENCES)[:48]
+TRIPLETS = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)[:24]
+NLI_ROWS = readers.read_nli_pairs("demo_nli")[:48]
+PAIRS = [(p, e) for p, e, _ in TRIPLETS]
+RAW = {"sentences": SENTENCES, "sentences_mlm": SENTENCES, "triplets": TRIPLETS,
+       "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS}
+PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
+
+
+def _build(name):
+    """A tiny instance of each method (and each mode that reads other data)."""
+    from tfsent import methods
+
+    enc = tiny_encoder(TINY_VOCAB, num_layers=3, max_seq_length=12, seed=3)
+    return {
+        "simcse_unsup": lambda: methods.SimCSE(enc),
+        "simcse_sup": lambda: methods.SimCSE(enc, supervised=True),
+        "cmlm_cse": lambda: methods.CMLMCSE(enc, extractor_layers=2, fusion_layers=1,
+                                            mask_rate=0.3),
+        "supcon": lambda: methods.SupConSBERT(enc, scl_weight=0.3),
+        "scd": lambda: methods.SCD(enc, projector_width=32),
+        "consert": lambda: methods.ConSERT(enc, mode="unsup"),
+        "consert_joint": lambda: methods.ConSERT(enc, mode="joint"),
+        "clsr": lambda: methods.CLSR(enc, hidden_dim=24, output_dim=8),
+    }[name]()
+
+
+METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "supcon", "scd", "consert",
+           "consert_joint", "clsr")
+
+
+def _strip_names(config):
+    """A config without auto-generated object names (they differ between instances)."""
+    if isinstance(config, dict):
+        return {k: _strip_names(v) for k, v in config.items() if k != "name"}
+    if isinstance(config, list):
+        return [_strip_names(v) for v in config]
+    return config
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_method_config_round_trip(name):
+    model = _build(name)
+    config = model.get_config()
+    clone = type(model).from_config(config)
+    assert _strip_names(clone.get_config()) == _strip_names(config)
+    registered = keras.saving.get_registered_name(type(model))
+    assert registered == f"tfsent>{type(model).__name__}"
+
+
+def _layer_cases():
+    """A small instance of every registered tfsent layer, with an input to call it on."""
+    from tfsent.encoders import SentenceTokenizer
+    from tfsent.layers.augment import Augmentation
+    from tfsent.layers.cmlm import Fusioner, LexicalExtractor
+    from tfsent.layers.heads import MLPEncoder
+    from tfsent.layers.projector import Projector
+
+    enc = tiny_encoder(TINY_VOCAB, num_layers=2, max_seq_length=12, seed=4)
+    feats = enc.tokenizer(PROBE)
+    h = tf.random.stateless_normal([3, 16], seed=[1, 2])
+    seq = tf.random.stateless_normal([3, 12, 16], seed=[3, 4])
+    cases = {
+        "SentenceTokenizer": (SentenceTokenizer(TINY_VOCAB, max_seq_length=12),
+                              tf.constant(PROBE)),
+        "SentenceEncoder": (enc, feats),
+        "Augmentation": (Augmentation("token_cutoff", 0.2), None),
+        "MLPEncoder": (MLPEncoder(24, 8), h),
+        "Projector": (Projector(32), h),
+        "LexicalExtractor": (LexicalExtractor(
+            _backbone_config(enc.backbone), 1), None),
+        "Fusioner": (Fusioner(len(TINY_VOCAB), 16, 2, 32, num_layers=1), None),
+    }
+    del seq
+    return cases
+
+
+def _backbone_config(backbone):
+    from tfsent.encoders.loading import _backbone_config as config_of
+
+    return config_of(backbone)
+
+
+def test_every_registered_layer_round_trips():
+    """Every layer registered under the 'tfsent' package has a harness case here (a new
+    layer without one fails), and `from_config(get_config())` rebuilds it; layers that can
+    be called on their own give the same outputs with the same weights."""
+    registered = {name.split(">", 1)[1] for name, cls in
+                  keras.saving.get_custom_objects().items()
+                  if name.startswith("tfsent>") and issubclass(cls, keras.layers.Layer)
+                  and not issubclass(cls, keras.Model)}
+    registered.add("SentenceEncoder")
+    cases = _layer_cases()
+    missing = registered - set(cases)
+    assert not missing, f"registered tfsent layers without a harness case: {missing}"
+    for name, (layer, inputs) in cases.items():
+        config = layer.get_config()
+        clone = type(layer).from_config(config)
+        assert _strip_names(clone.get_config()) == _strip_names(config), name
+        if inputs is None:
+            continue
+        out = layer(inputs)
+        if layer.weights:
+            clone(inputs)
+            clone.set_weights(layer.get_weights())
+        again = clone(inputs)
+        for a, b in zip(tf.nest.flatten(out), tf.nest.flatten(again)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_raw_examples_fit_evaluate_and_validation(name):
+    """fit on raw examples (tokenized in the tf.data pipeline), with raw validation_data;
+    evaluate reports the objective's parts; compile(loss=...) is refused."""
+    model = _build(name)
+    raw = RAW[model.input_kind]
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    history = model.fit(raw, batch_size=8, epochs=1, steps_per_epoch=2,
+                        validation_data=raw[:16], verbose=0)
+    assert "val_loss" in history.history and np.isfinite(history.history["val_loss"][0])
+    result = model.evaluate(raw[:16], batch_size=8, verbose=0, return_dict=True)
+    assert set(result) == set(model.metric_names), result
+    assert all(np.isfinite(v) for v in result.values())
+    with pytest.raises(ConfigError, match="loss="):
+        model.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ConfigError, match="metrics="):
+        model.compile(optimizer="adam", metrics=["mae"])
+
+
+def test_pre_tokenized_path_still_works():
+    from tfsent.data import pipelines
+
+    model = _build("simcse_unsup")
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    ds = pipelines.sentence_dataset(SENTENCES, model.encoder.tokenizer, 8)
+    history = model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_bad_raw_examples_are_clear():
+    model = _build("simcse_sup")
+    model.compile(optimizer="adamw")
+    with pytest.raises(Exception, match=r"x\[0\].*anchor, positive, negative"):
+        model.fit([("only", "two")] * 16, batch_size=8, verbose=0)
+    with pytest.raises(ConfigError, match="fewer than one batch"):
+        model.fit(TRIPLETS[:3], batch_size=8, verbose=0)
+    supcon = _build("supcon")
+    supcon.compile(optimizer="adamw")
+    with pytest.raises(Exception, match="NLI label 'maybe'"):
+        supcon.fit([("a", "b", "maybe")] * 16, batch_size=8, verbose=0)
+
+
+LOAD_SCRIPT = r"""
+import json, sys
+import numpy as np
+import keras
+import tfsent  # registers tfsent's classes
+from tfsent.data import preprocessing
+paths, probe, raw = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+out = {}
+for name, path in json.loads(paths).items():
+    model = keras.saving.load_model(path)
+    emb = model.encode(probe)
+    step = int(model.optimizer.iterations.numpy())
+    opt = {v.path: v.numpy() for v in model.optimizer.variables}
+    rows = [tuple(r) if isinstance(r, list) else r for r in raw[model.input_kind]]
+    ds = preprocessing.dataset_for(model, rows, 8, shuffle=False)
+    model.fit(ds, epochs=1, steps_per_epoch=1, verbose=0)
+    out[name] = {"class": type(model).__name__, "embedding": emb.tolist(), "step": step,
+                 "opt_norm": float(sum(np.abs(v).sum() for v in opt.values())),
+                 "after": model.encode(probe).tolist()}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_keras_save_and_load_model_in_a_fresh_process(tmp_path):
+    """model.save("x.keras") then keras.saving.load_model in a new interpreter: the same
+    class, identical embeddings and optimizer state, and one more training step gives the
+    same weights as the same step taken by the original model."""
+    from tfsent.data import preprocessing
+
+    paths, expected = {}, {}
+    for name in METHODS:
+        model = _build(name)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+        rows = RAW[model.input_kind]
+        model.fit(preprocessing.dataset_for(model, rows, 8, shuffle=False), epochs=1,
+                  steps_per_epoch=2, verbose=0)
+        paths[name] = str(tmp_path / f"{name}.keras")
+        model.save(paths[name])
+        emb = model.encode(PROBE)
+        opt_norm = float(sum(np.abs(v.numpy()).sum() for v in model.optimizer.variables))
+        model.fit(preprocessing.dataset_for(model, rows, 8, shuffle=False), epochs=1,
+                  steps_per_epoch=1, verbose=0)
+        expected[name] = (type(model).__name__, emb, opt_norm, model.encode(PROBE))
+    raw = {k: [list(r) if isinstance(r, tuple) else r for r in v] for k, v in RAW.items()}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, json.dumps(paths),
+                             json.dumps(PROBE), json.dumps(raw)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout)
+    for name, (cls, emb, opt_norm, after) in expected.items():
+        got = loaded[name]
+        assert got["class"] == cls
+        np.testing.assert_allclose(got["embedding"], emb, atol=1e-6, err_msg=name)
+        assert got["step"] == 2, name
+        np.testing.assert_allclose(got["opt_norm"], opt_norm, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got["after"], after, atol=1e-5, err_msg=name)
+
+
+def test_model_checkpoint_on_dev_spearman_keeps_the_best_epoch(tmp_path):
+    """STSDevEvaluation writes val_spearman; ModelCheckpoint(save_best_only) and
+    EarlyStopping read it; the saved model is the best epoch's."""
+    from tfsent.callbacks import STSDevEvaluation
+
+    s1, s2, gold = readers.read_scored_pairs(readers.DEMO_PAIRS)
+    model = _build("simcse_unsup")
+    model.compile(optimizer=keras.optimizers.AdamW(3e-3))
+    dev = STSDevEvaluation(s1[:40], s2[:40], gold[:40])
+    path = str(tmp_path / "best.keras")
+    checkpoint = keras.callbacks.ModelCheckpoint(path, monitor="val_spearman", mode="max",
+                                                 save_best_only=True)
+    stop = keras.callbacks.EarlyStopping(monitor="val_spearman", mode="max", patience=10)
+    history = model.fit(SENTENCES, batch_size=8, epochs=4, steps_per_epoch=2, verbose=0,
+                        callbacks=[dev, checkpoint, stop])
+    scores = history.history["val_spearman"]
+    assert len(scores) == 4 and all(np.isfinite(scores))
+    for key in ("val_pearson", "val_alignment", "val_uniformity", "val_random_pair_cosine"):
+        assert key in history.history
+    best = keras.saving.load_model(path)
+    again = dev.evaluate(best)["spearman"]
+    np.testing.assert_allclose(again, max(scores), atol=1e-4)
+
+
+def test_from_preset_one_line_start(tiny_encoder_dir):
+    from tfsent.methods import SimCSE
+
+    model = SimCSE.from_preset(tiny_encoder_dir, max_seq_length=12, temperature=0.1)
+    assert model.temperature == 0.1 and model.encoder.tokenizer.max_seq_length == 12
+    model.compile(optimizer="adamw")
+    model.fit(SENTENCES, batch_size=8, epochs=1, steps_per_epoch=1, verbose=0)
+
+
+def test_encoder_save_is_keras_save(tmp_path):
+    """SentenceEncoder.save keeps Keras' meaning (a .keras archive); the tfsent encoder
+    directory is save_encoder_dir."""
+    from tfsent.encoders import load_encoder
+
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, seed=6)
+    enc.save(str(tmp_path / "enc.keras"))
+    again = keras.saving.load_model(str(tmp_path / "enc.keras"))
+    np.testing.assert_allclose(again.encode(PROBE), enc.encode(PROBE), atol=1e-6)
+    enc.save_encoder_dir(str(tmp_path / "dir"))
+    np.testing.assert_allclose(load_encoder(str(tmp_path / "dir")).encode(PROBE),
+                               enc.encode(PROBE), atol=1e-6)

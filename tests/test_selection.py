@@ -1,0 +1,217 @@
+"""Dev selection with the starting encoder as the first candidate, the divergence guard
+(drop from the start, NaN scores, the collapse signature), and the NaN / fp16 guards."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TINY_VOCAB
+from tfsent.callbacks import BestEncoderKeeper, DivergenceGuard, NanGuard
+from tfsent.data import pipelines, readers
+from tfsent.testing import tiny_encoder
+
+PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _train(out, encoder_dir, *extra):
+    cmd = [sys.executable, "-m", "tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
+           f"--config.encoder={encoder_dir}", "--config.max_seq_length=12",
+           "--config.batch_size=8", "--config.projector_every=0", *extra]
+    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=900)
+
+
+def _served(path):
+    loaded = tf.saved_model.load(path)
+    return loaded.signatures["serving_default"](sentences=tf.constant(PROBE))["embedding"]
+
+
+def test_collapsing_run_exports_the_starting_encoder(tmp_path, tiny_encoder_dir):
+    """A learning rate that wrecks the encoder: nothing beats step 0, so the run says so and
+    exports the starting encoder unchanged; export_if_worse=true exports the best trained
+    checkpoint instead."""
+    from tfsent.encoders import load_encoder
+
+    start = load_encoder(tiny_encoder_dir, max_seq_length=12).encode(PROBE)
+    args = ("--config.learning_rate=0.5", "--config.steps=20", "--config.eval_every=10",
+            "--config.first_eval_step=5")
+    safe = _train(str(tmp_path / "safe"), tiny_encoder_dir, *args)
+    assert safe.returncode == 0, safe.stderr[-3000:]
+    assert "exporting the STARTING encoder" in safe.stderr
+    metrics = json.load(open(tmp_path / "safe" / "metrics.json"))
+    assert metrics["exported"]["which"] == "starting encoder"
+    assert metrics["exported"]["step"] == 0
+    assert "no checkpoint beat it" in metrics["exported"]["why"]
+    assert "early dev evaluation at step 5" in safe.stderr
+    np.testing.assert_allclose(_served(str(tmp_path / "safe" / "export" / "1")), start,
+                               atol=1e-5)
+
+    worse = _train(str(tmp_path / "worse"), tiny_encoder_dir, *args,
+                   "--config.export_if_worse=true")
+    assert worse.returncode == 0, worse.stderr[-3000:]
+    metrics = json.load(open(tmp_path / "worse" / "metrics.json"))
+    assert metrics["exported"]["which"] == "best checkpoint"
+    assert metrics["exported"]["step"] > 0
+    assert metrics["exported"]["score"] <= metrics["dev_before"]["spearman"]
+    served = np.asarray(_served(str(tmp_path / "worse" / "export" / "1")))
+    assert np.abs(served - start).max() > 1e-3  # trained weights, not the start
+
+
+def _report(spearman, rpc=0.1, uniformity=-3.5):
+    return {"spearman": spearman, "pearson": spearman, "alignment": 0.3,
+            "uniformity": uniformity, "random_pair_cosine": rpc}
+
+
+class _Model:
+    """What a callback needs of a model to stop it."""
+    stop_training = False
+
+
+def _guard(**kwargs):
+    guard = DivergenceGuard(None, start=_report(80.0), **kwargs)
+    guard.set_model(_Model())
+    return guard
+
+
+def test_guard_watches_the_distance_from_the_start():
+    guard = _guard(max_drop=10.0)
+    assert guard.check(_report(75.0), 10) is None  # 5 below the start
+    assert "below the best 80.00" in guard.check(_report(69.0), 20)
+    guard = _guard(max_drop=10.0)
+    assert guard.check(_report(85.0), 10) is None
+    assert "below the best 85.00" in guard.check(_report(74.0), 20)  # best moved up
+
+
+def test_guard_nan_score_and_collapse_signature():
+    assert "NaN" in _guard(max_drop=10.0).check(_report(float("nan")), 10)
+    rise = _guard(collapse_cosine_rise=0.3)
+    assert rise.check(_report(79.0, rpc=0.35), 10) is None
+    assert "random-pair cosine 0.450" in rise.check(_report(79.0, rpc=0.45), 20)
+    uni = _guard(collapse_uniformity_ratio=0.75)
+    assert uni.check(_report(79.0, uniformity=-1.5), 10) is None
+    assert "uniformity -0.800" in uni.check(_report(79.0, uniformity=-0.8), 20)
+    off = _guard(max_drop=0, collapse_cosine_rise=0, collapse_uniformity_ratio=0)
+    assert off.check(_report(10.0, rpc=0.99, uniformity=-0.01), 10) is None
+    stopped = _guard(max_drop=1.0)
+    stopped.stop_if_diverged(_report(70.0), 30)
+    assert stopped.model.stop_training and stopped.stopped_step == 30
+
+
+class _State:
+    """RunState's best-score interface, in memory."""
+
+    def __init__(self):
+        self.saved = []
+
+    def best(self):
+        return (self.saved[-1][0], self.saved[-1][1]) if self.saved else (None, None)
+
+    def save_best(self, score, step, extra=None):
+        self.saved.append((score, step))
+
+
+def test_nan_is_never_best_and_the_start_is_the_first_best():
+    state = _State()
+    keeper = BestEncoderKeeper(state, None, baseline=60.0)
+    assert keeper.best() == (60.0, 0)
+    assert not keeper.consider(_report(float("nan")), 10)
+    assert state.saved == []
+    assert not keeper.consider(_report(50.0), 20)  # trained best, but below the start
+    assert state.saved == [(50.0, 20)] and keeper.best() == (60.0, 0)
+    assert keeper.consider(_report(65.0), 30)
+    assert keeper.best() == (65.0, 30)
+    assert not keeper.consider(_report(float("nan")), 40)
+    assert keeper.best() == (65.0, 30)
+
+
+def test_collapsed_model_scores_nan_not_garbage():
+    """A model whose embeddings are all equal (every weight zero) scores NaN through the
+    evaluator's guarded correlation (scipy alone warns and returns nan or noise)."""
+    from tfsent.methods import SimCSE
+    from tfsent.training import sts_dev_score
+
+    s1, s2, gold = readers.read_scored_pairs(readers.DEMO_PAIRS)
+    model = SimCSE(tiny_encoder(TINY_VOCAB, max_seq_length=12))
+    model.set_weights([np.zeros_like(w) for w in model.get_weights()])
+    report = sts_dev_score(model, s1[:30], s2[:30], gold[:30])
+    assert math.isnan(report["spearman"]) and math.isnan(report["pearson"])
+
+
+def test_train_step_logs_the_steps_own_gradient_norm():
+    """grad_norm is the step's own value, not the epoch's running mean (which would dilute
+    one exploding step)."""
+    from tfsent.methods import SimCSE
+
+    sentences = readers.read_sentences(readers.DEMO_SENTENCES)[:16]
+    model = SimCSE(tiny_encoder(TINY_VOCAB, max_seq_length=12, seed=2), dropout=0.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+    batches = list(pipelines.sentence_dataset(sentences, model.encoder.tokenizer, 8,
+                                              shuffle=False, repeat=False))
+    first = model.train_on_batch(batches[0], return_dict=True)["grad_norm"]
+    grads, _ = model.gradients(batches[1], model.trainable_variables)
+    expected = float(tf.linalg.global_norm([g for g in grads if g is not None]))
+    second = model.train_on_batch(batches[1], return_dict=True)["grad_norm"]
+    assert abs(first - expected) > 1e-3 * expected  # the two steps differ ...
+    np.testing.assert_allclose(second, expected, rtol=1e-4)  # ... and the log is step 2's
+
+
+def test_nan_guard_stops_on_one_exploding_step():
+    guard = NanGuard(max_grad_norm=100.0)
+
+    class Opt:
+        iterations = tf.Variable(0)
+
+    model = _Model()
+    model.optimizer = Opt()
+    guard.set_model(model)
+    for step, norm in enumerate([10.0, 12.0, 11.0, 1000.0, 10.0], start=1):
+        Opt.iterations.assign(step)
+        guard.on_train_batch_end(step, {"loss": 1.0, "grad_norm": norm})
+        if guard.failed():
+            break
+    assert guard.failed_step == 4 and "limit max_grad_norm=100" in guard.reason
+
+
+def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir):
+    """mixed_float16 with a loss scale so high that the first steps overflow: the
+    LossScaleOptimizer skips them and halves the scale; the guard counts them and the run
+    finishes. A real divergence (huge learning rate) still stops it."""
+    out = str(tmp_path / "fp16")
+    ok = _train(out, tiny_encoder_dir, "--config.mixed_precision=mixed_float16",
+                "--config.loss_scale=1e12", "--config.steps=12", "--config.eval_every=6",
+                "--config.learning_rate=1e-3", "--config.divergence_drop=0",
+                "--config.first_eval_step=0")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "loss-scale overflow step(s) skipped" in ok.stderr
+    assert os.path.exists(os.path.join(out, "export", "1", "saved_model.pb"))
+    bad = _train(str(tmp_path / "bad"), tiny_encoder_dir,
+                 "--config.mixed_precision=mixed_float16", "--config.steps=12",
+                 "--config.eval_every=6", "--config.learning_rate=1e30",
+                 "--config.first_eval_step=0")
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert "non-finite" in bad.stderr or "exploded" in bad.stderr
+    assert not os.path.exists(os.path.join(str(tmp_path / "bad"), "export"))
+
+
+@pytest.mark.parametrize("flag", ["--config.first_eval_step=-1",
+                                  "--config.collapse_uniformity_ratio=1.5",
+                                  "--config.divergence_drop=-2", "--config.loss_scale=0"])
+def test_selection_flags_are_validated(flag):
+    from tfsent.config import build_config
+    from tfsent.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=flag.split(".")[1].split("=")[0]):
+        build_config({}, {}, [flag[len("--config."):]])
