@@ -226,7 +226,9 @@ def test_keras_save_and_load_model_in_a_fresh_process(tmp_path):
         np.testing.assert_allclose(got["embedding"], emb, atol=1e-6, err_msg=name)
         assert got["step"] == 2, name
         np.testing.assert_allclose(got["opt_norm"], opt_norm, rtol=1e-6, err_msg=name)
-        np.testing.assert_allclose(got["after"], after, atol=1e-5, err_msg=name)
+        # Same weights, optimizer state and dropout stream: the next step agrees to float
+        # summation order (~1e-5 seen); a different dropout stream moves it by ~1e-2.
+        np.testing.assert_allclose(got["after"], after, atol=1e-4, err_msg=name)
 
 
 def test_model_checkpoint_on_dev_spearman_keeps_the_best_epoch(tmp_path):

@@ -145,12 +145,20 @@ def test_cli_errors_are_clear(tmp_path):
         assert "Traceback" not in r.stderr, (arg, r.stderr[-2000:])
 
 
-def test_readme_example_runs():
+def test_readme_example_runs(tmp_path):
     """The README's model.fit example, executed as written."""
     minilm_or_skip()
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     start = readme.index("```python\n", readme.index("## Use it from your own Keras code"))
     code = readme[start + len("```python\n"):readme.index("```", start + 10)]
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # the example writes simcse_best.keras
+    try:
+        exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    finally:
+        os.chdir(cwd)
     assert namespace["embeddings"].shape == (2, 384)
+    assert type(namespace["model"]).__name__ == "SimCSE"
+    assert int(namespace["model"].optimizer.iterations.numpy()) > 0
+    assert (tmp_path / "simcse_best.keras").exists()

@@ -265,6 +265,21 @@ class SentenceEncoder(keras.Model):
 
         save_encoder_dir(self, directory)
 
+    _SEED_KEY = "dropout_seed_state"
+
+    def save_own_variables(self, store):
+        """Also saves the dropout stream's position, so a model loaded from a `.keras`
+        archive continues training with the same dropout masks as the original."""
+        super().save_own_variables(store)
+        store[self._SEED_KEY] = keras.ops.convert_to_numpy(self.seed_generator.state)
+
+    def load_own_variables(self, store):
+        """Restores what `save_own_variables` wrote."""
+        keys = list(store.keys())
+        if self._SEED_KEY in keys:
+            self.seed_generator.state.assign(store[self._SEED_KEY])
+        super().load_own_variables({k: store[k] for k in keys if k != self._SEED_KEY})
+
     def get_config(self):
         return {"backbone": keras.saving.serialize_keras_object(self.backbone),
                 "tokenizer": (None if self.tokenizer is None
