@@ -121,11 +121,17 @@ def mask_tokens(features, tokenizer, rate, seed):
 NLI_LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2}
 
 
-def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0):
-    """(premise, hypothesis, label) rows -> premise-grouped batches of
-    `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}` (see
-    `tfsent.data.grouping`; `valid` is 0 on padding slots of a short batch)."""
-    from tfsent.data.grouping import epoch_stream, premise_groups
+def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0,
+                     group_premises=True):
+    """(premise, hypothesis, label) rows -> batches of
+    `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}`.
+
+    `group_premises=True` (SupCon-SBERT): premise-grouped batches (see
+    `tfsent.data.grouping`; `valid` is 0 on the padding slots of a short batch).
+    False: ordinary shuffled batches (a new permutation every epoch, remainder dropped,
+    `valid` all 1), as ConSERT's reference reads NLI pairs. `premise_id` numbers the
+    distinct premise texts in both."""
+    from tfsent.data.grouping import epoch_stream, premise_groups, shuffled_stream
 
     _check_batch(len(rows), batch_size, "the NLI pairs")
     premises = [r[0] for r in rows]
@@ -138,9 +144,14 @@ def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0):
     table_h = tf.constant([r[1] for r in rows])
     table_y = tf.constant([NLI_LABEL_IDS[r[2]] for r in rows], tf.int32)
     table_g = tf.constant(group_of, tf.int32)
+    if group_premises:
+        def stream():
+            return epoch_stream(groups, batch_size, seed, skip_batches)
+    else:
+        def stream():
+            return shuffled_stream(len(rows), batch_size, seed, skip_batches)
     ds = tf.data.Dataset.from_generator(
-        lambda: epoch_stream(groups, batch_size, seed, skip_batches),
-        output_signature=tf.TensorSpec([batch_size], tf.int64))
+        stream, output_signature=tf.TensorSpec([batch_size], tf.int64))
 
     def load(idx):
         safe = tf.maximum(idx, 0)
