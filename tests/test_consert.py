@@ -407,3 +407,37 @@ def test_consert_nli_modes_read_shuffled_pairs_supcon_grouped(tmp_path):
         assert sorted(np.bincount(np.int64(seen)).tolist()) == [3] * 30  # each row once
     assert copies["supcon"] == pytest.approx(2.0)  # every premise's 3 rows together
     assert copies["consert_joint"] < 0.5 and copies["consert_sup"] < 0.5
+
+
+def test_joint_two_replicas_match_one_replica():
+    """One SGD step of the joint loss on a global batch of 8: 2 replicas x 4 give the same
+    logged losses and weights as 1 x 8 (premise and hypothesis views are gathered apart).
+    Views `none` and encoder dropout 0: deterministic (augmentation seeds depend on the
+    replica). ReductionToOneDevice: see tests/test_scd.py's mirrored_strategy."""
+    mirrored = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    rows = ROWS[:8]
+    results = []
+    init = None
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        with strategy.scope():
+            enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=8)
+            model = ConSERT(enc, mode="joint", view1_augmentation="none",
+                            view2_augmentation="none", ce_max_feature=True, alpha=0.5)
+            model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+            model.optimizer.build(model.trainable_variables)
+        if init is None:
+            init = [v.numpy() for v in model.trainable_variables]
+        for v, w in zip(model.trainable_variables, init):
+            v.assign(w)
+        batch = next(iter(pipelines.nli_pair_dataset(rows, enc.tokenizer, 8, seed=0,
+                                                     group_premises=False)))
+        hist = model.fit(tf.data.Dataset.from_tensors(batch), epochs=1, steps_per_epoch=1,
+                         verbose=0).history
+        results.append((hist, [v.numpy() for v in model.trainable_variables]))
+    (h1, w1), (h2, w2) = results
+    for key in ("loss", "ce_loss", "contrastive_loss", "nli_accuracy"):
+        np.testing.assert_allclose(h1[key][0], h2[key][0], rtol=1e-5, atol=1e-5, err_msg=key)
+    for a, b, w0 in zip(w1, w2, init):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert any(not np.allclose(a, w0) for a, w0 in zip(w1, init))

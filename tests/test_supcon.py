@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from conftest import TINY_VOCAB
 from tfsent import losses

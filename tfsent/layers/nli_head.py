@@ -43,6 +43,9 @@ class NLIHead(keras.layers.Layer):
         return (4 if self.max_square_feature else 3) * self.embedding_dim
 
     def build(self, input_shape=None):
+        """Builds the Dense layers for `feature_dim` inputs (the input shape is not needed)."""
+        if self.built:
+            return
         width = self.feature_dim
         if self.hidden is not None:
             self.hidden.build((None, width))
