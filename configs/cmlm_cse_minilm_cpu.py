@@ -4,7 +4,9 @@
 as the frozen extractor and a fusioner a quarter as deep; on the 6-layer MiniLM that is 4
 extractor layers and 2 fusion blocks (METHODS.md suggests the same pair), which also keeps
 the auxiliary network cheap on a CPU. minilm-l6 is a mean-pooled sentence encoder, so the
-sentence embedding h is mean-pooled.
+sentence embedding h is mean-pooled. mlm_weight is lambda on tfsent's mean scale (both
+losses averaged, where the paper sums them): 0.005 here is the paper's lambda 0.0018 (x 2.84
+masked tokens per sentence on wiki1m at p 0.15); see configs/cmlm_cse.py.
 """
 
 

@@ -5,7 +5,9 @@ sentences of the STS tasks (here STS12, STS-B and SICK, all splits), written fir
 
 lr 5e-6 instead of the paper's 5e-7: 150 steps from an already trained sentence encoder,
 where 5e-7 moves nothing measurable; pooling `mean` for training, dev and export (minilm-l6
-is a mean-pooled model). Batch 32 instead of 96 for CPU time.
+is a mean-pooled model). Batch 32 instead of 96 for CPU time. The objective is L_con; the
+reference's is 0.15 x L_con (configs/consert_unsup.py explains why that constant factor
+changes only the logged loss, the logged gradient norm and clipping, which is off here).
 """
 
 

@@ -1,7 +1,9 @@
 """Supervised-contrastive SBERT, the paper's recipe (supcon_sbert.txt).
 
 BERT L-8 H-512 via a keras-hub preset (or a Hugging Face checkpoint directory of
-google/bert_uncased_L-8_H-512_A-8), SNLI train, 1 epoch.
+google/bert_uncased_L-8_H-512_A-8), SNLI train, 1 epoch. SCL: one anchor per premise of the
+batch (its entailment row's premise embedding), positives its entailed hypotheses, negatives
+every other hypothesis of the batch; premise-grouped batches keep a premise's rows together.
 """
 
 
@@ -19,8 +21,8 @@ def get_config():
         "warmup_ratio": 0.1,                # 10% warmup
         "temperature": 1.0,                 # tau
         "scl_weight": 0.3,                  # lambda (0.3 best STS, 0.1 best transfer)
-        "max_positives": 0,                 # N+ = all
-        "max_negatives": 0,                 # N- = all
+        "max_positives": 0,                 # N+ = all (3: own + 2 random others)
+        "max_negatives": 0,                 # N- = all (best in the paper's Tables 2-3)
         "similarity": "dot",
         "eval_data": "stsb",
         "eval_every": 500,

@@ -1,6 +1,7 @@
 """SupCon-SBERT from minilm-l6 on a CPU: SNLI dev as training data (the only SNLI split
 offline besides test, which is held out for NLI accuracy). Run twice, with
---config.scl_weight=0.0 (the SBERT baseline) and 0.3."""
+--config.scl_weight=0.0 (the SBERT baseline) and 0.3. SCL as configs/supcon.py: one anchor
+per premise, all positives and negatives."""
 
 
 def get_config():

@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import TINY_VOCAB
@@ -125,3 +126,23 @@ def test_layers_get_config_round_trip():
     fus2.build()
     assert fus2.get_config() == fus.get_config()
     assert len(fus2.weights) == len(fus.weights)
+
+
+def test_logged_losses_are_the_means_of_their_terms():
+    """mlm_loss / mlm_accuracy are means over the masked tokens (NumPy, from the model's
+    own logits) and loss = contrastive + lambda * mlm_loss: the mean scale of lambda."""
+    model = _model()
+    batch = _batch(model)
+    objective, logs = model.compute_losses(batch, training=False)
+    h = model.contrastive_views(batch, False)[0]
+    logits = model.mlm_logits(h, batch, False).numpy().astype(np.float64)
+    labels, w = batch["mask_labels"].numpy(), batch["mask_weights"].numpy()
+    m = logits.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[..., 0]
+    ce = lse - np.take_along_axis(logits, labels[..., None], -1)[..., 0]
+    assert float(logs["mlm_loss"]) == pytest.approx((ce * w).sum() / w.sum(), rel=1e-5)
+    correct = (np.argmax(logits, -1) == labels) * w
+    assert float(logs["mlm_accuracy"]) == pytest.approx(correct.sum() / w.sum(), abs=1e-6)
+    want = float(logs["contrastive_loss"]) + model.mlm_weight * float(logs["mlm_loss"])
+    assert float(objective) == pytest.approx(want, rel=1e-6)
+    assert float(logs["loss"]) == pytest.approx(want, rel=1e-6)

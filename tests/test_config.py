@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TINY_VOCAB
 from tfsent.config import build_config, load_recipe
 from tfsent.errors import ConfigError
 from tfsent.methods import REGISTRY, get_method
@@ -15,12 +15,27 @@ from tfsent.train import split_config_overrides
 from tfsent.training import WarmupLinearDecay
 
 
+@pytest.fixture(scope="module")
+def deep_tiny_encoder():
+    """A tiny random encoder with 8 layers (CMLM-CSE recipes take 8 extractor layers)."""
+    from tfsent.testing import tiny_encoder
+
+    return tiny_encoder(TINY_VOCAB, num_layers=8, hidden_dim=8, num_heads=2,
+                        intermediate_dim=8, max_seq_length=16)
+
+
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.py"))))
-def test_every_recipe_builds_for_its_method(path):
+def test_every_recipe_builds_for_its_method(path, deep_tiny_encoder):
+    """Each recipe's config passes validation and its method's constructor accepts it,
+    with a tiny encoder in place of the recipe's (pretrained) one."""
     recipe = load_recipe(path)
     method = recipe.get("method", "simcse_unsup")
-    config = build_config(get_method(method).defaults, recipe)
-    assert config.batch_size > 0
+    spec = get_method(method)
+    config = build_config(spec.defaults, recipe, method=method)
+    deep_tiny_encoder.pooling = config.pooling
+    model = spec.build(deep_tiny_encoder, config)
+    assert model.train_pooling == config.pooling
+    assert model.export_pooling == (config.export_pooling or config.pooling)
 
 
 def test_overrides_parse_to_field_types():
@@ -34,11 +49,11 @@ def test_overrides_parse_to_field_types():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("batch_size=0", "batch_size must be > 0"),
+    ("batch_size=0", "batch_size must be an integer >= 1"),
     ("batch_size=big", "expected an integer"),
     ("warmup_ratio=1.5", "warmup_ratio must be in [0, 1]"),
-    ("mask_rate=-0.1", "mask_rate must be in [0, 1]"),
-    ("encoder_dropout=1.0", "encoder_dropout must be in [0, 1)"),
+    ("mask_rate=-0.1", "mask_rate must be in (0, 1)"),
+    ("encoder_dropout=1.0", "encoder_dropout: dropout rate for embeddings must be in [0, 1)"),
     ("mixed_precision=fp8", "mixed_precision must be"),
     ("nonsense=1", "unknown field"),
 ])
@@ -60,3 +75,60 @@ def test_warmup_linear_decay_values():
     np.testing.assert_allclose(got, want, atol=1e-6)
     flat = WarmupLinearDecay(2.0, total_steps=10, decay=False)
     assert float(flat(7)) == 2.0
+
+
+# Values the constructors reject must be rejected by the config too (issue #18), with the
+# same ranges: (method, field, rejected value, accepted boundary value).
+BOUNDARIES = [
+    ("scd", "dropout_rate_a", 1.0, 0.0),
+    ("scd", "dropout_rate_b", 1.0, 0.999),
+    ("scd", "projector_width", 0, 1),
+    ("cmlm_cse", "mask_rate", 0.0, 0.01),
+    ("cmlm_cse", "mask_rate", 1.0, 0.99),
+    ("cmlm_cse", "mlm_weight", -0.1, 0.0),
+    ("cmlm_cse", "encoder_dropout", 1.0, 0.0),
+    ("simcse_unsup", "temperature", 0.0, 1e-3),
+    ("consert", "token_cutoff_rate", 1.0, 0.0),
+    ("consert", "feature_cutoff_rate", -0.1, 0.0),
+    ("consert", "view1_augmentation", "adversarial", "dropout"),
+    ("consert_joint", "view1_augmentation", "crop", "adversarial"),
+    ("consert_joint", "direction_reduction", "max", "mean"),
+    ("supcon", "similarity", "l2", "cosine"),
+    ("supcon", "max_positives", -1, 1),
+    ("supcon", "scl_weight", 1.5, 1.0),
+    ("clsr", "export_pooling", "cls_before_pooler", "mean"),
+]
+
+
+@pytest.mark.parametrize("method,field,bad,good", BOUNDARIES)
+def test_config_and_constructor_accept_the_same_values(method, field, bad, good,
+                                                       deep_tiny_encoder):
+    from tfsent.config import BASE_DEFAULTS, Config
+
+    spec = get_method(method)
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        build_config(spec.defaults, {field: bad}, method=method)
+    # The constructor alone (no config validation) rejects the same value...
+    unchecked = Config(BASE_DEFAULTS)
+    unchecked.update(spec.defaults)
+    unchecked[field] = bad
+    deep_tiny_encoder.pooling = unchecked.pooling
+    with pytest.raises(ConfigError):
+        model = spec.build(deep_tiny_encoder, unchecked)
+        if field == "mask_rate":  # read by the data pipeline
+            from tfsent.data import pipelines
+
+            pipelines.mask_tokens(deep_tiny_encoder.tokenizer(["a man"]),
+                                  deep_tiny_encoder.tokenizer, model.mask_rate, (0, 0))
+    # ...and both accept the boundary value.
+    config = build_config(spec.defaults, {field: good}, method=method)
+    spec.build(deep_tiny_encoder, config)
+
+
+def test_validation_runs_before_data_or_model():
+    """`resolve_config` (the CLI's first step, before any data is read or model built)
+    rejects a rate the SCD constructor would reject."""
+    from tfsent.train import resolve_config
+
+    with pytest.raises(ConfigError, match=re.escape("dropout_rate_a must be in [0, 1)")):
+        resolve_config("scd", None, ["dropout_rate_a=1.0", "train_data=/nonexistent.txt"])

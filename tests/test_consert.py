@@ -12,7 +12,7 @@ from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError
 from tfsent.layers import augment as A
 from tfsent.methods.base import concat_features
-from tfsent.methods.consert import ConSERT, masked_nt_xent, registry_entries
+from tfsent.methods.consert import ConSERT, registry_entries
 
 # Padded batch: 7, 4 and 10 real tokens out of 10.
 MASK = np.array([[1] * 7 + [0] * 3, [1] * 4 + [0] * 6, [1] * 10], np.int32)
@@ -193,11 +193,11 @@ def test_nt_xent_sum_vs_mean_wiring():
     assert float(logs["contrastive_loss"]) == float(loss_sum)
     # masked version: all-valid equals nt_xent; invalid rows drop out exactly.
     v = tf.ones([z1.shape[0]])
-    assert float(masked_nt_xent(z1, z2, v, 0.1, "mean")) == pytest.approx(
+    assert float(losses.nt_xent(z1, z2, 0.1, "mean", valid=v)) == pytest.approx(
         float(losses.nt_xent(z1, z2, 0.1, "mean")), rel=1e-6)
     keep = np.array([1, 1, 1, 1, 1, 0, 1, 0], np.float32)
     idx = np.flatnonzero(keep)
-    assert float(masked_nt_xent(z1, z2, keep, 0.1, "sum")) == pytest.approx(
+    assert float(losses.nt_xent(z1, z2, 0.1, "sum", valid=keep)) == pytest.approx(
         float(losses.nt_xent(tf.gather(z1, idx), tf.gather(z2, idx), 0.1, "sum")), rel=1e-5)
 
 
@@ -231,10 +231,10 @@ def test_adversarial_direction_increases_ce_to_first_order():
 
     def ce_at(shift):
         fn = None if shift is None else (lambda x, m: x + shift)
-        ce, _ = model.supervised_pass(sents, labels, valid, False, fn)
+        _, ce, _ = model.supervised_pass(sents, labels, False, fn)
         return float(tf.reduce_sum(ce * valid) / tf.reduce_sum(valid))
 
-    ce0, _, d = model.adversarial_delta(sents, labels, valid, training=False)
+    _, ce0, _, d = model.adversarial_pass(sents, labels, valid, training=False)
     base = float(tf.reduce_sum(ce0 * valid) / tf.reduce_sum(valid))
     assert base == pytest.approx(ce_at(None), abs=1e-6)
     # The gradient itself, for the predicted directional derivative.
@@ -244,7 +244,7 @@ def test_adversarial_direction_increases_ce_to_first_order():
             tape.watch(x)
             x0["x"] = x
             return x
-        ce, _ = model.supervised_pass(sents, labels, valid, False, cap)
+        _, ce, _ = model.supervised_pass(sents, labels, False, cap)
         loss = tf.reduce_sum(ce * valid) / tf.reduce_sum(valid)
     g = tape.gradient(loss, x0["x"]).numpy()
     predicted = float(np.sum(g * d.numpy()))  # = sum over real tokens of ||g_t||
@@ -320,11 +320,124 @@ def test_registry_entries_build_from_config():
     assert (d["view1_augmentation"], d["feature_cutoff_rate"], d["view2_augmentation"],
             d["temperature"], d["batch_size"], d["learning_rate"], d["warmup_ratio"],
             d["pooling"]) == ("feature_cutoff", 0.2, "shuffle", 0.1, 32, 5e-6, 0.1, "mean")
+    # The supervised modes follow the reference's joint script.
+    j = entries["consert_joint"]["defaults"]
+    assert (j["view1_augmentation"], j["view2_augmentation"], j["token_cutoff_rate"],
+            j["ce_max_feature"], j["encoder_dropout"], j["learning_rate"]) == (
+        "none", "token_cutoff", 0.1, True, None, 2e-5)
     for e in entries.values():
         added = set(e["defaults"]) - {"pooling", "batch_size", "learning_rate",
                                       "warmup_ratio", "train_data"}
         assert not added & set(BASE_DEFAULTS), added & set(BASE_DEFAULTS)
         config = build_config(e["defaults"], overrides=["view2_augmentation=token_cutoff",
-                                                        "direction_reduction=mean"])
+                                                        "direction_reduction=mean"],
+                              method=e["name"])
         model = e["build"](_encoder(), config)
-        assert model.direction_reduction == "mean" and model.aug2.rate == 0.15
+        assert model.direction_reduction == "mean"
+        assert model.aug2.rate == e["defaults"]["token_cutoff_rate"]
+
+
+# --------------------------------------------------------------------------------------
+# Joint objective as the reference computes it (issue #18)
+# --------------------------------------------------------------------------------------
+
+def np_nt_xent_sum(a, b, tau):
+    """The reference's `_contrastive_loss_forward` (AdvCLSoftmaxLoss): rows normalised,
+    loss_a = CE over [a.b^T, a.a^T - self] with label i, loss_b the same from b; returns
+    loss_a + loss_b (each a mean over the B anchors)."""
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    total = 0.0
+    for x, y in ((a, b), (b, a)):
+        logits = np.concatenate([x @ y.T, x @ x.T - 1e9 * np.eye(len(x))], 1) / tau
+        m = logits.max(1, keepdims=True)
+        lse = (m + np.log(np.exp(logits - m).sum(1, keepdims=True)))[:, 0]
+        total += float(np.mean(lse - np.diag(logits[:, :len(x)])))
+    return total
+
+
+def test_joint_contrastive_term_is_premises_plus_hypotheses_separately():
+    """L_con = NT-Xent(premise views) + NT-Xent(hypothesis views): an entailed
+    hypothesis is never a negative of its premise. View 1 is the CE pass, view 2 token
+    cutoff (the reference's joint script); no dropout, so both are reproducible here."""
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=6)
+    model = ConSERT(enc, mode="joint", view1_augmentation="none",
+                    view2_augmentation="token_cutoff", token_cutoff_rate=0.3,
+                    ce_max_feature=True, alpha=0.15)
+    rows = [r for r in ROWS if r[2] == "entailment"] * 2
+    batch = next(iter(pipelines.nli_pair_dataset(rows, enc.tokenizer, 8, seed=0,
+                                                 group_premises=False)))
+    objective, logs = model.compute_losses(batch, training=True)
+    seed2 = model.step_seeds()[1]
+    both = concat_features([batch["premise"], batch["hypothesis"]])  # as the model stacks
+    view1 = np.split(enc(both, pooling="mean")["embedding"].numpy(), 2)
+    view2 = np.split(enc(both, pooling="mean", training=True, dropout=0.0,
+                         embedding_fn=lambda x, m: A.token_cutoff(x, m, 0.3, seed2))[
+        "embedding"].numpy(), 2)
+    views = {"premise": (view1[0], view2[0]), "hypothesis": (view1[1], view2[1])}
+    want = sum(np_nt_xent_sum(*views[side], 0.1) for side in views)
+    assert float(logs["contrastive_loss"]) == pytest.approx(want, rel=1e-5)
+    assert float(objective) == pytest.approx(float(logs["ce_loss"]) + 0.15 * want, rel=1e-5)
+
+
+def test_consert_nli_modes_read_shuffled_pairs_supcon_grouped(tmp_path):
+    """ConSERT's NLI modes read ordinary shuffled batches (an anchor's own premise text is
+    rarely among its batch's other rows); SupCon-SBERT keeps premise-grouped batches."""
+    from tfsent.config import build_config
+    from tfsent.methods import get_method
+    from tfsent.train import make_dataset
+
+    words = TINY_VOCAB[7:]
+    rows = [(f"the {words[p]} {words[p + 1]}", f"a {words[p]} {words[h]}", label)
+            for p in range(30) for h, label in ((2, "entailment"), (3, "neutral"),
+                                                (4, "contradiction"))]
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=8)
+    index = {(r[0], r[1]): i for i, r in enumerate(rows)}
+    copies = {}
+    for method in ("consert_joint", "consert_sup", "supcon"):
+        spec = get_method(method)
+        config = build_config(spec.defaults, {"batch_size": 9}, method=method)
+        ds = make_dataset(spec, config, enc, rows, 0, str(tmp_path))
+        seen, same = [], []
+        for batch in ds.take(len(rows) // 9):  # one epoch
+            pids = batch["premise_id"].numpy()[batch["valid"].numpy() > 0]
+            same.append(np.mean([np.sum(pids == p) - 1 for p in pids]))
+            seen += pids.tolist()
+        copies[method] = float(np.mean(same))
+        assert sorted(np.bincount(np.int64(seen)).tolist()) == [3] * 30  # each row once
+    assert copies["supcon"] == pytest.approx(2.0)  # every premise's 3 rows together
+    assert copies["consert_joint"] < 0.5 and copies["consert_sup"] < 0.5
+
+
+def test_joint_two_replicas_match_one_replica():
+    """One SGD step of the joint loss on a global batch of 8: 2 replicas x 4 give the same
+    logged losses and weights as 1 x 8 (premise and hypothesis views are gathered apart).
+    Views `none` and encoder dropout 0: deterministic (augmentation seeds depend on the
+    replica). ReductionToOneDevice: see tests/test_scd.py's mirrored_strategy."""
+    mirrored = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    rows = ROWS[:8]
+    results = []
+    init = None
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        with strategy.scope():
+            enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=8)
+            model = ConSERT(enc, mode="joint", view1_augmentation="none",
+                            view2_augmentation="none", ce_max_feature=True, alpha=0.5)
+            model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+            model.optimizer.build(model.trainable_variables)
+        if init is None:
+            init = [v.numpy() for v in model.trainable_variables]
+        for v, w in zip(model.trainable_variables, init):
+            v.assign(w)
+        batch = next(iter(pipelines.nli_pair_dataset(rows, enc.tokenizer, 8, seed=0,
+                                                     group_premises=False)))
+        hist = model.fit(tf.data.Dataset.from_tensors(batch), epochs=1, steps_per_epoch=1,
+                         verbose=0).history
+        results.append((hist, [v.numpy() for v in model.trainable_variables]))
+    (h1, w1), (h2, w2) = results
+    for key in ("loss", "ce_loss", "contrastive_loss", "nli_accuracy"):
+        np.testing.assert_allclose(h1[key][0], h2[key][0], rtol=1e-5, atol=1e-5, err_msg=key)
+    for a, b, w0 in zip(w1, w2, init):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert any(not np.allclose(a, w0) for a, w0 in zip(w1, init))

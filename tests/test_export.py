@@ -131,3 +131,20 @@ def test_call_in_buckets_shapes():
         out = call_in_buckets(fn, {"token_ids": ids, "padding_mask": ids}, max_len)
         assert out["out"].shape == (rows, 1)
         assert seen[-1] == (want, rows * length)  # padding is masked out
+
+
+def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):
+    """encode([]) -> (0, D) like SentenceEncoder.encode([]); D is the served embedding's
+    width, a head's output width included."""
+    from tfsent.export import SavedModelEncoder
+    from tfsent.layers.heads import MLPEncoder
+
+    enc = load_encoder(tiny_encoder_dir)
+    plain = SavedModelEncoder(export_encoder(enc, str(tmp_path / "plain")))
+    assert plain.encode([]).shape == enc.encode([]).shape == (0, enc.hidden_dim)
+    assert plain.encode(["a man"]).shape == (1, enc.hidden_dim)
+    head = MLPEncoder(7, 5)
+    head.build((None, enc.hidden_dim))
+    headed = SavedModelEncoder(export_encoder(enc, str(tmp_path / "head"), head=head))
+    assert headed.encode([]).shape == (0, 5)
+    assert headed.encode(["a man", "a dog"]).shape == (2, 5)

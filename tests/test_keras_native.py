@@ -74,6 +74,7 @@ def _layer_cases():
     from tfsent.layers.augment import Augmentation
     from tfsent.layers.cmlm import Fusioner, LexicalExtractor
     from tfsent.layers.heads import MLPEncoder
+    from tfsent.layers.nli_head import NLIHead
     from tfsent.layers.projector import Projector
 
     enc = tiny_encoder(TINY_VOCAB, num_layers=2, max_seq_length=12, seed=4)
@@ -90,6 +91,7 @@ def _layer_cases():
         "LexicalExtractor": (LexicalExtractor(
             _backbone_config(enc.backbone), 1), None),
         "Fusioner": (Fusioner(len(TINY_VOCAB), 16, 2, 32, num_layers=1), None),
+        "NLIHead": (NLIHead(16, hidden_dim=8, max_square_feature=True), None),
     }
     del seq
     return cases

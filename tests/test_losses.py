@@ -202,6 +202,20 @@ def test_nt_xent_self_similarity_excluded_when_views_identical():
     assert np_nt_xent(z, z.copy(), tau=0.01, mask_self=False) > math.log(2) - 1e-3
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_nt_xent_valid_mask_drops_rows_exactly(reduction):
+    """Invalid rows (padding slots) are neither anchors nor candidates: the masked loss is
+    the loss of the valid rows alone; all-valid is the plain loss."""
+    z1, z2 = _rand(20, 7, 5), _rand(21, 7, 5)
+    valid = np.float32([1, 0, 1, 1, 0, 1, 1])
+    keep = valid > 0
+    scale = 2.0 if reduction == "sum" else 1.0
+    np.testing.assert_allclose(float(nt_xent(z1, z2, 0.2, reduction, valid=valid)),
+                               scale * np_nt_xent(z1[keep], z2[keep], 0.2), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(float(nt_xent(z1, z2, 0.2, reduction, valid=np.ones(7))),
+                               scale * np_nt_xent(z1, z2, 0.2), rtol=TOL, atol=TOL)
+
+
 def test_nt_xent_rejects_unknown_reduction():
     z = _rand(13, 2, 4)
     with pytest.raises(ValueError):

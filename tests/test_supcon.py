@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from conftest import TINY_VOCAB
 from tfsent import losses
@@ -126,11 +125,14 @@ def test_lambda_zero_is_exactly_cross_entropy():
     batch = _batch(model)
     objective, logs = model.compute_losses(batch, training=False)
     assert float(objective) == pytest.approx(float(logs["ce_loss"]), abs=0.0)
-    # Independent CE on the same embeddings.
+    # Independent CE on the same embeddings: the head in NumPy, linear 1.5H then 3.
     feats = [batch["premise"], batch["hypothesis"]]
-    u = model.encoder(feats[0], pooling="mean_no_cls")["embedding"]
-    v = model.encoder(feats[1], pooling="mean_no_cls")["embedding"]
-    logits = model.classifier(tf.concat([u, v, tf.abs(u - v)], -1)).numpy()
+    u = model.encoder(feats[0], pooling="mean_no_cls")["embedding"].numpy()
+    v = model.encoder(feats[1], pooling="mean_no_cls")["embedding"].numpy()
+    (k1, b1), (k2, b2) = (layer.get_weights() for layer in (model.classifier.hidden,
+                                                             model.classifier.logits))
+    assert k1.shape == (3 * u.shape[1], int(1.5 * u.shape[1]))
+    logits = (np.concatenate([u, v, np.abs(u - v)], 1) @ k1 + b1) @ k2 + b2
     labels, valid = batch["label"].numpy(), batch["valid"].numpy()
     logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     ce = -(logp[np.arange(len(labels)), labels] * valid).sum() / valid.sum()
@@ -148,3 +150,95 @@ def test_fit_with_caps_and_xla():
     hist = model.fit(ds, epochs=1, steps_per_epoch=3, verbose=0).history
     for key in ("loss", "ce_loss", "scl_loss", "nli_accuracy"):
         assert np.isfinite(hist[key][0])
+
+
+# --------------------------------------------------------------------------------------
+# Anchors: one per premise (issue #18)
+# --------------------------------------------------------------------------------------
+
+def np_supcon_paper(u, v, labels, premise_ids, valid, tau, positives_of=None):
+    """Eq. (2) of supcon_sbert.txt with "each premise as one single anchor sentence":
+    for every premise of the batch that entails a hypothesis, the anchor is that premise
+    (the embedding u of its first entailment row, as the author's code takes the premise
+    of an entailment row); positives are the hypotheses it entails, negatives every other
+    hypothesis of the batch; L_i = -1/N+ sum_{j in P} log(e^{u_i.v_j/tau} /
+    sum_{k in P u N} e^{u_i.v_k/tau}); the SCL term is the mean of L_i over anchors.
+    `positives_of(i, P)` may narrow P (the capped variant). Loops, no masks."""
+    rows = [i for i in range(len(labels)) if valid[i] > 0]
+    seen, per_anchor = set(), []
+    for i in rows:
+        if labels[i] != 0 or premise_ids[i] in seen:
+            continue
+        seen.add(premise_ids[i])
+        entailed = [j for j in rows if premise_ids[j] == premise_ids[i] and labels[j] == 0]
+        negatives = [j for j in rows if j not in entailed]
+        positives = positives_of(i, entailed) if positives_of else entailed
+        cands = positives + negatives
+        logit = {k: float(np.dot(u[i], v[k])) / tau for k in cands}
+        m = max(logit.values())
+        lse = m + np.log(sum(np.exp(logit[k] - m) for k in cands))
+        per_anchor.append(-np.mean([logit[j] - lse for j in positives]))
+    return float(np.mean(per_anchor))
+
+
+# Premise 0 has all three labels (two entailments), premise 1 entailment + contradiction,
+# premise 2 no entailment (no anchor), premise 3 three entailments; the last row pads.
+SCL_PIDS = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 3, 3], np.float32)
+SCL_LABELS = np.array([1, 0, 2, 0, 2, 0, 1, 2, 0, 0, 0, 0], np.float32)
+SCL_VALID = np.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0], np.float32)
+
+
+def _scl_embeddings(seed=2):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(12, 5)).astype("float32"),  # every row's own premise pass
+            rng.normal(size=(12, 5)).astype("float32"))
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_scl_one_anchor_per_premise_matches_the_paper(tau):
+    u, v = _scl_embeddings()
+    model = SupConSBERT(tiny_encoder(TINY_VOCAB, max_seq_length=12), temperature=tau)
+    got = float(model.scl(u, v, SCL_LABELS, SCL_PIDS, SCL_VALID))
+    want = np_supcon_paper(u, v, SCL_LABELS, SCL_PIDS, SCL_VALID, tau)
+    assert got == pytest.approx(want, abs=1e-5)
+    # The anchors are the premise embeddings of rows 1, 5 and 8 and of no other row.
+    pos, neg = losses.supcon_sbert_masks(SCL_LABELS, SCL_PIDS, SCL_VALID)
+    assert np.flatnonzero(pos.numpy().any(1)).tolist() == [1, 5, 8]
+    assert np.flatnonzero(neg.numpy().any(1)).tolist() == [1, 5, 8]
+    assert np.flatnonzero(pos.numpy()[1]).tolist() == [1, 3]
+    assert np.flatnonzero(neg.numpy()[1]).tolist() == [0, 2, 4, 5, 6, 7, 8, 9, 10]
+
+
+def test_capped_positives_keep_the_anchors_own_hypothesis():
+    """N+ = 2: the anchor's own entailed hypothesis plus one other, the one with the
+    largest key (a random key in training), even when its own key is the smallest."""
+    n = 12
+    keys = np.tile(np.arange(n, dtype=np.float32) / n, (n, 1))  # increasing in j
+    pos, _ = losses.supcon_sbert_masks(SCL_LABELS, SCL_PIDS, SCL_VALID, max_positives=2,
+                                       positive_keys=keys, negative_keys=keys)
+    pos = pos.numpy()
+    # Anchor 8 entails 8, 9, 10; its own key is the smallest, and it is kept anyway.
+    assert np.flatnonzero(pos[8]).tolist() == [8, 10]
+    assert np.flatnonzero(pos[1]).tolist() == [1, 3]
+    one, _ = losses.supcon_sbert_masks(SCL_LABELS, SCL_PIDS, SCL_VALID, max_positives=1,
+                                       positive_keys=keys, negative_keys=keys)
+    assert np.flatnonzero(one.numpy().any(1)).tolist() == [1, 5, 8]
+    np.testing.assert_array_equal(one.numpy(), np.diag(one.numpy().any(1)))  # own only
+    # N- = 3: three negatives per anchor, those with the largest keys.
+    _, neg3 = losses.supcon_sbert_masks(SCL_LABELS, SCL_PIDS, SCL_VALID, max_negatives=3,
+                                        positive_keys=keys, negative_keys=keys)
+    assert np.flatnonzero(neg3.numpy()[1]).tolist() == [8, 9, 10]
+
+
+def test_capped_scl_matches_the_paper_and_works_before_compile():
+    """max_positives=1 keeps the own hypothesis only; the model computes it before
+    compile() (no optimizer yet: step 0)."""
+    u, v = _scl_embeddings(3)
+    model = SupConSBERT(tiny_encoder(TINY_VOCAB, max_seq_length=12), max_positives=1)
+    got = float(model.scl(u, v, SCL_LABELS, SCL_PIDS, SCL_VALID))
+    want = np_supcon_paper(u, v, SCL_LABELS, SCL_PIDS, SCL_VALID, 1.0,
+                           positives_of=lambda i, entailed: [i])
+    assert got == pytest.approx(want, abs=1e-5)
+    model.max_negatives = 3
+    objective, logs = model.compute_losses(_batch(model), training=True)
+    assert np.isfinite(float(objective)) and np.isfinite(float(logs["scl_loss"]))

@@ -123,8 +123,9 @@ def _parse_value(field, text, current):
         return text
 
 
-def build_config(method_defaults, recipe=None, overrides=()):
-    """Merges defaults, a recipe dict and `FIELD=VALUE` override strings into a Config."""
+def build_config(method_defaults, recipe=None, overrides=(), method=None):
+    """Merges defaults, a recipe dict and `FIELD=VALUE` override strings into a Config,
+    validated (`validate`; `method` adds the checks that depend on the method)."""
     config = Config(BASE_DEFAULTS)
     config.update(method_defaults)
     for key, value in (recipe or {}).items():
@@ -138,57 +139,100 @@ def build_config(method_defaults, recipe=None, overrides=()):
         if field not in config:
             raise ConfigError(f"--config.{field}: unknown field; known: {sorted(config)}")
         config[field] = _parse_value(field, text, config[field])
-    validate(config)
+    validate(config, method)
     return config
 
 
-def validate(config):
-    """Range checks with messages that name the field."""
-    def positive(name):
-        if not isinstance(config[name], (int, float)) or config[name] <= 0:
-            raise ConfigError(f"{name} must be > 0, got {config[name]!r}")
+def _field_ranges():
+    """Field -> the `tfsent.checks` range its constructor argument is checked with."""
+    from tfsent import checks as c
 
-    for name in ("batch_size", "max_seq_length", "eval_every", "learning_rate"):
-        positive(name)
-    if config.steps < 0 or config.epochs < 0 or (config.steps == 0 and config.epochs == 0):
+    return {
+        # Run fields.
+        "batch_size": c.SIZE, "max_seq_length": c.Range(4, integer=True),
+        "eval_max_seq_length": c.Range(2, integer=True), "steps": c.COUNT,
+        "epochs": c.NON_NEGATIVE, "learning_rate": c.POSITIVE,
+        "warmup_ratio": c.UNIT_INTERVAL, "weight_decay": c.NON_NEGATIVE,
+        "clip_norm": c.NON_NEGATIVE, "grad_cache_chunk": c.COUNT,
+        "max_grad_norm": c.NON_NEGATIVE, "eval_every": c.SIZE, "projector_every": c.COUNT,
+        "projector_points": c.SIZE, "cpu_replicas": c.COUNT, "steps_per_execution": c.SIZE,
+        "seed": c.Range(integer=True), "loss_scale": c.POSITIVE,
+        # Dev selection and the divergence guard (0: off).
+        "first_eval_step": c.COUNT, "divergence_drop": c.NON_NEGATIVE,
+        "collapse_cosine_rise": c.NON_NEGATIVE, "collapse_uniformity_ratio": c.RATE,
+        # Method fields (present in a method's defaults).
+        "temperature": c.POSITIVE, "hard_negative_weight": c.Range(),
+        "mask_rate": c.OPEN_RATE, "mlm_weight": c.NON_NEGATIVE,
+        "contrastive_weight": c.NON_NEGATIVE, "extractor_layers": c.SIZE,
+        "fusion_layers": c.SIZE, "scl_weight": c.UNIT_INTERVAL, "max_positives": c.COUNT,
+        "max_negatives": c.COUNT, "clsr_hidden_dim": c.COUNT, "clsr_output_dim": c.COUNT,
+        "positive_threshold": c.Range(), "dropout_rate_a": c.RATE, "dropout_rate_b": c.RATE,
+        "scd_alpha": c.NON_NEGATIVE, "scd_beta": c.NON_NEGATIVE, "scd_lambda": c.NON_NEGATIVE,
+        "projector_width": c.SIZE, "token_cutoff_rate": c.RATE,
+        "feature_cutoff_rate": c.RATE, "aug_dropout_rate": c.RATE,
+        "adversarial_epsilon": c.NON_NEGATIVE, "consert_alpha": c.NON_NEGATIVE,
+    }
+
+
+def _field_choices():
+    """Field -> the values its constructor accepts."""
+    from tfsent.distribute import STRATEGIES
+    from tfsent.encoders.pooling import POOLINGS
+    from tfsent.layers.augment import AUGMENTATIONS
+    from tfsent.methods.consert import DIRECTION_REDUCTIONS
+    from tfsent.methods.supcon import SIMILARITIES
+
+    return {
+        "lr_schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lars"),
+        "mixed_precision": ("", "mixed_bfloat16", "mixed_float16"), "strategy": STRATEGIES,
+        "pooling": POOLINGS, "similarity": SIMILARITIES,
+        "direction_reduction": DIRECTION_REDUCTIONS, "view1_augmentation": AUGMENTATIONS,
+        "view2_augmentation": AUGMENTATIONS,
+    }
+
+
+def validate(config, method=None):
+    """Checks every field with the range or choices of the constructor argument it feeds
+    (`tfsent.checks`, shared with the constructors), so a config that passes here builds;
+    `method` (a registry name) adds the checks that depend on the method. Called once by
+    `build_config`, before any data is read or model built. Raises ConfigError naming
+    the field."""
+    from tfsent import checks
+    from tfsent.encoders.model import resolve_dropout_rates
+
+    for name, allowed in _field_ranges().items():
+        if name in config:
+            allowed.check(name, config[name])
+    for name, choices in _field_choices().items():
+        if name in config:
+            checks.one_of(name, config[name], choices)
+    if config.export_pooling is not None:
+        checks.one_of("export_pooling", config.export_pooling, _field_choices()["pooling"])
+    if config.steps == 0 and config.epochs == 0:
         raise ConfigError("set steps > 0, or steps = 0 and epochs > 0")
-    if config.max_seq_length < 4:
-        raise ConfigError(f"max_seq_length must be >= 4, got {config.max_seq_length}")
-    for name in ("warmup_ratio", "mask_rate", "dropout_rate_a", "dropout_rate_b"):
-        if name in config and not 0.0 <= config[name] <= 1.0:
-            raise ConfigError(f"{name} must be in [0, 1], got {config[name]}")
-    if config.lr_schedule not in ("linear", "cosine", "constant"):
-        raise ConfigError("lr_schedule must be linear, cosine or constant, got "
-                          f"{config.lr_schedule!r}")
-    if config.optimizer not in ("adamw", "lars"):
-        raise ConfigError(f"optimizer must be adamw or lars, got {config.optimizer!r}")
-    if config.steps_per_execution < 1 or config.eval_every % config.steps_per_execution:
-        raise ConfigError("steps_per_execution must be >= 1 and divide eval_every, got "
-                          f"{config.steps_per_execution}")
-    if config.mixed_precision not in ("", "mixed_bfloat16", "mixed_float16"):
-        raise ConfigError("mixed_precision must be '', mixed_bfloat16 or mixed_float16, got "
-                          f"{config.mixed_precision!r}")
-    positive("loss_scale")
-    if "temperature" in config:
-        positive("temperature")
-    if not isinstance(config.cpu_replicas, int) or config.cpu_replicas < 0:
-        raise ConfigError(f"cpu_replicas must be an integer >= 0, got {config.cpu_replicas!r}")
-    if not isinstance(config.projector_every, int) or config.projector_every < 0:
-        raise ConfigError(f"projector_every must be an integer >= 0, got "
-                          f"{config.projector_every!r}")
-    positive("projector_points")
-    if not isinstance(config.max_grad_norm, (int, float)) or config.max_grad_norm < 0:
-        raise ConfigError(f"max_grad_norm must be a number >= 0 (0: off), got "
-                          f"{config.max_grad_norm!r}")
-    if not isinstance(config.first_eval_step, int) or config.first_eval_step < 0:
-        raise ConfigError(f"first_eval_step must be an integer >= 0 (0: off), got "
-                          f"{config.first_eval_step!r}")
-    for name in ("divergence_drop", "collapse_cosine_rise"):
-        if not isinstance(config[name], (int, float)) or config[name] < 0:
-            raise ConfigError(f"{name} must be a number >= 0 (0: off), got {config[name]!r}")
-    if not 0.0 <= config.collapse_uniformity_ratio < 1.0:
-        raise ConfigError(f"collapse_uniformity_ratio must be in [0, 1) (0: off), got "
-                          f"{config.collapse_uniformity_ratio!r}")
-    drop = config.get("encoder_dropout")
-    if isinstance(drop, (int, float)) and not 0.0 <= drop < 1.0:
-        raise ConfigError(f"encoder_dropout must be in [0, 1), got {drop}")
+    if config.eval_every % config.steps_per_execution:
+        raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
+                          f"eval_every ({config.eval_every})")
+    if "encoder_dropout" in config:
+        try:
+            resolve_dropout_rates(config.encoder_dropout, 0.0)
+        except ConfigError as e:
+            raise ConfigError(f"encoder_dropout: {e}") from None
+    if method is not None:
+        _validate_for_method(config, method)
+
+
+def _validate_for_method(config, method):
+    """The checks that depend on the method (the same functions its constructor calls)."""
+    if "view1_augmentation" in config:  # ConSERT: adversarial views need the CE loss
+        from tfsent.layers.augment import check_augmentation
+
+        for name in ("view1_augmentation", "view2_augmentation"):
+            try:
+                check_augmentation(config[name], supervised=method != "consert")
+            except ConfigError as e:
+                raise ConfigError(f"{name}: {e}") from None
+    if method == "clsr":
+        from tfsent.methods.clsr import check_export_pooling
+
+        check_export_pooling(config.pooling, config.export_pooling)

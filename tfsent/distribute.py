@@ -118,3 +118,24 @@ def global_sum(values, after=None):
     with tf.control_dependencies(deps):
         values = tf.identity(values)
     return ctx.all_reduce(tf.distribute.ReduceOp.SUM, values)
+
+
+def global_mean(local_sum, local_count, *other_sums, after=None):
+    """Means over the GLOBAL batch from this replica's sums (a per-example loss: the
+    convention in the module docstring), in one all-reduce.
+
+    Args:
+        local_sum: this replica's differentiable sum of the per-example loss.
+        local_count: this replica's number of examples (or sum of weights).
+        *other_sums: further local sums to average over the same count (accuracy, ...).
+        after: see `global_sum`.
+    Returns:
+        (share, mean, *other_means): `share` = local_sum / global count, this replica's
+        differentiable share (the replicas' summed gradients are the gradient of the global
+        mean); `mean` and `other_means` = global sums / global count, without gradient
+        (identical on every replica, for logging). The count is floored at 1.
+    """
+    totals = tf.unstack(global_sum(tf.stack([local_sum, local_count, *other_sums]),
+                                   after=after))
+    count = tf.maximum(totals[1], 1.0)
+    return (local_sum / count, totals[0] / count, *[t / count for t in totals[2:]])

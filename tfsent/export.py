@@ -153,15 +153,31 @@ class SavedModelEncoder:
         self.path = resolved
         self._loaded = tf.saved_model.load(resolved)
         self._serve = self._loaded.signatures["serving_default"]
+        self.embedding_dim = self._read_embedding_dim()
+
+    def _read_embedding_dim(self):
+        """The width of `embedding`: the signature's static output shape (what the graph
+        computes, a head included), else the export metadata's `hidden_dim`."""
+        dim = self._serve.structured_outputs["embedding"].shape[-1]
+        if dim is not None:
+            return int(dim)
+        path = os.path.join(self.path, "assets.extra", METADATA_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return int(json.load(f)["hidden_dim"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise InputError("the SavedModel's embedding width is unknown (no static output "
+                             "shape and no hidden_dim in its metadata)", path=path) from None
 
     def encode(self, sentences, batch_size=64, normalize=False, verbose=0, max_seq_length=None):
         """Embeds a list of strings through the `serving_default` signature (the export's
-        own truncation length applies; `max_seq_length` is accepted and ignored)."""
+        own truncation length applies; `max_seq_length` is accepted and ignored). Returns
+        float32 (N, embedding_dim); (0, embedding_dim) for no sentences."""
         import numpy as np
 
         sentences = list(sentences)
         if not sentences:
-            return np.zeros((0, 0), np.float32)
+            return np.zeros((0, self.embedding_dim), np.float32)
         key = "embedding_normalized" if normalize else "embedding"
         order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
         chunks = {}

@@ -35,23 +35,36 @@ def info_nce(z1, z2, z3=None, temperature=0.05, hard_negative_weight=0.0):
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
-def nt_xent(z1, z2, temperature=0.1, direction_reduction="mean"):
+def nt_xent(z1, z2, temperature=0.1, direction_reduction="mean", valid=None):
     """Symmetric NT-Xent (SimCLR) over 2B vectors, self-similarity masked.
 
     For each of the 2B vectors the positive is its partner view and the candidates are
     the other 2B - 1 vectors. `direction_reduction="mean"` averages over all 2B anchors
     (SimCLR, CLSR); "sum" adds the two directions' means (ConSERT's reference code), i.e.
     twice the "mean" value.
+
+    `valid` (B,), optional: 1 for real examples, 0 for padding slots (premise-grouped NLI
+    batches repeat row 0 in them). Invalid rows are neither anchors nor candidates, and the
+    means run over the valid anchors only; with every row valid (or valid=None) the
+    result is the plain loss.
     """
     if direction_reduction not in ("mean", "sum"):
         raise ValueError(f"direction_reduction must be 'mean' or 'sum', got {direction_reduction!r}")
     z = tf.concat([z1, z2], axis=0)
     n = tf.shape(z1)[0]
     sim = cosine_matrix(z, z) / temperature
-    sim = sim - tf.eye(2 * n) * 1e9  # mask self-similarity
+    excluded = tf.eye(2 * n)  # self-similarity
+    if valid is not None:
+        ok = tf.cast(tf.concat([valid, valid], axis=0), tf.float32) > 0
+        excluded = tf.maximum(excluded, 1.0 - tf.cast(ok, tf.float32)[None, :])
+    sim = sim - excluded * 1e9
     labels = tf.concat([tf.range(n, 2 * n), tf.range(0, n)], axis=0)
     per_anchor = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sim)
-    loss = tf.reduce_mean(per_anchor)
+    if valid is None:
+        loss = tf.reduce_mean(per_anchor)
+    else:
+        w = tf.cast(ok, tf.float32)
+        loss = tf.reduce_sum(per_anchor * w) / tf.maximum(tf.reduce_sum(w), 1.0)
     return 2.0 * loss if direction_reduction == "sum" else loss
 
 
@@ -109,6 +122,56 @@ def supervised_contrastive_loss(anchors, candidates, positive_mask, negative_mas
     per_anchor = -tf.reduce_sum(log_prob * pos, axis=1) / tf.maximum(n_pos, 1.0)
     has_pos = tf.cast(n_pos > 0, tf.float32)
     return tf.reduce_sum(per_anchor * has_pos) / tf.maximum(tf.reduce_sum(has_pos), 1.0)
+
+
+def supcon_sbert_masks(labels, premise_ids, valid, max_positives=0, max_negatives=0,
+                       positive_keys=None, negative_keys=None, entailment=0):
+    """SupCon-SBERT's anchors, positives and negatives over a batch of N NLI pairs.
+
+    One anchor per premise (the paper: "we treat each premise as one single anchor
+    sentence"): the premise embedding of the premise's first entailment row (the author's
+    code anchors on entailment rows). Row a of the masks is that anchor; every other row is
+    all False, so `supervised_contrastive_loss` leaves it out. Candidates are the N
+    hypotheses:
+      positives of a: the hypotheses entailed by the same premise (same `premise_ids`);
+      negatives of a: every other valid hypothesis (its premise's neutral and
+        contradiction hypotheses, and every hypothesis of other premises).
+    `max_positives` N+ > 0 keeps the anchor's own entailed hypothesis (column a) plus up
+    to N+ - 1 other positives with the largest `positive_keys`; `max_negatives` N- > 0
+    keeps the N- negatives with the largest `negative_keys` (random keys: a random
+    subset, as in the author's code). 0 keeps all.
+
+    Args:
+        labels, premise_ids, valid: (N,) NLI label ids, premise group ids, 1/0 validity.
+        positive_keys, negative_keys: (N, N) floats, needed only with the caps.
+        entailment: the label id of entailment.
+    Returns:
+        (positive_mask, negative_mask), (N, N) booleans (anchor rows x hypothesis columns).
+    """
+    labels = tf.convert_to_tensor(labels)
+    valid = tf.cast(valid, tf.float32) > 0
+    entailed = tf.logical_and(valid, tf.equal(labels, tf.cast(entailment, labels.dtype)))
+    same = tf.equal(premise_ids[:, None], premise_ids[None, :])
+    n = tf.shape(labels)[0]
+    earlier = tf.linalg.band_part(tf.ones([n, n], tf.bool), -1, 0)  # j <= i
+    earlier = tf.logical_and(earlier, tf.logical_not(tf.cast(tf.eye(n), tf.bool)))  # j < i
+    has_earlier = tf.reduce_any(tf.logical_and(tf.logical_and(same, earlier),
+                                               entailed[None, :]), axis=1)
+    anchor = tf.logical_and(entailed, tf.logical_not(has_earlier))
+    positive = tf.logical_and(tf.logical_and(anchor[:, None], same), entailed[None, :])
+    negative = tf.logical_and(tf.logical_and(anchor[:, None], valid[None, :]),
+                              tf.logical_not(positive))
+    if max_positives and max_positives > 0:
+        own = tf.logical_and(positive, tf.cast(tf.eye(n), tf.bool))
+        others = tf.logical_and(positive, tf.logical_not(own))
+        if max_positives > 1:
+            others = cap_mask(others, max_positives - 1, positive_keys)
+        else:
+            others = tf.zeros_like(others)
+        positive = tf.logical_or(own, others)
+    if max_negatives and max_negatives > 0:
+        negative = cap_mask(negative, max_negatives, negative_keys)
+    return positive, negative
 
 
 def cap_mask(mask, cap, keys):

@@ -44,7 +44,7 @@ def resolve_config(method, recipe_path=None, overrides=()):
     if recipe.get("method", method) != method:
         logging.warning("recipe %s was written for method %s, running %s", recipe_path,
                         recipe["method"], method)
-    return build_config(spec.defaults, recipe, overrides)
+    return build_config(spec.defaults, recipe, overrides, method=method)
 
 
 def total_steps(config, n_examples):
@@ -133,7 +133,8 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
         return _cached_pair_dataset(config, encoder, examples, skip_batches, output_dir)
     if spec.data_kind == "nli_pairs":
         return pipelines.nli_pair_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                          skip_batches=skip_batches)
+                                          skip_batches=skip_batches,
+                                          group_premises=spec.premise_grouped)
     if spec.data_kind == "triplets":
         return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
                                          skip_batches=skip_batches)

@@ -1,4 +1,6 @@
-"""Premise-grouped batching for NLI pairs (SupCon-SBERT needs every hypothesis of a premise
+"""Index batches for NLI pairs: premise-grouped (SupCon-SBERT) or plainly shuffled.
+
+Premise-grouped batching (SupCon-SBERT needs every hypothesis of a premise
 in the same batch, or anchors have almost no positives).
 
 Each epoch: the premise groups are shuffled, then packed first-fit into batches of at most
@@ -60,4 +62,20 @@ def epoch_stream(groups, batch_size, seed, skip_batches=0):
                 skipped += 1
                 continue
             yield batch
+        epoch += 1
+
+
+def shuffled_stream(n_examples, batch_size, seed, skip_batches=0):
+    """Yields index batches forever: epoch e is a permutation of the examples (seed + e)
+    cut into n_examples // batch_size full batches (the remainder is dropped), as a
+    shuffled DataLoader with drop_last. The first `skip_batches` are skipped."""
+    per_epoch = n_examples // batch_size
+    epoch, skipped = skip_batches // per_epoch, (skip_batches // per_epoch) * per_epoch
+    while True:
+        order = np.random.default_rng(seed + epoch).permutation(n_examples)
+        for b in range(per_epoch):
+            if skipped < skip_batches:
+                skipped += 1
+                continue
+            yield order[b * batch_size:(b + 1) * batch_size].astype(np.int64)
         epoch += 1

@@ -122,12 +122,20 @@ def mask_tokens(features, tokenizer, rate, seed):
 NLI_LABEL_IDS = {"entailment": 0, "neutral": 1, "contradiction": 2}
 
 
-def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0, repeat=True):
-    """(premise, hypothesis, label) rows -> premise-grouped batches of
-    `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}` (see
-    `tfsent.data.grouping`; `valid` is 0 on padding slots of a short batch).
-    `repeat=False`: one epoch."""
-    from tfsent.data.grouping import epoch_stream, grouped_batches, premise_groups
+def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0,
+                     group_premises=True, repeat=True):
+    """(premise, hypothesis, label) rows -> batches of
+    `{"premise": f, "hypothesis": f, "label", "premise_id", "valid"}`.
+
+    `group_premises=True` (SupCon-SBERT): premise-grouped batches (see
+    `tfsent.data.grouping`; `valid` is 0 on the padding slots of a short batch).
+    False: ordinary shuffled batches (a new permutation every epoch, remainder dropped,
+    `valid` all 1), as ConSERT's reference reads NLI pairs. `premise_id` numbers the
+    distinct premise texts in both. `repeat=False`: one epoch."""
+    import itertools
+
+    from tfsent.data.grouping import (epoch_stream, grouped_batches, premise_groups,
+                                      shuffled_stream)
 
     _check_batch(len(rows), batch_size, "the NLI pairs")
     premises = [r[0] for r in rows]
@@ -140,15 +148,17 @@ def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0, repeat
     table_h = tf.constant([r[1] for r in rows])
     table_y = tf.constant([NLI_LABEL_IDS[r[2]] for r in rows], tf.int32)
     table_g = tf.constant(group_of, tf.int32)
-    if repeat:
+    if group_premises:
         def stream():
+            if not repeat:
+                return iter(grouped_batches(groups, batch_size, np.random.default_rng(seed)))
             return epoch_stream(groups, batch_size, seed, skip_batches)
     else:
         def stream():
-            return iter(grouped_batches(groups, batch_size, np.random.default_rng(seed)))
+            batches = shuffled_stream(len(rows), batch_size, seed, skip_batches)
+            return batches if repeat else itertools.islice(batches, len(rows) // batch_size)
     ds = tf.data.Dataset.from_generator(
-        stream,
-        output_signature=tf.TensorSpec([batch_size], tf.int64))
+        stream, output_signature=tf.TensorSpec([batch_size], tf.int64))
 
     def load(idx):
         safe = tf.maximum(idx, 0)

@@ -87,7 +87,8 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
     if kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)
         rows = [(p, h, _label(label, i, argument)) for i, (p, h, label) in enumerate(rows)]
-        return pipelines.nli_pair_dataset(rows, tokenizer, batch_size, seed, repeat=False)
+        return pipelines.nli_pair_dataset(rows, tokenizer, batch_size, seed, repeat=False,
+                                          group_premises=method.premise_grouped)
     if kind == "embedding_pairs":
         _check_rows(rows, 2, "expected (sentence_a, sentence_b) positive pairs", argument)
         a = method.encoder.encode([r[0] for r in rows], verbose=0)

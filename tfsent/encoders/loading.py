@@ -25,10 +25,12 @@ def _backbone_config(backbone):
 
 def save_encoder_dir(encoder, directory):
     """Writes `encoder` as a tfsent encoder directory (backbone weights, vocabulary, and
-    `tfsent_encoder.json`); atomic: a temporary sibling is renamed into place."""
-    directory = os.fspath(directory)
-    tmp = directory.rstrip("/") + ".tmp-save"
-    if os.path.exists(tmp):
+    `tfsent_encoder.json`); crash-safe: written to a temporary sibling, then swapped in
+    by `_atomic_replace_dir`."""
+    directory = os.fspath(directory).rstrip("/")
+    tmp, _ = _staging_paths(directory)
+    recover_replaced_dir(directory)
+    if os.path.exists(tmp):  # a write interrupted before the swap began
         shutil.rmtree(tmp)
     os.makedirs(tmp)
     encoder.backbone.save_weights(os.path.join(tmp, "backbone.weights.h5"))
@@ -49,17 +51,46 @@ def save_encoder_dir(encoder, directory):
     _atomic_replace_dir(tmp, directory)
 
 
+def _staging_paths(directory):
+    """(new version being written, old version being replaced) beside `directory`."""
+    return directory + ".tmp-save", directory + ".old"
+
+
 def _atomic_replace_dir(tmp, directory):
-    """Renames `tmp` to `directory`; an existing `directory` is moved aside first."""
-    old = None
+    """Replaces `directory` by the complete directory `tmp` (its staging path).
+
+    A directory cannot be renamed over a non-empty one, so this takes two renames
+    (directory -> .old, tmp -> directory) and a removal. Whatever step a crash interrupts,
+    `recover_replaced_dir` (run by the next load or save) finishes the swap: after the
+    first rename the complete new version is in `tmp`, and it is moved into place; .old
+    is removed once `directory` holds a complete version.
+    """
+    directory = directory.rstrip("/")
+    _, old = _staging_paths(directory)
+    recover_replaced_dir(directory)
+    if os.path.exists(old):
+        shutil.rmtree(old)
     if os.path.exists(directory):
-        old = directory.rstrip("/") + ".old"
-        if os.path.exists(old):
-            shutil.rmtree(old)
         os.rename(directory, old)
     os.rename(tmp, directory)
-    if old:
+    if os.path.exists(old):
         shutil.rmtree(old)
+
+
+def recover_replaced_dir(directory):
+    """Finishes a `_atomic_replace_dir` that a crash interrupted. Directory missing and
+    .old present: the crash came between the two renames, so the new version in the
+    staging path is complete and is moved into place (or, without one, .old is moved
+    back). Then a leftover .old is removed. Returns True if anything was done."""
+    directory = os.fspath(directory).rstrip("/")
+    tmp, old = _staging_paths(directory)
+    if not os.path.exists(old):
+        return False
+    if not os.path.exists(directory):
+        os.rename(tmp if os.path.isdir(tmp) else old, directory)
+    if os.path.exists(old):
+        shutil.rmtree(old)
+    return True
 
 
 # --------------------------------------------------------------------------------------
@@ -131,6 +162,7 @@ def load_encoder(name_or_path, pooling="mean", max_seq_length=128, pad_to_max_le
     name = os.fspath(name_or_path)
     if name in SHORT_NAMES:
         name = resolve_short_name(name)
+    recover_replaced_dir(name)  # a save interrupted mid-swap
     if os.path.isdir(name):
         if os.path.exists(os.path.join(name, ENCODER_CONFIG_FILE)):
             return _load_tfsent_dir(name, pooling, max_seq_length, pad_to_max_length, dtype,

@@ -25,15 +25,14 @@ them). In tabular files (STS-B, SICK, SST, TREC, MRPC) blank lines are skipped. 
 input files every line is a pair, aligned with the gold file line by line.
 """
 
-import logging
 import os
 
 import numpy as np
+from absl import logging
 
 from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
 
-log = logging.getLogger(__name__)
 
 # Subsets of each STS year, as SentEval evaluates them (STS13 has no SMT: licence).
 STS_SUBSETS = {
@@ -73,7 +72,7 @@ def read_legacy_lines(path):
     except InputError as e:
         if e.line is None:  # missing file or a directory: not an encoding problem
             raise
-    log.info("%s is not valid UTF-8; reading it as latin-1 (as SentEval does)", path)
+    logging.info("%s is not valid UTF-8; reading it as latin-1 (as SentEval does)", path)
     return read_lines(path, encoding="latin-1")
 
 
@@ -151,7 +150,7 @@ def read_sts_year(data_dir, task):
     for name in STS_SUBSETS[task]:
         out[name] = read_sts_subset(os.path.join(folder, f"STS.input.{name}.txt"),
                                     os.path.join(folder, f"STS.gs.{name}.txt"))
-    log.info("read %s: %d pairs in %d subsets", task,
+    logging.info("read %s: %d pairs in %d subsets", task,
              sum(len(v[2]) for v in out.values()), len(out))
     return out
 
@@ -173,7 +172,7 @@ def read_stsbenchmark(data_dir, split="test"):
         scores.append(_float(cols[4], "score", path, number))
         s1.append(normalize(cols[5]))
         s2.append(normalize(cols[6]))
-    log.info("read %d STS-B %s pairs from %s", len(scores), split, path)
+    logging.info("read %d STS-B %s pairs from %s", len(scores), split, path)
     return s1, s2, np.asarray(scores, dtype=np.float64)
 
 
@@ -198,7 +197,7 @@ def read_sick(data_dir, split="test", with_labels=False):
         s2.append(normalize(cols[2]))
         if with_labels:
             labels.append(cols[4].strip())
-    log.info("read %d SICK %s pairs from %s", len(scores), split, path)
+    logging.info("read %d SICK %s pairs from %s", len(scores), split, path)
     out = (s1, s2, np.asarray(scores, dtype=np.float64))
     return out + (labels,) if with_labels else out
 
@@ -221,7 +220,7 @@ def read_binary(data_dir, task):
         lines = read_legacy_lines(os.path.join(os.fspath(data_dir), folder, name))
         sentences += [normalize(line) for line in lines]
         labels += [label] * len(lines)
-    log.info("read %d %s sentences", len(sentences), task)
+    logging.info("read %d %s sentences", len(sentences), task)
     return sentences, np.asarray(labels, dtype=np.int64)
 
 
@@ -236,7 +235,7 @@ def read_sst2(data_dir, split="test"):
         cols = _columns(line, 2, path, number, "sentence, label", exact=True)
         labels.append(_int_label(cols[1], {0, 1}, path, number))
         sentences.append(normalize(cols[0]))
-    log.info("read %d SST-2 %s sentences", len(sentences), split)
+    logging.info("read %d SST-2 %s sentences", len(sentences), split)
     return sentences, np.asarray(labels, dtype=np.int64)
 
 
@@ -261,7 +260,7 @@ def read_trec(data_dir, split="test"):
                              path=path, line=number)
         labels.append(TREC_CLASSES.index(coarse))
         sentences.append(normalize(parts[1]))
-    log.info("read %d TREC %s questions", len(sentences), split)
+    logging.info("read %d TREC %s questions", len(sentences), split)
     return sentences, np.asarray(labels, dtype=np.int64)
 
 
@@ -282,5 +281,5 @@ def read_mrpc(data_dir, split="test"):
         labels.append(_int_label(cols[0], {0, 1}, path, number))
         s1.append(normalize(cols[3]))
         s2.append(normalize(cols[4]))
-    log.info("read %d MRPC %s pairs", len(labels), split)
+    logging.info("read %d MRPC %s pairs", len(labels), split)
     return s1, s2, np.asarray(labels, dtype=np.int64)

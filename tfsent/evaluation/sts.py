@@ -10,16 +10,15 @@ sentence is encoded once. Non-finite embedding values are replaced by 0 (as Sent
 does, so a diverged model scores low instead of crashing) and a warning is logged.
 """
 
-import logging
 import os
 
 import numpy as np
+from absl import logging
 from scipy.stats import pearsonr, spearmanr
 
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import senteval_data
 
-log = logging.getLogger(__name__)
 
 STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 STS_TASKS = list(STS_YEARS) + ["STSBenchmark", "SICKRelatedness"]
@@ -42,7 +41,7 @@ def embed(encode_fn, sentences):
     if not np.issubdtype(emb.dtype, np.floating):
         emb = emb.astype(np.float32)
     if not np.all(np.isfinite(emb)):
-        log.warning("encode_fn returned non-finite values; replacing them by 0")
+        logging.warning("encode_fn returned non-finite values; replacing them by 0")
         emb = np.nan_to_num(emb, nan=0.0, posinf=0.0, neginf=0.0)
     index = {s: i for i, s in enumerate(unique)}
     return emb[[index[s] for s in sentences]]
@@ -144,7 +143,7 @@ def evaluate_sts(encode_fn, data_dir, tasks=None, split="test", skip_missing=Fal
     data = {}
     for task in dict.fromkeys(tasks):
         if skip_missing and not os.path.isdir(_task_path(data_dir, task)):
-            log.warning("skipping %s: %s not found", task, _task_path(data_dir, task))
+            logging.warning("skipping %s: %s not found", task, _task_path(data_dir, task))
             continue
         data[task] = _read_task(data_dir, task, split)
     if not data:
@@ -160,7 +159,7 @@ def evaluate_sts(encode_fn, data_dir, tasks=None, split="test", skip_missing=Fal
             gold = subsets[split][2]
             results[task] = {**correlations(cos[task, split], gold), "n": len(gold),
                              "split": split}
-            log.info("%s %s: spearman %.2f", task, split, results[task]["spearman"])
+            logging.info("%s %s: spearman %.2f", task, split, results[task]["spearman"])
             continue
         per = {name: {**correlations(cos[task, name], gold), "n": len(gold)}
                for name, (_, _, gold) in subsets.items()}
@@ -174,7 +173,7 @@ def evaluate_sts(encode_fn, data_dir, tasks=None, split="test", skip_missing=Fal
         all_gold = np.concatenate([gold for _, _, gold in subsets.values()])
         results[task] = {**correlations(all_cos, all_gold), "n": int(len(all_gold)),
                          **summary, "subsets": per}
-        log.info("%s: spearman all %.2f, mean %.2f, wmean %.2f", task,
+        logging.info("%s: spearman all %.2f, mean %.2f, wmean %.2f", task,
                  results[task]["spearman"], summary["mean"]["spearman"],
                  summary["wmean"]["spearman"])
     return results

@@ -20,17 +20,16 @@ trained by Adam with early stopping instead of to convergence, so figures can di
 somewhat from SentEval's.
 """
 
-import logging
 import os
 
 import numpy as np
+from absl import logging
 from scipy.optimize import minimize
 
 from tfsent.errors import ConfigError
 from tfsent.evaluation import senteval_data
 from tfsent.evaluation.sts import embed
 
-log = logging.getLogger(__name__)
 
 TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
 L2_GRID = (1e-5, 1e-4, 1e-3)  # 10^t for t in [-5, -2)
@@ -106,7 +105,7 @@ def fit_softmax(z, y, n_classes, l2, eigval=None, max_iter=1000):
     res = minimize(fun, theta0, jac=True, method="L-BFGS-B",
                    options={"maxiter": max_iter})
     if not res.success and res.nit >= max_iter:
-        log.warning("logistic regression stopped after %d iterations: %s", res.nit,
+        logging.warning("logistic regression stopped after %d iterations: %s", res.nit,
                     res.message)
     weights = res.x[:dim * n_classes].reshape(dim, n_classes) / scale[:, None]
     return weights, res.x[dim * n_classes:]
@@ -345,11 +344,11 @@ def evaluate_transfer(encode_fn, data_dir, tasks=None, mode="test", seed=DEFAULT
     for task in dict.fromkeys(tasks):
         folder = os.path.join(data_dir, _TASK_DIRS[task])
         if skip_missing and not os.path.isdir(folder):
-            log.warning("skipping %s: %s not found", task, folder)
+            logging.warning("skipping %s: %s not found", task, folder)
             continue
         results[task] = _run_task(task, encode_fn, data_dir, KFOLD[mode], grid, seed,
                                   max_iter)
-        log.info("%s: acc %.2f (dev %.2f)", task, results[task]["acc"],
+        logging.info("%s: acc %.2f (dev %.2f)", task, results[task]["acc"],
                  results[task]["devacc"])
     return results
 

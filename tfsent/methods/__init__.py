@@ -21,14 +21,17 @@ __all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", 
 
 class MethodSpec:
     """A registry entry: `build(encoder, config) -> SentenceMethod`, its config defaults,
-    and its data kind ("sentences", "sentences_mlm" or "triplets")."""
+    and its data kind ("sentences", "sentences_mlm", "triplets", "nli_pairs" or
+    "embedding_pairs"); `premise_grouped`: NLI pairs in premise-grouped batches
+    (`tfsent.data.grouping`) instead of ordinary shuffled ones."""
 
-    def __init__(self, name, build, defaults, data_kind, doc):
+    def __init__(self, name, build, defaults, data_kind, doc, premise_grouped=False):
         self.name = name
         self.build = build
         self.defaults = defaults
         self.data_kind = data_kind
         self.doc = doc
+        self.premise_grouped = premise_grouped
 
 
 def _simcse(supervised):
@@ -50,14 +53,14 @@ def _cmlm(encoder, c):
 def _clsr(encoder, c):
     return CLSR(encoder, hidden_dim=c.clsr_hidden_dim or None,
                 output_dim=c.clsr_output_dim or None, temperature=c.temperature,
-                train_pooling=c.pooling, export_pooling=c.pooling)
+                train_pooling=c.pooling, export_pooling=c.export_pooling)
 
 
 def _supcon(encoder, c):
     return SupConSBERT(encoder, scl_weight=c.scl_weight, temperature=c.temperature,
                        max_positives=c.max_positives, max_negatives=c.max_negatives,
                        similarity=c.similarity, train_pooling=c.pooling,
-                       export_pooling=c.export_pooling)
+                       export_pooling=c.export_pooling, seed=c.seed)
 
 
 _SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None}
@@ -79,7 +82,8 @@ REGISTRY = {
         {"train_data": "demo_nli", "pooling": "mean_no_cls", "scl_weight": 0.3,
          "temperature": 1.0, "max_positives": 0, "max_negatives": 0, "similarity": "dot",
          "learning_rate": 2e-5, "warmup_ratio": 0.1, "nli_eval_split": "test"},
-        "nli_pairs", "Supervised-contrastive SBERT: NLI cross-entropy + SCL (lambda)."),
+        "nli_pairs", "Supervised-contrastive SBERT: NLI cross-entropy + SCL (lambda).",
+        premise_grouped=True),
     "clsr": MethodSpec(
         "clsr", _clsr,
         # CPU demo: the paper's LARS + warmup/cosine, on the cached embeddings of the demo

@@ -55,6 +55,8 @@ class SentenceMethod(keras.Model):
     # What `fit(x=...)` takes as raw examples (see `tfsent.data.preprocessing`):
     # "sentences", "sentences_mlm", "triplets", "nli_pairs" or "embedding_pairs".
     input_kind = "sentences"
+    # nli_pairs only: premise-grouped batches (SupCon-SBERT) or ordinary shuffled ones.
+    premise_grouped = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -3,10 +3,20 @@
 import keras
 import numpy as np
 
-from tfsent import losses
+from tfsent import checks, losses
 from tfsent.distribute import gather_with_local_grad
+from tfsent.errors import ConfigError
 from tfsent.layers.heads import MLPEncoder
 from tfsent.methods.base import SentenceMethod
+
+
+def check_export_pooling(pooling, export_pooling):
+    """CLSR exports m + e, e trained on m's `pooling` embeddings: `export_pooling` must be
+    None or `pooling` (ConfigError otherwise)."""
+    if export_pooling not in (None, pooling):
+        raise ConfigError(f"CLSR exports m + e, and e is trained on m's {pooling!r} "
+                          f"embeddings: export_pooling must be {pooling!r} (or unset), got "
+                          f"{export_pooling!r}")
 
 
 class CLSR(SentenceMethod):
@@ -23,6 +33,9 @@ class CLSR(SentenceMethod):
         output_dim: size of e's output and of h (default: H; 768 in the paper).
         temperature: tau (0.1).
         direction_reduction: "mean" over the 2B anchors (the paper) or "sum".
+        train_pooling: m's pooling, the one e is trained on (default: the encoder's).
+        export_pooling: must be None or equal to train_pooling: the exported model feeds
+            e with m's embeddings, which must be those e was trained on (ConfigError).
     """
 
     metric_names = ("loss",)
@@ -31,13 +44,16 @@ class CLSR(SentenceMethod):
     def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,
                  direction_reduction="mean", train_pooling=None, export_pooling=None,
                  **kwargs):
-        super().__init__(encoder, train_pooling, export_pooling, **kwargs)
+        pooling = train_pooling or encoder.pooling
+        check_export_pooling(pooling, export_pooling)
+        super().__init__(encoder, pooling, export_pooling, **kwargs)
         encoder.trainable = False
         dim = encoder.hidden_dim
         self.hidden_dim = int(hidden_dim or dim)
         self.output_dim = int(output_dim or dim)
-        self.temperature = float(temperature)
-        self.direction_reduction = direction_reduction
+        self.temperature = checks.POSITIVE.check("temperature", temperature)
+        self.direction_reduction = checks.one_of("direction_reduction", direction_reduction,
+                                                 ("mean", "sum"))
         self.mlp = MLPEncoder(self.hidden_dim, self.output_dim, name="clsr_encoder")
         self.mlp.build((None, dim))
         self.projection = keras.layers.Dense(self.output_dim, name="clsr_projection")

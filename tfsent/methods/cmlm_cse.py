@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from tfsent import losses
-from tfsent.distribute import global_sum
+from tfsent import checks, losses
+from tfsent.distribute import global_mean
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
 from tfsent.methods.simcse import SimCSE
 
@@ -18,14 +18,23 @@ class CMLMCSE(SimCSE):
     predicts the masked tokens from h'', so the MLM gradient reaches the encoder only
     through h. Cross-entropy counts masked positions only (a global mean over replicas).
 
+    Reductions: both terms are MEANS (InfoNCE over the batch's anchors, MLM cross-entropy
+    over the batch's masked tokens, as SimCSE's own MLM auxiliary term), where the paper's
+    equations (4)-(6) SUM over the N sentences and their masked tokens. Dividing the
+    paper's L by N (a constant factor for Adam) gives mean_contrast + lambda_paper * p *
+    mean_MLM, p the mean number of masked tokens per sentence, so `mlm_weight` here is on
+    the mean scale: mlm_weight = lambda_paper * p. On wiki1m at max_seq_length 32 and
+    mask rate 0.15, p = 2.84 (measured): the default 0.005 is lambda_paper = 0.0018, and
+    the paper's 0.005 would be mlm_weight = 0.014.
+
     Args:
         encoder: the SentenceEncoder being trained; the extractor is copied from it here,
             so construct the method from the *initial* pretrained encoder.
         extractor_layers: k (8 for 12-layer BERT).
         fusion_layers: n (3).
-        mlm_weight: lambda (0.005).
+        mlm_weight: lambda on the mean scale (0.005; see "Reductions").
         contrastive_weight: w_c (1.0; 0 switches the contrastive term off).
-        mask_rate: p, recorded for the data pipeline (0.15).
+        mask_rate: the masking rate, in (0, 1), recorded for the data pipeline (0.15).
         tie_mlm_embeddings: tie the MLM vocabulary projection to the token embedding.
         **kwargs: SimCSE's arguments (temperature, dropout, poolings).
     """
@@ -39,13 +48,14 @@ class CMLMCSE(SimCSE):
                  fusion_dropout=0.1, **kwargs):
         kwargs.pop("supervised", None)
         super().__init__(encoder, supervised=False, **kwargs)
-        self.extractor_layers = int(extractor_layers)
-        self.fusion_layers = int(fusion_layers)
-        self.mlm_weight = float(mlm_weight)
-        self.contrastive_weight = float(contrastive_weight)
-        self.mask_rate = float(mask_rate)
+        self.extractor_layers = checks.SIZE.check("extractor_layers", extractor_layers)
+        self.fusion_layers = checks.SIZE.check("fusion_layers", fusion_layers)
+        self.mlm_weight = checks.NON_NEGATIVE.check("mlm_weight", mlm_weight)
+        self.contrastive_weight = checks.NON_NEGATIVE.check("contrastive_weight",
+                                                            contrastive_weight)
+        self.mask_rate = checks.OPEN_RATE.check("mask_rate", mask_rate)
         self.tie_mlm_embeddings = bool(tie_mlm_embeddings)
-        self.fusion_dropout = float(fusion_dropout)
+        self.fusion_dropout = checks.RATE.check("fusion_dropout", fusion_dropout)
         self.extractor = LexicalExtractor.from_encoder(encoder, self.extractor_layers)
         bb = encoder.backbone
         self.fusioner = Fusioner(bb.vocabulary_size, bb.hidden_dim, bb.num_heads,
@@ -76,13 +86,8 @@ class CMLMCSE(SimCSE):
         ce_sum, count, correct = losses.masked_lm_loss(logits, batch["mask_labels"],
                                                        batch["mask_weights"])
         # One reduction, ordered after the embedding gather (inside contrastive).
-        g_ce, g_count, g_correct = tf.unstack(
-            global_sum(tf.stack([ce_sum, count, correct]), after=contrastive))
-        g_count = tf.maximum(g_count, 1.0)
-        mlm_share = ce_sum / g_count  # this replica's share of the global mean
+        mlm_share, mlm, accuracy = global_mean(ce_sum, count, correct, after=contrastive)
         objective = self.contrastive_weight * contrastive + self.mlm_weight * mlm_share
-        mlm = g_ce / g_count
-        accuracy = g_correct / g_count
         logs = {"loss": self.contrastive_weight * contrastive + self.mlm_weight * mlm,
                 "contrastive_loss": contrastive, "mlm_loss": mlm, "mlm_accuracy": accuracy}
         return objective, logs

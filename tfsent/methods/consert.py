@@ -1,64 +1,49 @@
 """ConSERT (Yan et al., 2021): contrastive views from embedding-level augmentations."""
 
-import keras
 import tensorflow as tf
 
-from tfsent import losses
-from tfsent.distribute import gather_with_local_grad, global_sum
+from tfsent import checks, losses
+from tfsent.distribute import gather_with_local_grad, global_mean
+from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
 from tfsent.layers.augment import (Augmentation, check_augmentation, fgv_perturbation,
                                    identity_position_ids)
+from tfsent.layers.nli_head import NLIHead
 from tfsent.methods.base import SentenceMethod, concat_features
 
 MODES = ("unsup", "joint", "sup")
+DIRECTION_REDUCTIONS = ("mean", "sum")
 _METRICS = {"unsup": ("loss", "contrastive_loss"),
             "joint": ("loss", "ce_loss", "contrastive_loss", "nli_accuracy"),
             "sup": ("loss", "ce_loss", "nli_accuracy")}
-
-
-def masked_nt_xent(z1, z2, valid=None, temperature=0.1, direction_reduction="sum"):
-    """NT-Xent (`losses.nt_xent`) restricted to valid rows.
-
-    `valid` (N,) marks real examples (NLI batches have padding slots that repeat row 0):
-    invalid rows are neither anchors nor candidates. With every row valid (or
-    valid=None) this is `losses.nt_xent`.
-    """
-    if valid is None:
-        return losses.nt_xent(z1, z2, temperature, direction_reduction)
-    if direction_reduction not in ("mean", "sum"):
-        raise ValueError(f"direction_reduction must be 'mean' or 'sum', got "
-                         f"{direction_reduction!r}")
-    z = tf.concat([z1, z2], axis=0)
-    n = tf.shape(z1)[0]
-    ok = tf.concat([valid, valid], axis=0) > 0
-    sim = losses.cosine_matrix(z, z) / temperature
-    masked = tf.logical_or(tf.cast(tf.eye(2 * n), tf.bool), tf.logical_not(ok)[None, :])
-    sim = sim - tf.cast(masked, tf.float32) * 1e9
-    labels = tf.concat([tf.range(n, 2 * n), tf.range(0, n)], axis=0)
-    per_anchor = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=sim)
-    w = tf.cast(ok, tf.float32)
-    loss = tf.reduce_sum(per_anchor * w) / tf.maximum(tf.reduce_sum(w), 1.0)
-    return 2.0 * loss if direction_reduction == "sum" else loss
 
 
 class ConSERT(SentenceMethod):
     """ConSERT: two augmented views of each sentence, symmetric NT-Xent (tau 0.1).
 
     Views: each view's augmentation (`tfsent.layers.augment`) acts on the embedding-layer
-    output inside the encoder (`embedding_fn`), or on the position ids (`shuffle`). Both
-    views of a batch go through the encoder in ONE pass (the batch stacked twice, view 1
-    then view 2). Encoder dropout is off during training (`encoder_dropout=0.0`, the
-    paper removes BERT's dropout); the augmentations' randomness comes from stateless ops
-    keyed by (seed, replica, optimizer step, view), so a step is reproducible.
+    output inside the encoder (`embedding_fn`), or on the position ids (`shuffle`). The
+    views of a batch go through the encoder in ONE pass (the batch stacked once per view).
+    The augmentations' randomness comes from stateless ops keyed by (seed, replica,
+    optimizer step, view), so a step is reproducible. `encoder_dropout` is the encoder's
+    dropout during training: 0.0 in the paper's unsupervised recipe (it removes BERT's
+    dropout), None (the backbone's own rate) in the reference's joint script.
 
     Modes:
-      unsup: batches are sentence features; L = L_con.
-      joint: batches from `nli_pair_dataset` ({premise, hypothesis, label, valid, ...});
-        L = L_ce + alpha * L_con. L_ce: a linear Dense(3) on concat(u, v, |u - v|)
-        (+ max(u, v)^2 with `ce_max_feature`, a trick of the reference code) of the
-        un-augmented premise u and hypothesis v, mean over valid pairs of the global batch.
-        L_con: the two views of the batch's premises AND hypotheses (2B sentences, padding
-        slots excluded).
+      unsup: batches are sentence features; L = L_con = NT-Xent(z1, z2). (The reference
+        multiplies it by its cl_rate 0.15; a constant factor, left out here: see the
+        README's "Faithfulness" section.)
+      joint: batches from `nli_pair_dataset(..., group_premises=False)` (ordinary shuffled
+        pairs, as the reference's DataLoader); L = L_ce + alpha * L_con, as the reference:
+        L_ce: an `NLIHead` (linear Dense(3)) on concat(u, v, |u - v|) (+ max(u, v)^2 with
+          `ce_max_feature`, the reference's `concatenation_sent_max_square`) of the
+          un-augmented pass over premises u and hypotheses v, a mean over the valid pairs
+          of the global batch;
+        L_con = NT-Xent(premises' two views) + NT-Xent(hypotheses' two views), computed
+          separately (a premise's own hypothesis is never its negative). With
+          `view1_augmentation="none"` view 1 IS the un-augmented CE pass (the reference's
+          joint strategies contrast the CE pass with one augmented pass); otherwise both
+          views are extra passes.
       sup: L_ce only (stage 1 of sup-unsup).
     The two-stage settings are two runs: stage 2 is `--method=consert` with
     `--config.encoder=RUN1/encoder`.
@@ -68,22 +53,23 @@ class ConSERT(SentenceMethod):
     x + delta (delta without gradient). In `sup` mode there are no views. In `unsup` it is
     a ConfigError.
 
-    Global batch: the step's only collective gathers both views (and the valid flags) with
-    `gather_with_local_grad`; the CE is a global mean via `global_sum(..., after=)`.
+    Global batch: the views (and the valid flags) travel in one collective
+    (`gather_with_local_grad`); the CE is a global mean (`global_mean(..., after=)`).
+    `valid` masks the padding slots of premise-grouped batches, should any be given.
 
     Args:
         encoder: a SentenceEncoder.
         mode: unsup | joint | sup.
         view1_augmentation, view2_augmentation: names from AUGMENTATIONS.
         token_cutoff_rate, feature_cutoff_rate, aug_dropout_rate: rates of those
-            augmentations (paper: 0.15, 0.2, 0.2).
-        adversarial_epsilon: FGV step size.
+            augmentations, in [0, 1) (paper: 0.15, 0.2, 0.2; the joint script: 0.1).
+        adversarial_epsilon: FGV step size (>= 0).
         temperature: NT-Xent tau (0.1).
         direction_reduction: "sum" (reference code: sum of the two directions' means) or
             "mean" (mean over the 2B anchors).
-        alpha: weight of L_con in joint mode (0.15).
+        alpha: weight of L_con in joint mode (0.15, the reference's cl_rate).
         ce_max_feature: add max(u, v)^2 to the classifier features.
-        encoder_dropout: encoder dropout during training (0.0 for ConSERT).
+        encoder_dropout: encoder dropout spec during training (None: the backbone's).
         seed: seed of the augmentations.
         train_pooling: loss pooling (mean); export_pooling: exported pooling (paper's
             numbers: last2_avg).
@@ -95,30 +81,28 @@ class ConSERT(SentenceMethod):
                  temperature=0.1, direction_reduction="sum", alpha=0.15,
                  ce_max_feature=False, encoder_dropout=0.0, seed=0, train_pooling="mean",
                  export_pooling=None, **kwargs):
-        if mode not in MODES:
-            raise ConfigError(f"unknown ConSERT mode {mode!r}; choose one of {', '.join(MODES)}")
+        checks.one_of("ConSERT mode", mode, MODES)
         # Keras must not track this tuple; the base class reads it in __init__.
         object.__setattr__(self, "metric_names", _METRICS[mode])
         super().__init__(encoder, train_pooling or "mean", export_pooling, **kwargs)
         supervised = mode != "unsup"
         check_augmentation(view1_augmentation, supervised)
         check_augmentation(view2_augmentation, supervised)
-        if direction_reduction not in ("mean", "sum"):
-            raise ConfigError(f"direction_reduction must be 'mean' or 'sum', got "
-                              f"{direction_reduction!r}")
-        if not temperature or float(temperature) <= 0:
-            raise ConfigError(f"temperature must be > 0, got {temperature!r}")
         self.mode = mode
         self.view1_augmentation = view1_augmentation
         self.view2_augmentation = view2_augmentation
-        self.token_cutoff_rate = float(token_cutoff_rate)
-        self.feature_cutoff_rate = float(feature_cutoff_rate)
-        self.aug_dropout_rate = float(aug_dropout_rate)
-        self.adversarial_epsilon = float(adversarial_epsilon)
-        self.temperature = float(temperature)
-        self.direction_reduction = direction_reduction
-        self.alpha = float(alpha)
+        self.token_cutoff_rate = checks.RATE.check("token_cutoff_rate", token_cutoff_rate)
+        self.feature_cutoff_rate = checks.RATE.check("feature_cutoff_rate",
+                                                     feature_cutoff_rate)
+        self.aug_dropout_rate = checks.RATE.check("aug_dropout_rate", aug_dropout_rate)
+        self.adversarial_epsilon = checks.NON_NEGATIVE.check("adversarial_epsilon",
+                                                             adversarial_epsilon)
+        self.temperature = checks.POSITIVE.check("temperature", temperature)
+        self.direction_reduction = checks.one_of("direction_reduction", direction_reduction,
+                                                 DIRECTION_REDUCTIONS)
+        self.alpha = checks.NON_NEGATIVE.check("alpha", alpha)
         self.ce_max_feature = bool(ce_max_feature)
+        resolve_dropout_rates(encoder_dropout, 0.0)  # ConfigError now, not at the first step
         self.encoder_dropout = encoder_dropout
         self.seed = int(seed)
         rates = {"token_cutoff": self.token_cutoff_rate,
@@ -129,9 +113,9 @@ class ConSERT(SentenceMethod):
                                  self.adversarial_epsilon, name="view2_augmentation")
         self.classifier = None
         if supervised:
-            dim = encoder.hidden_dim
-            self.classifier = keras.layers.Dense(3, name="nli_classifier")
-            self.classifier.build((None, (4 if self.ce_max_feature else 3) * dim))
+            self.classifier = NLIHead(encoder.hidden_dim, max_square_feature=self.ce_max_feature,
+                                      name="nli_classifier")
+            self.classifier.build()
 
     # -- pieces -----------------------------------------------------------------------------
     @property
@@ -145,6 +129,11 @@ class ConSERT(SentenceMethod):
         return self.mode == "joint" and "adversarial" in (self.view1_augmentation,
                                                           self.view2_augmentation)
 
+    @property
+    def view1_is_ce_pass(self):
+        """Joint mode with an un-augmented view 1: the CE pass serves as view 1."""
+        return self.mode == "joint" and self.view1_augmentation == "none"
+
     def step_seeds(self):
         """Two int32 [2] seeds (view 1, view 2) from (seed, replica, optimizer step)."""
         step = tf.constant(0, tf.int32)
@@ -157,51 +146,49 @@ class ConSERT(SentenceMethod):
         base = tf.constant(self.seed, tf.int32) * 1009 + replica
         return tf.stack([base, 2 * step]), tf.stack([base, 2 * step + 1])
 
-    def views(self, features, training=True, delta=None, seeds=None):
-        """The local (z1, z2): one encoder pass over the features stacked twice, view 1's
-        augmentation on the first copy and view 2's on the second."""
-        seed1, seed2 = self.step_seeds() if seeds is None else seeds
+    def augmented_passes(self, features, augmentations, seeds, training=True, delta=None):
+        """One encoder pass over `features` stacked once per augmentation, copy k
+        transformed by `augmentations[k]` with `seeds[k]`; returns the local float32
+        pooled embeddings of each copy (a list)."""
+        k = len(augmentations)
         mask = features["padding_mask"]
-        both = concat_features([features, features])
-        ids = [self.aug1.position_ids(mask, seed1), self.aug2.position_ids(mask, seed2)]
+        ids = [aug.position_ids(mask, seed) for aug, seed in zip(augmentations, seeds)]
         position_ids = None
         if any(p is not None for p in ids):
             position_ids = tf.concat([identity_position_ids(mask) if p is None else p
                                       for p in ids], axis=0)
 
         def embedding_fn(x, padding_mask):
-            x1, x2 = tf.split(x, 2, axis=0)
-            m1, m2 = tf.split(padding_mask, 2, axis=0)
-            return tf.concat([self.aug1.apply(x1, m1, seed1, delta),
-                              self.aug2.apply(x2, m2, seed2, delta)], axis=0)
+            parts = zip(tf.split(x, k, axis=0), tf.split(padding_mask, k, axis=0),
+                        augmentations, seeds)
+            return tf.concat([aug.apply(xi, mi, seed, delta) for xi, mi, aug, seed in parts],
+                             axis=0)
 
-        z = self.embed(both, training, dropout=self.encoder_dropout,
-                       embedding_fn=embedding_fn, position_ids=position_ids)
-        z1, z2 = tf.split(tf.cast(z, tf.float32), 2, axis=0)
+        z = self.embed(concat_features([features] * k), training,
+                       dropout=self.encoder_dropout, embedding_fn=embedding_fn,
+                       position_ids=position_ids)
+        return tf.split(tf.cast(z, tf.float32), k, axis=0)
+
+    def views(self, features, training=True, delta=None, seeds=None):
+        """The local (z1, z2): one encoder pass over the features stacked twice, view 1's
+        augmentation on the first copy and view 2's on the second."""
+        seeds = self.step_seeds() if seeds is None else seeds
+        z1, z2 = self.augmented_passes(features, [self.aug1, self.aug2], seeds, training,
+                                       delta)
         return z1, z2
 
-    def classifier_features(self, u, v):
-        parts = [u, v, tf.abs(u - v)]
-        if self.ce_max_feature:
-            parts.append(tf.square(tf.maximum(u, v)))
-        return tf.concat(parts, axis=-1)
-
-    def nli_logits(self, z):
-        """Pooled (2B, H) [premises; hypotheses] -> (B, 3) float32 logits."""
+    def supervised_pass(self, sentences, labels, training=True, embedding_fn=None):
+        """Un-augmented pass over [premises; hypotheses]: (pooled float32 (2B, H),
+        per-pair CE, per-pair correctness)."""
+        z = tf.cast(self.embed(sentences, training, dropout=self.encoder_dropout,
+                               embedding_fn=embedding_fn), tf.float32)
         u, v = tf.split(z, 2, axis=0)
-        return tf.cast(self.classifier(self.classifier_features(u, v)), tf.float32)
+        ce, correct = self.classifier.cross_entropy(u, v, labels)
+        return z, ce, correct
 
-    def supervised_pass(self, sentences, labels, valid, training=True, embedding_fn=None):
-        """Un-augmented pass over [premises; hypotheses]; returns (per-pair CE, logits)."""
-        z = self.embed(sentences, training, dropout=self.encoder_dropout,
-                       embedding_fn=embedding_fn)
-        logits = self.nli_logits(z)
-        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        return ce, logits
-
-    def adversarial_delta(self, sentences, labels, valid, training=True):
-        """(per-pair CE, logits, delta): delta = FGV perturbation of the embedding output
-        from the gradient of the local valid-masked mean CE."""
+    def adversarial_pass(self, sentences, labels, valid, training=True):
+        """`supervised_pass` plus delta, the FGV perturbation of its embedding output from
+        the gradient of the local valid-masked mean CE: (z, ce, correct, delta)."""
         captured = {}
         with tf.GradientTape() as tape:
             def capture(x, padding_mask):
@@ -209,72 +196,69 @@ class ConSERT(SentenceMethod):
                 captured["x"] = x
                 return x
 
-            ce, logits = self.supervised_pass(sentences, labels, valid, training, capture)
+            z, ce, correct = self.supervised_pass(sentences, labels, training, capture)
             local = tf.reduce_sum(ce * valid) / tf.maximum(tf.reduce_sum(valid), 1.0)
         grad = tape.gradient(local, captured["x"])
         delta = fgv_perturbation(grad, sentences["padding_mask"], self.adversarial_epsilon)
-        return ce, logits, delta
+        return z, ce, correct, delta
+
+    def contrastive_loss(self, z1, z2, valid=None):
+        """NT-Xent of two local views over the global batch (gathered across replicas)."""
+        if valid is None:
+            z1, z2 = gather_with_local_grad(z1, z2)  # the step's only collective
+            return losses.nt_xent(z1, z2, self.temperature, self.direction_reduction)
+        # Joint: [premises; hypotheses] in each view; one NT-Xent per side, added.
+        p1, h1 = tf.split(z1, 2, axis=0)
+        p2, h2 = tf.split(z2, 2, axis=0)
+        p1, p2, h1, h2, valid = gather_with_local_grad(p1, p2, h1, h2, valid[:, None])
+        valid = tf.stop_gradient(valid[:, 0])
+        return (losses.nt_xent(p1, p2, self.temperature, self.direction_reduction, valid)
+                + losses.nt_xent(h1, h2, self.temperature, self.direction_reduction, valid))
 
     # -- objective --------------------------------------------------------------------------
     def compute_losses(self, batch, training=True):
         if self.mode == "unsup":
             z1, z2 = self.views(batch, training)
-            z1, z2 = gather_with_local_grad(z1, z2)  # the step's only collective
-            con = masked_nt_xent(z1, z2, None, self.temperature, self.direction_reduction)
+            con = self.contrastive_loss(z1, z2)
             return con, {"loss": con, "contrastive_loss": con}
 
         sentences = concat_features([batch["premise"], batch["hypothesis"]])
         valid = tf.cast(batch["valid"], tf.float32)
-        labels = tf.cast(batch["label"], tf.int32)
+        labels = batch["label"]
         delta = None
         if self.uses_adversarial:
-            ce, logits, delta = self.adversarial_delta(sentences, labels, valid, training)
+            z, ce, correct, delta = self.adversarial_pass(sentences, labels, valid, training)
         else:
-            ce, logits = self.supervised_pass(sentences, labels, valid, training)
-        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-                          tf.float32)
+            z, ce, correct = self.supervised_pass(sentences, labels, training)
         con = None
-        after = None
         if self.mode == "joint":
-            z1, z2 = self.views(sentences, training, delta)
-            valid2 = tf.concat([valid, valid], axis=0)[:, None]
-            z1, z2, valid_all = gather_with_local_grad(z1, z2, valid2)
-            con = masked_nt_xent(z1, z2, tf.stop_gradient(valid_all[:, 0]), self.temperature,
-                                 self.direction_reduction)
-            after = con
-        g_ce, g_valid, g_correct = tf.unstack(global_sum(
-            tf.stack([tf.reduce_sum(ce * valid), tf.reduce_sum(valid),
-                      tf.reduce_sum(correct * valid)]), after=after))
-        g_valid = tf.maximum(g_valid, 1.0)
-        ce_share = tf.reduce_sum(ce * valid) / g_valid  # this replica's share of the mean
-        ce_mean = g_ce / g_valid
-        logs = {"ce_loss": ce_mean, "nli_accuracy": g_correct / g_valid}
+            seed1, seed2 = self.step_seeds()
+            if self.view1_is_ce_pass:
+                z1 = z
+                (z2,) = self.augmented_passes(sentences, [self.aug2], [seed2], training,
+                                              delta)
+            else:
+                z1, z2 = self.views(sentences, training, delta, (seed1, seed2))
+            con = self.contrastive_loss(z1, z2, valid)
+        ce_share, ce_mean, accuracy = global_mean(
+            tf.reduce_sum(ce * valid), tf.reduce_sum(valid), tf.reduce_sum(correct * valid),
+            after=con)
+        logs = {"ce_loss": ce_mean, "nli_accuracy": accuracy}
         if con is None:
-            objective = ce_share
             logs["loss"] = ce_mean
-        else:
-            objective = ce_share + self.alpha * con
-            logs["loss"] = ce_mean + self.alpha * con
-            logs["contrastive_loss"] = con
-        return objective, logs
+            return ce_share, logs
+        logs["loss"] = ce_mean + self.alpha * con
+        logs["contrastive_loss"] = con
+        return ce_share + self.alpha * con, logs
 
     def nli_accuracy(self, rows, batch_size=128, max_seq_length=None):
         """Accuracy (x100) of the CE head on (premise, hypothesis, label) rows, with the
         training pooling (the head was trained on it)."""
-        import numpy as np
-
-        from tfsent.data.pipelines import NLI_LABEL_IDS
-
         if self.classifier is None:
             raise ConfigError("nli_accuracy needs a supervised ConSERT mode (joint or sup)")
-        enc = self.encoder
-        u = enc.encode([r[0] for r in rows], batch_size, verbose=0, pooling=self.train_pooling,
-                       max_seq_length=max_seq_length)
-        v = enc.encode([r[1] for r in rows], batch_size, verbose=0, pooling=self.train_pooling,
-                       max_seq_length=max_seq_length)
-        logits = np.asarray(self.classifier(self.classifier_features(u, v)))
-        labels = np.array([NLI_LABEL_IDS[r[2]] for r in rows])
-        return 100.0 * float(np.mean(np.argmax(logits, axis=1) == labels))
+        return self.classifier.rows_accuracy(
+            lambda s: self.encoder.encode(s, batch_size, verbose=0, pooling=self.train_pooling,
+                                          max_seq_length=max_seq_length), rows)
 
     @property
     def input_kind(self):
@@ -327,7 +311,7 @@ _COMMON = {
     "adversarial_epsilon": 1.0,        # FGV step (not given in the paper; our choice)
     "temperature": 0.1,
     "direction_reduction": "sum",      # reference code; "mean" = mean over 2B anchors
-    "consert_alpha": 0.15,             # weight of L_con in joint mode
+    "consert_alpha": 0.15,             # weight of L_con in joint mode (reference cl_rate)
     "ce_max_feature": False,           # add max(u, v)^2 to the CE features
     "encoder_dropout": 0.0,            # ConSERT removes BERT's dropout
     "pooling": "mean",
@@ -337,23 +321,40 @@ _COMMON = {
 }
 
 
+# The supervised modes follow the reference's joint / SBERT scripts
+# (scripts/sup-consert-joint-base.sh, scripts/sup-sbert-base.sh in yym6472/ConSERT):
+# view 1 = the CE pass itself (strategy "cutoff": rep_a is view 1), view 2 = row (token)
+# cutoff at rate 0.1, max(u, v)^2 classifier feature, BERT's dropout kept (no --no_dropout),
+# lr 2e-5 (main.py's default, which these scripts keep).
+_SUPERVISED = {
+    "view1_augmentation": "none",
+    "view2_augmentation": "token_cutoff",
+    "token_cutoff_rate": 0.1,
+    "ce_max_feature": True,
+    "encoder_dropout": None,
+    "learning_rate": 2e-5,
+    "train_data": "demo_nli",
+    "nli_eval_split": "test",
+}
+
+
 def registry_entries():
     """MethodSpec kwargs (dicts) for consert (unsup), consert_joint and consert_sup.
 
-    Joint / sup read NLI pairs (`nli_pairs`, premise-grouped batches with padding slots).
-    Their demo lr is 2e-5 (SBERT's) instead of 5e-6: they train a fresh Dense(3) head in
-    150 steps. Two-stage settings: run consert_sup or consert_joint, then
-    `--method=consert --config.encoder=RUN1/encoder`.
+    Joint / sup read NLI pairs (`nli_pairs`) in ordinary shuffled batches, as the
+    reference's DataLoader (premise-grouped batches are SupCon-SBERT's). Their defaults
+    follow the reference's joint script (`_SUPERVISED`). Two-stage settings: run
+    consert_sup or consert_joint, then `--method=consert --config.encoder=RUN1/encoder`.
     """
-    supervised = dict(_COMMON, train_data="demo_nli", learning_rate=2e-5,
-                      nli_eval_split="test")
+    supervised = dict(_COMMON, **_SUPERVISED)
     return [
         {"name": "consert", "build": _builder("unsup"), "defaults": dict(_COMMON),
          "data_kind": "sentences",
          "doc": "ConSERT unsupervised: augmented embedding views, NT-Xent (tau 0.1)."},
         {"name": "consert_joint", "build": _builder("joint"), "defaults": supervised,
          "data_kind": "nli_pairs",
-         "doc": "ConSERT joint: NLI cross-entropy + alpha * NT-Xent over augmented views."},
+         "doc": "ConSERT joint: NLI cross-entropy + alpha * (NT-Xent of the premises' views + "
+                "NT-Xent of the hypotheses' views)."},
         {"name": "consert_sup", "build": _builder("sup"), "defaults": dict(supervised),
          "data_kind": "nli_pairs",
          "doc": "ConSERT sup: NLI cross-entropy only (stage 1 of sup-unsup)."},

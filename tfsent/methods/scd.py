@@ -1,9 +1,8 @@
 """SCD: self-contrastive decorrelation (Klein and Nabi, 2022)."""
 
 
-from tfsent import losses
+from tfsent import checks, losses
 from tfsent.distribute import gather_with_local_grad, num_replicas
-from tfsent.errors import ConfigError
 from tfsent.layers.projector import Projector
 from tfsent.methods.base import SentenceMethod
 
@@ -42,9 +41,9 @@ class SCD(SentenceMethod):
         dropout_rate_a: r_A, the low rate (0.05 for BERT; 0.065 for RoBERTa).
         dropout_rate_b: r_B, the high rate (0.15 for BERT; 0.24 for RoBERTa). The paper
             has r_A < r_B; any pair in [0, 1) is accepted.
-        alpha: weight of the self-contrast term (1.0).
-        beta: weight of the decorrelation term (0.005225).
-        lambd: weight of the off-diagonal terms inside L_C (0.012).
+        alpha: weight of the self-contrast term (1.0; >= 0).
+        beta: weight of the decorrelation term (0.005225; >= 0).
+        lambd: weight of the off-diagonal terms inside L_C (0.012; >= 0).
         temperature: tau of the self-contrast term (0.05).
         projector_width: W (4096 in the paper and reference code).
         train_pooling: pooling in the loss (default `cls_before_pooler`, as in the paper).
@@ -59,21 +58,13 @@ class SCD(SentenceMethod):
                  train_pooling="cls_before_pooler", export_pooling=None, **kwargs):
         super().__init__(encoder, train_pooling or "cls_before_pooler", export_pooling,
                          **kwargs)
-        for name, rate in (("dropout_rate_a", dropout_rate_a),
-                           ("dropout_rate_b", dropout_rate_b)):
-            if not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
-                raise ConfigError(f"{name} must be a number in [0, 1), got {rate!r}")
-        if not temperature or float(temperature) <= 0:
-            raise ConfigError(f"temperature must be > 0, got {temperature!r}")
-        if int(projector_width) < 1:
-            raise ConfigError(f"projector_width must be >= 1, got {projector_width!r}")
-        self.dropout_rate_a = float(dropout_rate_a)
-        self.dropout_rate_b = float(dropout_rate_b)
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.lambd = float(lambd)
-        self.temperature = float(temperature)
-        self.projector_width = int(projector_width)
+        self.dropout_rate_a = checks.RATE.check("dropout_rate_a", dropout_rate_a)
+        self.dropout_rate_b = checks.RATE.check("dropout_rate_b", dropout_rate_b)
+        self.alpha = checks.NON_NEGATIVE.check("alpha", alpha)
+        self.beta = checks.NON_NEGATIVE.check("beta", beta)
+        self.lambd = checks.NON_NEGATIVE.check("lambd", lambd)
+        self.temperature = checks.POSITIVE.check("temperature", temperature)
+        self.projector_width = checks.SIZE.check("projector_width", projector_width)
         self.projector = Projector(self.projector_width, dtype=encoder.backbone.dtype_policy,
                                    name="projector")
         self.projector.build((None, encoder.hidden_dim))

@@ -1,7 +1,8 @@
 """SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
 
-from tfsent import losses
+from tfsent import checks, losses
 from tfsent.distribute import gather_with_local_grad
+from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.methods.base import SentenceMethod
 
 
@@ -38,9 +39,10 @@ class SimCSE(SentenceMethod):
     def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
                  dropout=None, train_pooling=None, export_pooling=None, **kwargs):
         super().__init__(encoder, train_pooling, export_pooling, **kwargs)
-        self.temperature = float(temperature)
+        self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.supervised = bool(supervised)
         self.hard_negative_weight = float(hard_negative_weight)
+        resolve_dropout_rates(dropout, 0.0)  # ConfigError now, not at the first step
         self.dropout = dropout
 
     def embedding_parts(self, batch):

@@ -1,0 +1,41 @@
+"""One logging system in the package: absl. Program output of the CLIs stays print()."""
+
+import ast
+import os
+
+from conftest import REPO
+
+# The CLI entry points print their result (tests and scripts read it from stdout).
+PRINT_ALLOWED = {("tfsent/train.py", "main"), ("tfsent/evaluate.py", "main"),
+                 ("tfsent/export.py", "main"), ("tfsent/train.py", "run")}
+
+
+def _package_files():
+    root = os.path.join(REPO, "tfsent")
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                yield os.path.relpath(path, REPO), path
+
+
+def test_only_absl_logging_and_cli_prints():
+    problems = []
+    for rel, path in _package_files():
+        tree = ast.parse(open(path, encoding="utf-8").read(), filename=rel)
+        functions = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for child in ast.walk(node):
+                    functions.setdefault(id(child), node.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                problems += [f"{rel}:{node.lineno} import {a.name}" for a in node.names
+                             if a.name in ("logging", "warnings")]
+            elif isinstance(node, ast.ImportFrom) and node.module in ("logging", "warnings"):
+                problems.append(f"{rel}:{node.lineno} from {node.module} import")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "print":
+                if (rel, functions.get(id(node))) not in PRINT_ALLOWED:
+                    problems.append(f"{rel}:{node.lineno} print() outside a CLI entry point")
+    assert not problems, "\n".join(problems)
