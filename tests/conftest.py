@@ -61,6 +61,16 @@ def tiny_encoder_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def hf_checkpoint_dirs(tmp_path_factory):
+    """{family: directory} of tiny random Hugging Face checkpoints, one per encoder family
+    (tests/hf_checkpoints.py: config.json, model.safetensors, tokenizer files)."""
+    from hf_checkpoints import FAMILIES, make_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("hf")
+    return {family: make_tiny_checkpoint(family, str(root / family)) for family in FAMILIES}
+
+
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
 SERVE_SCRIPT = r"""
 import json, sys

@@ -268,9 +268,11 @@ class ConSERT(SentenceMethod):
         if self.classifier is None:
             raise ConfigError("nli_accuracy needs a supervised ConSERT mode (joint or sup)")
         enc = self.encoder
-        u = enc.encode([r[0] for r in rows], batch_size, verbose=0, pooling=self.train_pooling,
+        u = enc.encode([r[0] for r in rows], batch_size, verbose=0, normalize=False,
+                       pooling=self.train_pooling,
                        max_seq_length=max_seq_length)
-        v = enc.encode([r[1] for r in rows], batch_size, verbose=0, pooling=self.train_pooling,
+        v = enc.encode([r[1] for r in rows], batch_size, verbose=0, normalize=False,
+                       pooling=self.train_pooling,
                        max_seq_length=max_seq_length)
         logits = np.asarray(self.classifier(self.classifier_features(u, v)))
         labels = np.array([NLI_LABEL_IDS[r[2]] for r in rows])
