@@ -281,7 +281,9 @@ class ByteBPETokenizer(_InGraphTokenizer):
             with open(merges_path, encoding="utf-8") as f:
                 merges = [line.rstrip("\r\n") for line in f]
         self.vocabulary = {str(k): int(v) for k, v in dict(vocabulary).items()}
-        self.merges = [m for m in merges if m and not m.startswith("#version")]
+        numbered = [(n, m) for n, m in enumerate(merges, 1)
+                    if m and not m.startswith("#version")]
+        self.merges = [m for _, m in numbered]
         self.add_prefix_space = bool(add_prefix_space)
         self.special_tokens = dict(self.DEFAULT_SPECIALS, **(special_tokens or {}))
         where = vocab_path or "vocabulary"
@@ -294,11 +296,11 @@ class ByteBPETokenizer(_InGraphTokenizer):
         if missing:
             raise InputError(f"{where} lacks {len(missing)} of the 256 byte symbols of "
                              f"byte-level BPE (e.g. {missing[0]!r})", path=vocab_path)
-        for line, merge in enumerate(self.merges, 1):
+        for line, merge in numbered:
             parts = merge.split(" ")
             if len(parts) != 2 or "".join(parts) not in self.vocabulary:
                 raise InputError(f"merge rule {merge!r} is not two symbols whose join is in "
-                                 "the vocabulary", path=merges_path or "merges")
+                                 "the vocabulary", path=merges_path or "merges", line=line)
         ids = set(self.vocabulary.values())
         if len(ids) != len(self.vocabulary) or ids != set(range(len(ids))):
             raise InputError("vocabulary ids are not 0..N-1, each used once", path=vocab_path)
@@ -361,36 +363,42 @@ class ByteBPETokenizer(_InGraphTokenizer):
 
     def _bpe(self, chars):
         """BPE merges on (N, None) ragged symbols -> (N, None) ragged merged symbols:
-        repeatedly merges the adjacent pair of lowest merge rank (the leftmost on ties)."""
+        repeatedly merges the adjacent pair of lowest merge rank, the leftmost on ties (the
+        same result as merging every occurrence at once: a pair a merge creates always
+        ranks after the merge). Each iteration works on the words still merging only."""
         words = chars.to_tensor("")
+        full_width = tf.shape(words)[1]
         lengths = tf.cast(chars.row_lengths(), tf.int32)
+        active = tf.cast(tf.where(lengths > 1)[:, 0], tf.int32)
 
-        def step(words, lengths, _):
-            width = tf.shape(words)[1]
-            left, right = words[:, :-1], words[:, 1:]
+        def step(words, lengths, active):
+            sub_len = tf.gather(lengths, active)
+            width = tf.reduce_max(sub_len)
+            sub = tf.gather(words, active)[:, :width]
             j = tf.range(width - 1)[None, :]
-            ranks = self._merge_ranks.lookup(tf.strings.join([left, right], " "))
-            ranks = tf.where(j < lengths[:, None] - 1, ranks, _INT32_MAX)
-            active = tf.reduce_min(ranks, axis=1) < _INT32_MAX
+            ranks = self._merge_ranks.lookup(tf.strings.join([sub[:, :-1], sub[:, 1:]], " "))
+            ranks = tf.where(j < sub_len[:, None] - 1, ranks, _INT32_MAX)
+            merging = tf.reduce_min(ranks, axis=1) < _INT32_MAX
             pos = tf.argmin(ranks, axis=1, output_type=tf.int32)[:, None]
             k = tf.range(width)[None, :]
-            src = tf.minimum(k + tf.cast(k > pos, tf.int32), width - 1)
-            shifted = tf.gather(words, src, batch_dims=1)
-            shifted = tf.where(k >= lengths[:, None] - 1, "", shifted)
-            merged = tf.strings.join([tf.gather(words, pos, batch_dims=1),
-                                      tf.gather(words, pos + 1, batch_dims=1)])
+            shifted = tf.gather(sub, tf.minimum(k + tf.cast(k > pos, tf.int32), width - 1),
+                                batch_dims=1)
+            shifted = tf.where(k >= sub_len[:, None] - 1, "", shifted)
+            merged = tf.strings.join([tf.gather(sub, pos, batch_dims=1),
+                                      tf.gather(sub, pos + 1, batch_dims=1)])
             shifted = tf.where(k == pos, merged, shifted)
-            words = tf.where(active[:, None], shifted, words)
-            lengths = lengths - tf.cast(active, tf.int32)
-            return words, lengths, tf.reduce_any(active)
-
-        def keep_going(words, lengths, any_active):
-            return any_active & (tf.shape(words)[1] > 1)
+            sub = tf.where(merging[:, None], shifted, sub)
+            sub_len = sub_len - tf.cast(merging, tf.int32)
+            sub = tf.pad(sub, [[0, 0], [0, full_width - width]], constant_values="")
+            words = tf.tensor_scatter_nd_update(words, active[:, None], sub)
+            lengths = tf.tensor_scatter_nd_update(lengths, active[:, None], sub_len)
+            return words, lengths, tf.boolean_mask(active, merging & (sub_len > 1))
 
         words, lengths, _ = tf.while_loop(
-            keep_going, step, (words, lengths, tf.constant(True)),
+            lambda words, lengths, active: tf.size(active) > 0, step,
+            (words, lengths, active),
             shape_invariants=(tf.TensorShape([None, None]), tf.TensorShape([None]),
-                              tf.TensorShape([])))
+                              tf.TensorShape([None])))
         return tf.RaggedTensor.from_tensor(words, lengths=lengths)
 
     def pieces(self, strings):
