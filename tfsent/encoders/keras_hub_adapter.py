@@ -129,11 +129,12 @@ def load_preset(name, family=None, dtype=None):
 
 def tokenizer_files(family, kh_tokenizer):
     """What tfsent's tokenizers are built from, read off a keras-hub tokenizer:
-    WordPiece -> {"vocabulary": list, "lowercase": bool}; byte-level BPE ->
-    {"vocabulary": dict, "merges": list}; SentencePiece -> {"model": proto bytes}."""
+    WordPiece -> {"vocabulary": list, "lowercase": bool, "strip_accents": bool}; byte-level
+    BPE -> {"vocabulary": dict, "merges": list}; SentencePiece -> {"model": proto bytes}."""
     if family in ("bert", "distilbert"):
         return {"vocabulary": list(kh_tokenizer.get_vocabulary()),
-                "lowercase": bool(kh_tokenizer.lowercase)}
+                "lowercase": bool(kh_tokenizer.lowercase),
+                "strip_accents": bool(getattr(kh_tokenizer, "strip_accents", False))}
     if family == "roberta":
         return {"vocabulary": dict(kh_tokenizer.vocabulary), "merges": list(kh_tokenizer.merges)}
     proto = kh_tokenizer.proto

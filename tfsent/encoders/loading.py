@@ -257,8 +257,8 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
     if family in ("bert", "distilbert"):
         lowercase = options.get("lowercase", files.get("lowercase", True))
         return SentenceTokenizer(files["vocabulary"], lowercase,
-                                 options.get("strip_accents", False if "lowercase" in files
-                                             else lowercase),
+                                 options.get("strip_accents",
+                                             files.get("strip_accents", lowercase)),
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids", family == "bert"))
     if family == "roberta":
