@@ -42,7 +42,7 @@ EXTRA_LINES = [
     "Ελληνικά και русский язык.",
 ]
 
-_SIZES = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64,
+_SIZES = {"hidden_size": 32, "num_layers": 4, "num_heads": 2, "intermediate_size": 64,
           "max_positions": 64}
 _TRAINED = {}  # (kind) -> directory of trained tokenizer files (once per process)
 

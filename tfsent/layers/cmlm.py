@@ -56,6 +56,17 @@ class LexicalExtractor(keras.layers.Layer):
                 sub.set_weights(src.get_layer(sub.name).get_weights())
         return layer
 
+    def call(self, inputs):
+        out = self.encoder(inputs, training=False)["sequence_output"]
+        return tf.stop_gradient(out)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"backbone_config": self.backbone_config, "num_layers": self.num_layers,
+                       "activation": self.activation, "family": self.family})
+        return config
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class Fusioner(keras.layers.Layer):
     """`num_layers` fresh transformer blocks + a BERT MLM head, predicting masked tokens.
