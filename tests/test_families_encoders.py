@@ -3,7 +3,6 @@ against keras-hub's backbones and against an independent NumPy transcription of 
 Face's modelling code, per-site dropout / hidden states / hooks, and bad checkpoints."""
 
 import json
-import logging as py_logging
 import os
 import shutil
 
@@ -293,14 +292,16 @@ def test_keras_hub_preset_directory(family, encoders, tmp_path):
         np.testing.assert_array_equal(ours.numpy(), ref.numpy())
 
 
-def test_sentence_transformers_directory(tmp_path, caplog):
+def test_sentence_transformers_directory(tmp_path, absl_messages):
     path = make_sentence_transformers_dir("roberta", str(tmp_path / "st"), pooling="cls",
                                           max_seq_length=20, normalize=True)
-    with caplog.at_level(py_logging.INFO):
-        enc = load_encoder(path)
+    enc = load_encoder(path)
     assert (enc.pooling, enc.tokenizer.max_seq_length, enc.normalize) == (
         "cls_before_pooler", 20, True)
-    assert "from sentence-transformers directory" in caplog.text
+    notes = [m for m in absl_messages if m.startswith("encoder settings")]
+    assert len(notes) == 1 and all(f"{key} (from sentence-transformers directory" in notes[0]
+                                   for key in ("pooling='cls_before_pooler'",
+                                               "max_seq_length=20", "normalize=True"))
     emb = enc.encode(SENTENCES)
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
     raw = enc.encode(SENTENCES, normalize=False)

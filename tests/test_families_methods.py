@@ -1,7 +1,8 @@
 """Every method on every encoder family: 2 training steps in-process (the model built as
-`python -m tfsent.train` builds it), an export, and the export serving strings in a fresh
-process that imports only tensorflow and tensorflow_text, equal to `encode`. A diagonal of
-the grid also goes through the CLI (`python -m tfsent.train ... --config.encoder=DIR`).
+`python -m tfsent.train` builds it; eager steps), an export, and the export serving strings
+in a fresh process that imports only tensorflow and tensorflow_text, equal to `encode`. A
+diagonal of the grid also goes through the CLI (`python -m tfsent.train
+--config.encoder=DIR`, traced XLA train steps).
 
 Cost: the exports of the whole grid are served by ONE fresh process (module fixture)."""
 
@@ -57,6 +58,9 @@ def train_and_export(method, family, checkpoint, workdir):
     spec = get_method(method)
     keras.utils.set_random_seed(0)
     encoder, model, optimizer = build_model(spec, config, 2, jit=False)
+    # Eager train steps: tracing a train function per cell would triple the grid's cost;
+    # the traced (XLA) step of every family runs in test_cli_trains_a_family_checkpoint.
+    model.compile(optimizer=optimizer, run_eagerly=True)
     assert encoder.family == family
     before = [v.numpy().copy() for v in model.trainable_variables]
     examples = load_training_data(spec, config)
@@ -141,11 +145,9 @@ def test_cli_trains_a_family_checkpoint(method, family, hf_checkpoint_dirs, tmp_
 
 
 def test_cmlm_extractor_and_mlm_head_come_from_the_checkpoint(hf_checkpoint_dirs, tmp_path,
-                                                               caplog):
+                                                               absl_messages):
     """CMLM-CSE's extractor is the first k layers of the same family; its MLM head starts
     from the checkpoint's head (RoBERTa's lm_head here), or is new when there is none."""
-    import logging
-
     from safetensors.numpy import load_file
 
     from hf_checkpoints import make_sentence_transformers_dir
@@ -154,9 +156,8 @@ def test_cmlm_extractor_and_mlm_head_come_from_the_checkpoint(hf_checkpoint_dirs
 
     path = hf_checkpoint_dirs["roberta"]
     encoder = load_encoder(path, max_seq_length=16)
-    with caplog.at_level(logging.INFO):
-        model = CMLMCSE(encoder, extractor_layers=2, fusion_layers=1)
-    assert "MLM head from the roberta checkpoint" in caplog.text
+    model = CMLMCSE(encoder, extractor_layers=2, fusion_layers=1)
+    assert "CMLM-CSE: MLM head from the roberta checkpoint" in absl_messages
     stored = load_file(f"{path}/model.safetensors")
     np.testing.assert_array_equal(model.fusioner.transform.kernel.numpy(),
                                   stored["lm_head.dense.weight"].T)
@@ -167,10 +168,8 @@ def test_cmlm_extractor_and_mlm_head_come_from_the_checkpoint(hf_checkpoint_dirs
     feats = encoder.tokenizer(["a man plays the guitar", "water boils"])
     hidden = encoder(feats, output_hidden_states=True)["hidden_states"]
     np.testing.assert_allclose(model.extractor(feats), hidden[2], atol=1e-5)
-    caplog.clear()
     base = load_encoder(make_sentence_transformers_dir("roberta", str(tmp_path / "st")))
-    with caplog.at_level(logging.INFO):
-        fresh = CMLMCSE(base, extractor_layers=1, fusion_layers=1)
-    assert "new MLM head (the roberta checkpoint has none)" in caplog.text
+    fresh = CMLMCSE(base, extractor_layers=1, fusion_layers=1)
+    assert "CMLM-CSE: new MLM head (the roberta checkpoint has none)" in absl_messages
     assert not np.array_equal(fresh.fusioner.transform.kernel.numpy(),
                               stored["lm_head.dense.weight"].T)
