@@ -23,8 +23,11 @@ setup(
         "safetensors",
     ],
     extras_require={
-        # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing
-        "test": ["pytest", "matplotlib", "hypothesis"],
+        # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing;
+        # tokenizers, sentencepiece, transformers (no torch): tiny Hugging Face checkpoints of
+        # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py)
+        "test": ["pytest", "matplotlib", "hypothesis", "tokenizers", "sentencepiece",
+                 "transformers"],
         "plots": ["matplotlib"],
     },
 )

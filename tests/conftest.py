@@ -69,6 +69,37 @@ def tiny_encoder_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def hf_checkpoint_dirs(tmp_path_factory):
+    """{family: directory} of tiny random Hugging Face checkpoints, one per encoder family
+    (tests/hf_checkpoints.py: config.json, model.safetensors, tokenizer files)."""
+    from hf_checkpoints import FAMILIES, make_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("hf")
+    return {family: make_tiny_checkpoint(family, str(root / family)) for family in FAMILIES}
+
+
+@pytest.fixture
+def absl_messages():
+    """The messages tfsent logs through absl during the test, as a list of strings (a handler
+    on absl's logger: pytest's caplog misses them once absl has taken over the root logger)."""
+    import logging
+
+    messages = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("absl")
+    handler, level = _Collect(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
 SERVE_SCRIPT = r"""
 import json, sys

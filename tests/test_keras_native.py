@@ -68,9 +68,9 @@ def test_method_config_round_trip(name):
     assert registered == f"tfsent>{type(model).__name__}"
 
 
-def _layer_cases():
+def _layer_cases(hf_dirs):
     """A small instance of every registered tfsent layer, with an input to call it on."""
-    from tfsent.encoders import SentenceTokenizer
+    from tfsent.encoders import SentenceTokenizer, load_encoder
     from tfsent.layers.augment import Augmentation
     from tfsent.layers.cmlm import Fusioner, LexicalExtractor
     from tfsent.layers.heads import MLPEncoder
@@ -93,6 +93,9 @@ def _layer_cases():
         "Fusioner": (Fusioner(len(TINY_VOCAB), 16, 2, 32, num_layers=1), None),
         "NLIHead": (NLIHead(16, hidden_dim=8, max_square_feature=True), None),
     }
+    for family in ("roberta", "xlm-roberta"):  # ByteBPETokenizer, SentencePieceTokenizer
+        tokenizer = load_encoder(hf_dirs[family], max_seq_length=12).tokenizer
+        cases[type(tokenizer).__name__] = (tokenizer, tf.constant(PROBE))
     del seq
     return cases
 
@@ -103,7 +106,7 @@ def _backbone_config(backbone):
     return config_of(backbone)
 
 
-def test_every_registered_layer_round_trips():
+def test_every_registered_layer_round_trips(hf_checkpoint_dirs):
     """Every layer registered under the 'tfsent' package has a harness case here (a new
     layer without one fails), and `from_config(get_config())` rebuilds it; layers that can
     be called on their own give the same outputs with the same weights."""
@@ -112,7 +115,7 @@ def test_every_registered_layer_round_trips():
                   if name.startswith("tfsent>") and issubclass(cls, keras.layers.Layer)
                   and not issubclass(cls, keras.Model)}
     registered.add("SentenceEncoder")
-    cases = _layer_cases()
+    cases = _layer_cases(hf_checkpoint_dirs)
     missing = registered - set(cases)
     assert not missing, f"registered tfsent layers without a harness case: {missing}"
     for name, (layer, inputs) in cases.items():

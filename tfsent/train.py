@@ -422,7 +422,8 @@ def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
     sentences = list(dict.fromkeys(s for pair in pairs for s in pair))
     emb, _ = cached_embeddings(
         cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
-        lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling))
+        lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
+                              normalize=False))
     index = {s: i for i, s in enumerate(sentences)}
     a = emb[np.array([index[p[0]] for p in pairs])]
     b = emb[np.array([index[p[1]] for p in pairs])]

@@ -1,23 +1,90 @@
-"""Every access tfsent makes to keras-hub internals, in one place.
+"""Every access tfsent makes to keras-hub: backbone classes per family and the sublayers
+its own forward reads, including the ones keras-hub keeps in private attributes.
 
 tfsent runs its own transformer forward over the weights of keras-hub backbones (see
 `tfsent.encoders.model`), so it reads sublayers keras-hub keeps in private attributes. What
 this relies on (checked against keras-hub 0.32; `setup.py` pins the tested range):
-  - `keras_hub.src.tokenizers.word_piece_tokenizer.pretokenize`: the graph function behind
-    `WordPieceTokenizer` (lowercasing, accent stripping, splitting on whitespace,
-    punctuation and CJK characters);
+  - BertBackbone: `token_embedding`, `position_embedding`, `segment_embedding`,
+    `embeddings_add`, `embeddings_layer_norm`, `pooled_dense`, `transformer_layers`;
+  - RobertaBackbone / XLMRobertaBackbone / DistilBertBackbone: `embeddings` (a
+    TokenAndPositionEmbedding with `token_embedding` and `position_embedding`),
+    `embeddings_layer_norm`, `transformer_layers`; no token types, no pooler;
   - `TransformerEncoder` keeps its sublayers as `_self_attention_layer` (a
     `CachedMultiHeadAttention` with `_query_dense`, `_key_dense`, `_value_dense`,
     `_output_dense`: EinsumDense layers, q/k/v shaped (B, L, heads, head_dim)),
     `_self_attention_layer_norm`, `_feedforward_intermediate_dense`,
     `_feedforward_output_dense` and `_feedforward_layer_norm`.
 If an upgrade of keras-hub renames any of these, this module is the only one to change,
-and `tests/test_pooling.py::test_forward_equals_keras_hub_backbone` says so.
+and tests/test_pooling.py::test_forward_equals_keras_hub_backbone and
+tests/test_families_encoders.py::test_forward_equals_keras_hub_backbone say so.
 """
 
 from typing import NamedTuple
 
-from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize  # noqa: F401
+# family -> (keras_hub.models backbone class name, tokenizer class name)
+BACKBONE_CLASSES = {
+    "bert": ("BertBackbone", "BertTokenizer"),
+    "roberta": ("RobertaBackbone", "RobertaTokenizer"),
+    "xlm-roberta": ("XLMRobertaBackbone", "XLMRobertaTokenizer"),
+    "distilbert": ("DistilBertBackbone", "DistilBertTokenizer"),
+}
+# The feed-forward activation keras-hub's own backbones use (its presets were converted
+# for it): BERT's approximate GELU, exact GELU elsewhere.
+KERAS_HUB_ACTIVATIONS = {"bert": "gelu_approximate", "roberta": "gelu", "xlm-roberta": "gelu",
+                         "distilbert": "gelu"}
+# LayerNorm epsilon keras-hub hard-codes per family.
+LAYER_NORM_EPSILON = {"bert": 1e-12, "roberta": 1e-5, "xlm-roberta": 1e-5, "distilbert": 1e-12}
+
+
+def backbone_class(family):
+    """The keras-hub backbone class of `family`."""
+    import keras_hub
+
+    return getattr(keras_hub.models, BACKBONE_CLASSES[family][0])
+
+
+def family_of(backbone):
+    """The family name of a keras-hub backbone instance (None if not one of ours)."""
+    name = type(backbone).__name__
+    for family, (cls_name, _) in BACKBONE_CLASSES.items():
+        if name == cls_name:
+            return family
+    return None
+
+
+def make_backbone(family, config, dtype=None):
+    """A freshly initialised backbone of `family` from a keras-hub config dict."""
+    kwargs = dict(config)
+    if dtype:
+        kwargs["dtype"] = dtype
+    return backbone_class(family)(**kwargs)
+
+
+class EmbeddingParts(NamedTuple):
+    """The embedding sublayers of a backbone, by role (`segment`, `add`: None when the
+    family has no token types)."""
+
+    token: object  # keras ReversibleEmbedding: (B, L) ids -> (B, L, H)
+    position: object  # keras-hub PositionEmbedding, table `position_embeddings` (P, H)
+    segment: object
+    add: object  # BERT's Add layer (tokens, positions, segments)
+    norm: object
+
+
+def embedding_parts(backbone):
+    """The embedding sublayers of a BERT / RoBERTa / XLM-R / DistilBERT backbone."""
+    if family_of(backbone) == "bert":
+        return EmbeddingParts(backbone.token_embedding, backbone.position_embedding,
+                              backbone.segment_embedding, backbone.embeddings_add,
+                              backbone.embeddings_layer_norm)
+    emb = backbone.embeddings  # TokenAndPositionEmbedding
+    return EmbeddingParts(emb.token_embedding, emb.position_embedding, None, None,
+                          backbone.embeddings_layer_norm)
+
+
+def pooler_dense(backbone):
+    """BERT's pooler Dense(H, tanh); None for families without a pooler."""
+    return getattr(backbone, "pooled_dense", None)
 
 
 class BlockParts(NamedTuple):
@@ -41,3 +108,37 @@ def transformer_block_parts(layer):
         attention_output=mha._output_dense, attention_norm=layer._self_attention_layer_norm,
         ffn_inner=layer._feedforward_intermediate_dense,
         ffn_output=layer._feedforward_output_dense, ffn_norm=layer._feedforward_layer_norm)
+
+
+def load_preset(name, family=None, dtype=None):
+    """(family, backbone, keras-hub tokenizer) of a keras-hub preset name or preset
+    directory (keras-hub's own format; names download from Kaggle / the HF hub)."""
+    import keras_hub
+
+    kwargs = {"dtype": dtype} if dtype else {}
+    if family is None:
+        backbone = keras_hub.models.Backbone.from_preset(name, **kwargs)
+        family = family_of(backbone)
+        if family is None:
+            return type(backbone).__name__, None, None
+    else:
+        backbone = backbone_class(family).from_preset(name, **kwargs)
+    tokenizer = getattr(keras_hub.models, BACKBONE_CLASSES[family][1]).from_preset(name)
+    return family, backbone, tokenizer
+
+
+def tokenizer_files(family, kh_tokenizer):
+    """What tfsent's tokenizers are built from, read off a keras-hub tokenizer:
+    WordPiece -> {"vocabulary": list, "lowercase": bool, "strip_accents": bool}; byte-level
+    BPE -> {"vocabulary": dict, "merges": list}; SentencePiece -> {"model": proto bytes}."""
+    if family in ("bert", "distilbert"):
+        return {"vocabulary": list(kh_tokenizer.get_vocabulary()),
+                "lowercase": bool(kh_tokenizer.lowercase),
+                "strip_accents": bool(getattr(kh_tokenizer, "strip_accents", False))}
+    if family == "roberta":
+        return {"vocabulary": dict(kh_tokenizer.vocabulary), "merges": list(kh_tokenizer.merges)}
+    proto = kh_tokenizer.proto
+    if isinstance(proto, str):  # a path
+        with open(proto, "rb") as f:
+            proto = f.read()
+    return {"model": bytes(proto)}

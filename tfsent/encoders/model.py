@@ -6,6 +6,14 @@ The forward exists (rather than calling the backbone) so that callers can
     different rates; keras-hub's layers fix the rate at construction),
   - transform the embedding-layer output and the position ids (ConSERT's augmentations).
 With all rates at the backbone's own value the forward equals keras-hub's (tested).
+
+One forward serves every family (bert, roberta, xlm-roberta, distilbert: all post-LayerNorm
+encoders); what differs is read through `keras_hub_adapter.embedding_parts`: BERT adds
+token-type embeddings, the others have no token-type input (`segment_ids` is ignored);
+only BERT has a pooler. Position ids are 0-based token positions for every family:
+RoBERTa / XLM-R checkpoints number them from padding_idx + 1, and their tables lose those
+leading rows when loaded (as keras-hub's converters do), so position p reads the row
+Hugging Face reads for p + padding_idx + 1.
 """
 
 import math
@@ -58,9 +66,11 @@ def resolve_dropout_rates(dropout, default):
 
 @keras.saving.register_keras_serializable(package="tfsent")
 class SentenceEncoder(keras.Model):
-    """A BERT-family backbone plus a named pooler, with a tokenizer for raw strings.
+    """A transformer encoder backbone (BERT, RoBERTa, XLM-R, DistilBERT) plus a named
+    pooler, with a tokenizer for raw strings.
 
-    Call it on `{"token_ids", "padding_mask"}` (int32, (B, L)); it returns a dict with
+    Call it on `{"token_ids", "padding_mask"[, "segment_ids"]}` (int32, (B, L)); it returns
+    a dict with
     `embedding` (B, H) and, with `output_hidden_states=True`, `hidden_states` (a list of
     num_layers + 1 tensors (B, L, H), the embedding output first).
 
@@ -69,21 +79,38 @@ class SentenceEncoder(keras.Model):
             `training=True` (SCD's per-view rates; 0.0 switches dropout off, as ConSERT does).
         embedding_fn: `fn(x, padding_mask) -> x` applied to the embedding-layer output
             (after its LayerNorm and dropout), e.g. ConSERT's augmentations.
-        position_ids: (B, L) int32 position ids replacing 0..L-1 (ConSERT's shuffle).
+        position_ids: (B, L) int32 position ids replacing 0..L-1 (ConSERT's shuffle); 0 is
+            the first token's position in every family (see the module docstring).
         pooling: override the encoder's pooling for this call.
 
+    Pooling `cls` is the pooler Dense(H, tanh) on the first token's state for BERT; the
+    other families have no pooler (keras-hub's RoBERTa, XLM-R and DistilBERT backbones have
+    none), so there `cls` is the first token's (<s> / [CLS]) last hidden state, the same as
+    `cls_before_pooler`.
+
     Args:
-        backbone: a `keras_hub.models.BertBackbone`.
-        tokenizer: a `SentenceTokenizer` (may be None for id-only use).
+        backbone: a keras-hub `BertBackbone`, `RobertaBackbone`, `XLMRobertaBackbone` or
+            `DistilBertBackbone`.
+        tokenizer: the family's in-graph tokenizer (`tfsent.encoders.tokenizers`; may be
+            None for id-only use).
         pooling: one of POOLINGS.
         activation: the feed-forward activation of the checkpoint ("gelu" = exact, as in
-            Hugging Face BERT; keras-hub's own presets use "gelu_approximate").
+            Hugging Face checkpoints; keras-hub's own BERT presets use "gelu_approximate").
         seed: seed of the dropout random stream.
+        normalize: `encode` L2-normalises by default (a sentence-transformers model with a
+            Normalize module); the forward itself never normalises.
+        mlm_head: the checkpoint's MLM head weights (numpy dict, `hf_format.read_mlm_head`)
+            or None; CMLM-CSE starts its prediction head from them.
     """
 
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
-                 **kwargs):
+                 normalize=False, mlm_head=None, **kwargs):
         super().__init__(**kwargs)
+        family = kh.family_of(backbone)
+        if family is None:
+            raise ConfigError(f"unsupported backbone {type(backbone).__name__}; supported: "
+                              f"{', '.join(c for c, _ in kh.BACKBONE_CLASSES.values())}")
+        self.family = family
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooling = check_pooling(pooling)
@@ -97,8 +124,26 @@ class SentenceEncoder(keras.Model):
         self.num_layers = backbone.num_layers
         self.num_heads = backbone.num_heads
         self.default_dropout = float(backbone.dropout)
+        self.normalize = bool(normalize)
         self._encode_cache = _FunctionCache()
+        self._encode_cache.mlm_head = mlm_head
         self.built = True  # the backbone owns every variable and is built already
+
+    @property
+    def pooler_dense(self):
+        """BERT's pooler Dense(H, tanh), used by `cls` pooling; None for families without
+        a pooler."""
+        return kh.pooler_dense(self.backbone)
+
+    @property
+    def mlm_head(self):
+        """The checkpoint's MLM head weights (numpy dict) or None."""
+        return self._encode_cache.mlm_head
+
+    @property
+    def token_embedding_matrix(self):
+        """The (V, H) token embedding variable (tied MLM output projections use it)."""
+        return kh.embedding_parts(self.backbone).token.embeddings
 
     # -- forward ------------------------------------------------------------------------
     def _dropout(self, x, rate, training):
@@ -108,23 +153,28 @@ class SentenceEncoder(keras.Model):
 
     def embed(self, token_ids, segment_ids=None, position_ids=None, training=False,
               rates=None):
-        """The embedding layer: token + position + segment, LayerNorm, dropout."""
-        bb = self.backbone
+        """The embedding layer: token + position (+ segment for BERT), LayerNorm, dropout.
+        `segment_ids` is ignored by families without token types."""
+        emb = kh.embedding_parts(self.backbone)
         rates = rates or resolve_dropout_rates(None, self.default_dropout)
-        tokens = bb.token_embedding(token_ids)
+        tokens = emb.token(token_ids)
         if position_ids is None:
-            positions = bb.position_embedding(tokens)
+            positions = emb.position(tokens)
         else:
-            table = tf.convert_to_tensor(bb.position_embedding.position_embeddings)
+            table = tf.convert_to_tensor(emb.position.position_embeddings)
             positions = tf.cast(tf.gather(table, position_ids), tokens.dtype)
-        if segment_ids is None:
-            segment_ids = tf.zeros_like(token_ids)
-        x = bb.embeddings_add((tokens, positions, bb.segment_embedding(segment_ids)))
-        x = bb.embeddings_layer_norm(x)
+        if emb.segment is not None:
+            if segment_ids is None:
+                segment_ids = tf.zeros_like(token_ids)
+            x = emb.add((tokens, positions, emb.segment(segment_ids)))
+        else:
+            x = tokens + positions
+        x = emb.norm(x)
         return self._dropout(x, rates["embeddings"], training)
 
     def transformer_block(self, index, x, attention_bias, training=False, rates=None):
-        """Transformer layer `index` (post-LayerNorm BERT block) with per-site dropout."""
+        """Transformer layer `index` (post-LayerNorm block, every family) with per-site
+        dropout."""
         rates = rates or resolve_dropout_rates(None, self.default_dropout)
         parts = kh.transformer_block_parts(self.backbone.transformer_layers[index])
         query = parts.query(x)  # (B, L, heads, head_dim)
@@ -171,7 +221,7 @@ class SentenceEncoder(keras.Model):
         pooling = self.pooling if pooling is None else check_pooling(pooling)
         if depth == self.num_layers:
             outputs["embedding"] = pool(pooling, hidden_states, padding_mask,
-                                        self.backbone.pooled_dense)
+                                        self.pooler_dense)
         if output_hidden_states:
             outputs["hidden_states"] = hidden_states
         return outputs
@@ -183,9 +233,10 @@ class SentenceEncoder(keras.Model):
             raise ConfigError("this SentenceEncoder has no tokenizer")
         return self.tokenizer(sentences)
 
-    def encode(self, sentences, batch_size=64, normalize=False, verbose="auto",
+    def encode(self, sentences, batch_size=64, normalize=None, verbose="auto",
                pooling=None, max_seq_length=None, jit_compile=False):
-        """Embeds a list of strings; returns a float32 array (N, H) in input order.
+        """Embeds a list of strings; returns a float32 array (N, H) in input order,
+        L2-normalised when `normalize` (default: the encoder's `normalize`).
 
         `max_seq_length` overrides the tokenizer's truncation length (e.g. to evaluate a
         model trained on short sequences at full length). `jit_compile=True` runs the
@@ -223,7 +274,7 @@ class SentenceEncoder(keras.Model):
             out[idx] = emb
             if bar is not None:
                 bar.add(len(idx))
-        if normalize:
+        if self.normalize if normalize is None else normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
@@ -285,7 +336,7 @@ class SentenceEncoder(keras.Model):
                 "tokenizer": (None if self.tokenizer is None
                               else keras.saving.serialize_keras_object(self.tokenizer)),
                 "pooling": self.pooling, "activation": self.activation, "seed": self.seed,
-                "name": self.name}
+                "normalize": self.normalize, "name": self.name}
 
     @classmethod
     def from_config(cls, config):
@@ -297,9 +348,11 @@ class SentenceEncoder(keras.Model):
 
 
 class _FunctionCache:
-    """Holds `encode`'s tf.functions outside TF/Keras object tracking (so they are neither
-    checkpointed nor saved into an exported SavedModel)."""
+    """Holds `encode`'s tf.functions (and the checkpoint's MLM head arrays) outside TF/Keras
+    object tracking (so they are neither checkpointed nor saved into an exported
+    SavedModel)."""
 
     def __init__(self):
         self.functions = {}
+        self.mlm_head = None
 

@@ -20,13 +20,12 @@ def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
     """Applies the named pooler (METHODS.md "Shared pieces") and returns (B, H).
 
     `hidden_states[0]` is the embedding-layer output, `hidden_states[i]` transformer
-    layer i's output. `pooler_dense` is the Dense(H, tanh) used by `cls`.
+    layer i's output. `pooler_dense` is the Dense(H, tanh) used by `cls`; None for a family
+    without a pooler (RoBERTa, XLM-R, DistilBERT), where `cls` is the first token's state.
     """
     last = hidden_states[-1]
     if pooling == "cls":
-        if pooler_dense is None:
-            raise ConfigError("pooling 'cls' needs the encoder's pooler Dense layer")
-        return pooler_dense(last[:, 0])
+        return last[:, 0] if pooler_dense is None else pooler_dense(last[:, 0])
     if pooling == "cls_before_pooler":
         return last[:, 0]
     if pooling == "mean":

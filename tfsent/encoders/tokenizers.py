@@ -1,22 +1,131 @@
-"""In-graph tokenizers: strings -> {"token_ids", "padding_mask", "segment_ids"}."""
+"""In-graph tokenizers: strings -> {"token_ids", "padding_mask"[, "segment_ids"]}.
 
+One per tokenizer kind of the supported encoder families, each reproducing the Hugging Face
+tokenizer of the family from the same files, in TF ops only (they are saved inside exported
+SavedModels, which load with tensorflow + tensorflow_text alone):
+
+  SentenceTokenizer        WordPiece (bert, distilbert): vocab.txt
+  ByteBPETokenizer         byte-level BPE (roberta): vocab.json + merges.txt
+  SentencePieceTokenizer   SentencePiece with fairseq's id layout (xlm-roberta):
+                           sentencepiece.bpe.model
+
+All of them: `[first] pieces [last]` truncated to `max_seq_length` (special tokens
+included), padded with the family's pad id; `padding_mask` is 1 on real tokens. Only
+tokenizers of families with token types (BERT) emit `segment_ids` (all zeros: one
+sentence). Attributes used by the methods: `cls_id` (first token: [CLS] / <s>), `sep_id`
+(last: [SEP] / </s>), `pad_id`, `mask_id`, `unk_id`, `special_ids`, `vocabulary_size`,
+`max_seq_length`. Differences from Hugging Face are listed in the README ("Encoder
+families"): special-token strings inside the text are tokenized as text, not as specials.
+"""
+
+import base64
+import json
 import os
 
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfsent.encoders.keras_hub_adapter import pretokenize
 from tfsent.errors import ConfigError, InputError
 
 
-@keras.saving.register_keras_serializable(package="tfsent")
-class SentenceTokenizer(keras.layers.Layer):
-    """Strings -> `{"token_ids", "padding_mask", "segment_ids"}` for a BERT encoder, in-graph.
+# BertNormalizer removes NUL, U+FFFD and control, format and private-use characters (Cc Cf
+# Co; not unassigned ones) except \t \n \r.
+_BERT_REMOVED = r"[\x{0}-\x{8}\x{B}\x{C}\x{E}-\x{1F}\x{7F}-\x{9F}\x{FFFD}\p{Cf}\p{Co}]"
+# BertPreTokenizer's punctuation: ASCII punctuation and Unicode P*.
+_BERT_PUNCT = r"[!-/:-@\[-`{-~\p{P}]"
+# BertNormalizer's CJK ideograph blocks (split into words of their own).
+_CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
+        r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
+_MAX_WORD_CHARS = 100  # WordPiece's max_input_chars_per_word
 
-    Reproduces the Hugging Face BERT tokenizer: invalid UTF-8 becomes U+FFFD, then control
-    characters and U+FFFD are dropped and whitespace normalised (HF's clean_text), then
-    lowercasing/accent stripping and WordPiece (keras-hub / TF Text ops). Sequences are
+
+def _replace_invalid_utf8(strings):
+    """Invalid UTF-8 -> U+FFFD (one per maximal invalid subsequence, as Python's
+    bytes.decode("utf-8", "replace"))."""
+    return tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)
+
+
+class _InGraphTokenizer(keras.layers.Layer):
+    """Shared part: special tokens around the pieces, truncation, padding, options.
+
+    Subclasses set the special ids and implement `pieces(strings) -> RaggedTensor int32
+    (B, None)` (ids of the text, no special tokens) and `_config()`.
+    """
+
+    emits_segment_ids = False
+
+    def __init__(self, max_seq_length=128, pad_to_max_length=True, **kwargs):
+        super().__init__(**kwargs)
+        if int(max_seq_length) < 2:
+            raise ConfigError(f"max_seq_length must be >= 2, got {max_seq_length}")
+        self.max_seq_length = int(max_seq_length)
+        self.pad_to_max_length = bool(pad_to_max_length)
+        self.built = True  # no variables
+
+    def build(self, input_shape=None):
+        self.built = True
+
+    def __call__(self, strings, *args, **kwargs):
+        if isinstance(strings, (list, tuple, str, bytes)):
+            strings = tf.constant(strings, dtype=tf.string)
+        return super().__call__(strings, *args, **kwargs)
+
+    def _set_special_ids(self, cls_id, sep_id, pad_id, mask_id, unk_id):
+        self.cls_id, self.sep_id, self.pad_id = int(cls_id), int(sep_id), int(pad_id)
+        self.mask_id, self.unk_id = int(mask_id), int(unk_id)
+        self.special_ids = sorted({self.cls_id, self.sep_id, self.pad_id, self.mask_id,
+                                   self.unk_id})
+
+    def pieces(self, strings):
+        """Ids of the text of each string, without special tokens (ragged)."""
+        raise NotImplementedError
+
+    def call(self, strings):
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        pieces = self.pieces(strings)[:, : self.max_seq_length - 2]
+        n = pieces.nrows()
+        first = tf.RaggedTensor.from_tensor(tf.fill([n, 1], self.cls_id))
+        last = tf.RaggedTensor.from_tensor(tf.fill([n, 1], self.sep_id))
+        ids = tf.concat([first, tf.cast(pieces, tf.int32), last], axis=1)
+        batch = strings.shape[0] if strings.shape.rank == 1 else None  # keep a static batch
+        shape = [batch, self.max_seq_length if self.pad_to_max_length else None]
+        token_ids = ids.to_tensor(default_value=self.pad_id, shape=shape)
+        padding_mask = tf.ones_like(ids, dtype=tf.int32).to_tensor(0, shape=shape)
+        out = {"token_ids": token_ids, "padding_mask": padding_mask}
+        if self.emits_segment_ids:
+            out["segment_ids"] = tf.zeros_like(token_ids)
+        return out
+
+    def with_options(self, **overrides):
+        """A copy of this tokenizer with some constructor arguments replaced (e.g.
+        `max_seq_length=`, `pad_to_max_length=False` for serving)."""
+        config = self.get_config()
+        config.pop("name", None)
+        config.update(overrides)
+        return type(self).from_config(config)
+
+    def _config(self):
+        raise NotImplementedError
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self._config())
+        config.update({"max_seq_length": self.max_seq_length,
+                       "pad_to_max_length": self.pad_to_max_length})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class SentenceTokenizer(_InGraphTokenizer):
+    """WordPiece (BERT, DistilBERT): strings -> `{"token_ids", "padding_mask"[,
+    "segment_ids"]}`, in-graph.
+
+    Reproduces Hugging Face's (fast) BERT tokenizer: invalid UTF-8 becomes U+FFFD, then
+    control, format and private-use characters and U+FFFD are dropped and whitespace
+    normalised, CJK ideographs split, accents stripped, lowercased (BertNormalizer), split on
+    spaces and punctuation (BertPreTokenizer), then WordPiece (TF Text). Sequences are
     `[CLS] tokens [SEP]`, truncated to `max_seq_length`. An empty or whitespace-only string
     is a valid input and encodes as `[CLS] [SEP]`.
 
@@ -28,23 +137,22 @@ class SentenceTokenizer(keras.layers.Layer):
         max_seq_length: length after truncation, special tokens included.
         pad_to_max_length: pad every batch to `max_seq_length` (static shape for XLA); if
             False, pad to the longest sequence in the batch.
+        segment_ids: emit all-zero `segment_ids` (BERT); False for DistilBERT, which has no
+            token types.
     """
 
     def __init__(self, vocabulary, lowercase=True, strip_accents=True, max_seq_length=128,
-                 pad_to_max_length=True, **kwargs):
-        super().__init__(**kwargs)
+                 pad_to_max_length=True, segment_ids=True, **kwargs):
+        super().__init__(max_seq_length, pad_to_max_length, **kwargs)
         if isinstance(vocabulary, (str, os.PathLike)):
             with open(vocabulary, encoding="utf-8") as f:
                 vocabulary = [line.rstrip("\r\n") for line in f]
-        if max_seq_length < 2:
-            raise ConfigError(f"max_seq_length must be >= 2, got {max_seq_length}")
         self.vocabulary = list(vocabulary)
         self.lowercase = bool(lowercase)
         self.strip_accents = bool(strip_accents)
-        self.max_seq_length = int(max_seq_length)
-        self.pad_to_max_length = bool(pad_to_max_length)
-        # Basic tokenization (lowercase, accents, split on whitespace/punctuation/CJK) is
-        # keras-hub's graph function; WordPiece is TF Text's FastWordpieceTokenizer.
+        self.emits_segment_ids = bool(segment_ids)
+        # Normalisation and splitting: `normalize`, `pre_tokenize` (Hugging Face's
+        # BertNormalizer and BertPreTokenizer); WordPiece: TF Text's FastWordpieceTokenizer.
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=self.vocabulary, token_out_type=tf.int32, suffix_indicator="##",
             unknown_token="[UNK]", no_pretokenization=True, support_detokenization=False)
@@ -52,69 +160,345 @@ class SentenceTokenizer(keras.layers.Layer):
         for tok in ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"):
             if tok not in index:
                 raise InputError(f"vocabulary has no {tok} token")
-        self.cls_id = index["[CLS]"]
-        self.sep_id = index["[SEP]"]
-        self.pad_id = index["[PAD]"]
-        self.mask_id = index["[MASK]"]
-        self.unk_id = index["[UNK]"]
-        self.special_ids = sorted({self.cls_id, self.sep_id, self.pad_id, self.mask_id,
-                                   self.unk_id})
-        self.built = True  # no variables
-
-    def build(self, input_shape=None):
-        self.built = True
+        self._set_special_ids(index["[CLS]"], index["[SEP]"], index["[PAD]"],
+                              index["[MASK]"], index["[UNK]"])
 
     @property
     def vocabulary_size(self):
         """Number of wordpieces."""
         return len(self.vocabulary)
 
-    def __call__(self, strings, *args, **kwargs):
-        if isinstance(strings, (list, tuple, str, bytes)):
-            strings = tf.constant(strings, dtype=tf.string)
-        return super().__call__(strings, *args, **kwargs)
-
     def clean(self, strings):
-        """HF BERT's text cleaning, on a string tensor."""
-        strings = tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
-                                               replacement_char=0xFFFD)
-        # HF _is_whitespace: \t \n \r, space and every Unicode Zs (RE2 "\s" is ASCII-only).
-        strings = tf.strings.regex_replace(strings, r"[\s\p{Zs}]", " ")
-        return tf.strings.regex_replace(strings, r"[\x{FFFD}\p{Cc}\p{Cf}]", "")
+        """Hugging Face's BertNormalizer text cleaning, on a string tensor: invalid UTF-8
+        -> U+FFFD; NUL, U+FFFD and control, format and private-use characters but \\t \\n
+        \\r removed; Unicode White_Space -> " "."""
+        strings = _replace_invalid_utf8(strings)
+        strings = tf.strings.regex_replace(strings, _BERT_REMOVED, "")
+        return tf.strings.regex_replace(strings, r"[\t\n\r\p{Z}]", " ")
 
-    def call(self, strings):
-        strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        words = pretokenize(self.clean(strings), self.lowercase, self.strip_accents,
-                            True, True, None)
-        pieces = self._wordpiece.tokenize(words).merge_dims(-2, -1)
-        pieces = pieces[:, : self.max_seq_length - 2]
-        n = pieces.nrows()
-        cls = tf.fill([n, 1], self.cls_id)
-        sep = tf.fill([n, 1], self.sep_id)
-        ids = tf.concat([tf.RaggedTensor.from_tensor(cls), pieces,
-                         tf.RaggedTensor.from_tensor(sep)], axis=1)
-        batch = strings.shape[0] if strings.shape.rank == 1 else None  # keep a static batch
-        if self.pad_to_max_length:
-            shape = [batch, self.max_seq_length]
+    def normalize(self, strings):
+        """BertNormalizer: clean, spaces around CJK ideographs, accents stripped (NFD, drop
+        Mn), lowercased character by character (Rust's `char::to_lowercase`)."""
+        strings = tf.strings.regex_replace(self.clean(strings), _CJK, r" \0 ")
+        if self.strip_accents:
+            strings = tf.strings.regex_replace(tf_text.normalize_utf8(strings, "NFD"),
+                                               r"\p{Mn}", "")
+        if self.lowercase:
+            # ICU lowercases a word-final capital sigma to final sigma; Rust, per
+            # character, never does.
+            strings = tf.strings.lower(tf.strings.regex_replace(strings, "\u03a3", "\u03c3"),
+                                       encoding="utf-8")
+        return strings
+
+    def pre_tokenize(self, strings):
+        """BertPreTokenizer on normalised text: (B,) -> (B, None) words; a word longer than
+        100 characters becomes [UNK] (WordPiece's max_input_chars_per_word)."""
+        words = tf_text.regex_split(self.normalize(strings), f" |{_BERT_PUNCT}", _BERT_PUNCT)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > _MAX_WORD_CHARS
+        return words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
+
+    def pieces(self, strings):
+        return self._wordpiece.tokenize(self.pre_tokenize(strings)).merge_dims(-2, -1)
+
+    def save_files(self, directory):
+        """Writes the Hugging Face tokenizer file of this tokenizer (vocab.txt)."""
+        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+
+    def _config(self):
+        return {"vocabulary": self.vocabulary, "lowercase": self.lowercase,
+                "strip_accents": self.strip_accents, "segment_ids": self.emits_segment_ids}
+
+
+# --------------------------------------------------------------------------------------
+# Byte-level BPE (RoBERTa)
+# --------------------------------------------------------------------------------------
+
+# Unicode White_Space, what `\s` matches in the regex engine of Hugging Face's tokenizers
+# (RE2's `\s` is ASCII-only).
+_WS = r"\t\n\x0B\f\r\x{85}\p{Z}"
+# GPT-2's pre-tokenization pattern without its lookahead alternative `\s+(?!\S)`: the
+# lookahead is applied by cutting whitespace runs first (`ByteBPETokenizer.pre_tokenize`).
+_GPT2_SPLIT = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^" + _WS + r"\p{L}\p{N}]+|["
+               + _WS + r"]+")
+_INT32_MAX = 2 ** 31 - 1
+
+
+def bytes_to_unicode():
+    """GPT-2's reversible byte -> printable character map (a list of 256 characters):
+    printable Latin-1 bytes map to themselves, the others to U+0100 onwards."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
         else:
-            shape = [batch, None]
-        token_ids = ids.to_tensor(default_value=self.pad_id, shape=shape)
-        padding_mask = tf.ones_like(ids, dtype=tf.int32).to_tensor(0, shape=shape)
-        return {"token_ids": token_ids, "padding_mask": padding_mask,
-                "segment_ids": tf.zeros_like(token_ids)}
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
 
-    def with_options(self, **overrides):
-        """A copy of this tokenizer with some constructor arguments replaced (e.g.
-        `max_seq_length=`, `pad_to_max_length=False` for serving)."""
-        config = self.get_config()
-        config.pop("name", None)
-        config.update(overrides)
-        return type(self).from_config(config)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update({"vocabulary": self.vocabulary, "lowercase": self.lowercase,
-                       "strip_accents": self.strip_accents,
-                       "max_seq_length": self.max_seq_length,
-                       "pad_to_max_length": self.pad_to_max_length})
-        return config
+def _static_table(keys, values, default):
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(keys), tf.constant(values)), default)
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class ByteBPETokenizer(_InGraphTokenizer):
+    """Byte-level BPE (RoBERTa): strings -> `{"token_ids", "padding_mask"}`, in-graph.
+
+    Reproduces Hugging Face's RoBERTa tokenizer (ByteLevel pre-tokenizer with GPT-2's
+    pattern, BPE merges by rank, `<s> ... </s>`): invalid UTF-8 becomes U+FFFD (as Python's
+    decode with errors="replace"); no other normalisation (control characters, accents and
+    case are kept, as bytes). Pre-tokenization follows GPT-2's regex exactly: its lookahead
+    `\\s+(?!\\S)` (unavailable in RE2) is applied by first cutting every whitespace run of
+    two or more characters that precedes a non-space before its last character.
+
+    Args:
+        vocabulary: dict token -> id, or the path of a vocab.json.
+        merges: list of "a b" merge rules in rank order, or the path of a merges.txt.
+        add_prefix_space: prepend a space unless the text starts with one (HF's option).
+        special_tokens: dict with the strings of `cls`, `sep`, `pad`, `mask`, `unk`
+            (default RoBERTa's <s> </s> <pad> <mask> <unk>).
+        max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
+    """
+
+    DEFAULT_SPECIALS = {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "mask": "<mask>",
+                        "unk": "<unk>"}
+    lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
+    strip_accents = False
+
+    def __init__(self, vocabulary, merges, add_prefix_space=False, special_tokens=None,
+                 max_seq_length=128, pad_to_max_length=True, **kwargs):
+        super().__init__(max_seq_length, pad_to_max_length, **kwargs)
+        vocab_path = merges_path = None
+        if isinstance(vocabulary, (str, os.PathLike)):
+            vocab_path = os.fspath(vocabulary)
+            vocabulary = _read_json(vocab_path)
+        if isinstance(merges, (str, os.PathLike)):
+            merges_path = os.fspath(merges)
+            with open(merges_path, encoding="utf-8") as f:
+                merges = [line.rstrip("\r\n") for line in f]
+        self.vocabulary = {str(k): int(v) for k, v in dict(vocabulary).items()}
+        numbered = [(n, m) for n, m in enumerate(merges, 1)
+                    if m and not m.startswith("#version")]
+        self.merges = [m for _, m in numbered]
+        self.add_prefix_space = bool(add_prefix_space)
+        self.special_tokens = dict(self.DEFAULT_SPECIALS, **(special_tokens or {}))
+        where = vocab_path or "vocabulary"
+        for role, token in self.special_tokens.items():
+            if token not in self.vocabulary:
+                raise InputError(f"the {role} token {token!r} is not in the vocabulary",
+                                 path=vocab_path)
+        byte_chars = bytes_to_unicode()
+        missing = [c for c in byte_chars if c not in self.vocabulary]
+        if missing:
+            raise InputError(f"{where} lacks {len(missing)} of the 256 byte symbols of "
+                             f"byte-level BPE (e.g. {missing[0]!r})", path=vocab_path)
+        for line, merge in numbered:
+            parts = merge.split(" ")
+            if len(parts) != 2 or "".join(parts) not in self.vocabulary:
+                raise InputError(f"merge rule {merge!r} is not two symbols whose join is in "
+                                 "the vocabulary", path=merges_path or "merges", line=line)
+        ids = set(self.vocabulary.values())
+        if len(ids) != len(self.vocabulary) or ids != set(range(len(ids))):
+            raise InputError("vocabulary ids are not 0..N-1, each used once", path=vocab_path)
+        s = self.special_tokens
+        self._set_special_ids(self.vocabulary[s["cls"]], self.vocabulary[s["sep"]],
+                              self.vocabulary[s["pad"]], self.vocabulary[s["mask"]],
+                              self.vocabulary[s["unk"]])
+        self._byte_chars = tf.constant(byte_chars)
+        self._token_ids = _static_table(list(self.vocabulary), list(self.vocabulary.values()),
+                                        self.unk_id)
+        self._merge_ranks = _static_table(self.merges, list(range(len(self.merges))),
+                                          _INT32_MAX)
+
+    @property
+    def vocabulary_size(self):
+        """Number of tokens."""
+        return len(self.vocabulary)
+
+    def pre_tokenize(self, strings):
+        """GPT-2's pre-tokenization: (B,) strings -> (B, None) ragged word strings."""
+        strings = _replace_invalid_utf8(strings)
+        if self.add_prefix_space:
+            strings = tf.where(tf.strings.regex_full_match(strings, "(?s) .*"), strings,
+                               tf.strings.join([" ", strings]))
+        # 1. Cut each whitespace run of >= 2 characters that a non-space follows before its
+        #    last character (what `\s+(?!\S)` leaves to the next token).
+        # TF Text's regex ops stop at a NUL byte: they split a copy whose NULs are \x01
+        # (the same regex class, the same length) and the pieces are cut from `strings`.
+        masked = tf.strings.regex_replace(strings, r"\x00", "\x01")
+        parts, _, ends = tf_text.regex_split_with_offsets(masked, f"[{_WS}]+", f"[{_WS}]+")
+        flat = parts.flat_values
+        is_space = tf.strings.regex_full_match(flat, f"[{_WS}]+")
+        n_chars = tf.strings.length(flat, unit="UTF8_CHAR")
+        last_char = tf.strings.substr(flat, tf.maximum(n_chars - 1, 0), tf.ones_like(n_chars),
+                                     unit="UTF8_CHAR")
+        lengths = tf.strings.length(strings)
+        row_len = tf.gather(tf.cast(lengths, tf.int64), parts.value_rowids())
+        ends = ends.flat_values
+        cut = is_space & (n_chars >= 2) & (ends < row_len)
+        cut_at = ends - tf.cast(tf.strings.length(last_char), tf.int64)
+        cuts = tf.ragged.boolean_mask(parts.with_flat_values(cut_at),
+                                      parts.with_flat_values(cut))  # (B, None) byte offsets
+        n = tf.shape(strings, out_type=tf.int64)[0]
+        bounds = tf.concat([tf.RaggedTensor.from_tensor(tf.zeros([n, 1], tf.int64)), cuts,
+                            tf.RaggedTensor.from_tensor(tf.expand_dims(
+                                tf.cast(lengths, tf.int64), -1))], axis=1)
+        seg_start = bounds[:, :-1]
+        seg_len = bounds[:, 1:] - seg_start
+        rows = seg_start.value_rowids()
+        segments = tf.strings.substr(tf.gather(strings, rows), seg_start.flat_values,
+                                     seg_len.flat_values)
+        masked = tf.strings.substr(tf.gather(masked, rows), seg_start.flat_values,
+                                   seg_len.flat_values)
+        # 2. GPT-2's pattern on each piece (no lookahead needed any more).
+        _, begins, ends = tf_text.regex_split_with_offsets(masked, _GPT2_SPLIT, _GPT2_SPLIT)
+        words = begins.with_flat_values(tf.strings.substr(
+            tf.gather(segments, begins.value_rowids()), begins.flat_values,
+            ends.flat_values - begins.flat_values))
+        return tf.RaggedTensor.from_row_splits(words, seg_start.row_splits).merge_dims(1, 2)
+
+    def _bpe(self, chars):
+        """BPE merges on (N, None) ragged symbols -> (N, None) ragged merged symbols:
+        repeatedly merges the adjacent pair of lowest merge rank, the leftmost on ties (the
+        same result as merging every occurrence at once: a pair a merge creates always
+        ranks after the merge). Each iteration works on the words still merging only."""
+        words = chars.to_tensor("")
+        full_width = tf.shape(words)[1]
+        lengths = tf.cast(chars.row_lengths(), tf.int32)
+        active = tf.cast(tf.where(lengths > 1)[:, 0], tf.int32)
+
+        def step(words, lengths, active):
+            sub_len = tf.gather(lengths, active)
+            width = tf.reduce_max(sub_len)
+            sub = tf.gather(words, active)[:, :width]
+            j = tf.range(width - 1)[None, :]
+            ranks = self._merge_ranks.lookup(tf.strings.join([sub[:, :-1], sub[:, 1:]], " "))
+            ranks = tf.where(j < sub_len[:, None] - 1, ranks, _INT32_MAX)
+            merging = tf.reduce_min(ranks, axis=1) < _INT32_MAX
+            pos = tf.argmin(ranks, axis=1, output_type=tf.int32)[:, None]
+            k = tf.range(width)[None, :]
+            shifted = tf.gather(sub, tf.minimum(k + tf.cast(k > pos, tf.int32), width - 1),
+                                batch_dims=1)
+            shifted = tf.where(k >= sub_len[:, None] - 1, "", shifted)
+            merged = tf.strings.join([tf.gather(sub, pos, batch_dims=1),
+                                      tf.gather(sub, pos + 1, batch_dims=1)])
+            shifted = tf.where(k == pos, merged, shifted)
+            sub = tf.where(merging[:, None], shifted, sub)
+            sub_len = sub_len - tf.cast(merging, tf.int32)
+            sub = tf.pad(sub, [[0, 0], [0, full_width - width]], constant_values="")
+            words = tf.tensor_scatter_nd_update(words, active[:, None], sub)
+            lengths = tf.tensor_scatter_nd_update(lengths, active[:, None], sub_len)
+            return words, lengths, tf.boolean_mask(active, merging & (sub_len > 1))
+
+        words, lengths, _ = tf.while_loop(
+            lambda words, lengths, active: tf.size(active) > 0, step,
+            (words, lengths, active),
+            shape_invariants=(tf.TensorShape([None, None]), tf.TensorShape([None]),
+                              tf.TensorShape([None])))
+        return tf.RaggedTensor.from_tensor(words, lengths=lengths)
+
+    def pieces(self, strings):
+        words = self.pre_tokenize(strings)
+        unique, index = tf.unique(words.flat_values)
+        raw = tf.strings.bytes_split(unique)
+        codes = tf.io.decode_raw(raw.flat_values, tf.uint8)[:, 0]
+        symbols = raw.with_flat_values(tf.gather(self._byte_chars, tf.cast(codes, tf.int32)))
+        ids = self._token_ids.lookup(self._bpe(symbols))
+        per_word = tf.gather(ids, index)
+        return words.with_flat_values(per_word).merge_dims(1, 2)
+
+    def save_files(self, directory):
+        """Writes the Hugging Face tokenizer files of this tokenizer (vocab.json,
+        merges.txt)."""
+        with open(os.path.join(directory, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(self.vocabulary, f, ensure_ascii=False)
+        with open(os.path.join(directory, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(m + "\n" for m in self.merges))
+
+    def _config(self):
+        return {"vocabulary": self.vocabulary, "merges": self.merges,
+                "add_prefix_space": self.add_prefix_space,
+                "special_tokens": self.special_tokens}
+
+
+# --------------------------------------------------------------------------------------
+# SentencePiece (XLM-RoBERTa)
+# --------------------------------------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class SentencePieceTokenizer(_InGraphTokenizer):
+    """SentencePiece with fairseq's id layout (XLM-RoBERTa), in-graph.
+
+    The model's own normaliser and segmentation (TF Text's SentencepieceTokenizer runs the
+    sentencepiece library); ids follow fairseq / Hugging Face's XLMRobertaTokenizer:
+    <s>=0, <pad>=1, </s>=2, <unk>=3, piece i (i >= 3) -> i + 1, the model's own <unk>
+    (piece 0) -> 3, <mask> = number of pieces + 1. Sequences are `<s> pieces </s>`.
+    Invalid UTF-8 becomes U+FFFD first.
+
+    Args:
+        model: the serialized model proto (bytes), or the path of sentencepiece.bpe.model.
+        max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
+        model_base64: the proto as base64 text instead of `model` (what `get_config` holds).
+    """
+
+    FAIRSEQ_OFFSET = 1
+    lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
+    strip_accents = False
+
+    def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
+                 model_base64=None, **kwargs):
+        super().__init__(max_seq_length, pad_to_max_length, **kwargs)
+        path = None
+        if (model is None) == (model_base64 is None):
+            raise ConfigError("SentencePieceTokenizer takes one of model= or model_base64=")
+        if model_base64 is not None:
+            model = base64.b64decode(model_base64.encode("ascii"))
+        elif isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            with open(path, "rb") as f:
+                model = f.read()
+        self.model = bytes(model)
+        try:
+            self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+            size = int(self._sp.vocab_size())
+            first = self._sp.id_to_string(tf.constant([0, 1, 2])).numpy().tolist()
+        except Exception as e:  # noqa: BLE001  (TF raises several kinds on a bad proto)
+            raise InputError(f"not a SentencePiece model ({type(e).__name__}: {e})",
+                             path=path) from None
+        if first != [b"<unk>", b"<s>", b"</s>"]:
+            raise InputError("not an XLM-R SentencePiece model: pieces 0-2 are "
+                             f"{[p.decode('utf-8', 'replace') for p in first]}, expected "
+                             "<unk> <s> </s>", path=path)
+        self.num_pieces = size
+        self._set_special_ids(cls_id=0, sep_id=2, pad_id=1, mask_id=size + self.FAIRSEQ_OFFSET,
+                              unk_id=3)
+
+    @property
+    def vocabulary_size(self):
+        """Number of ids: the pieces, fairseq's <pad> slot and <mask>."""
+        return self.num_pieces + self.FAIRSEQ_OFFSET + 1
+
+    def pieces(self, strings):
+        ids = self._sp.tokenize(_replace_invalid_utf8(strings))
+        return tf.where(ids == 0, self.unk_id, ids + self.FAIRSEQ_OFFSET)
+
+    def save_files(self, directory):
+        """Writes the Hugging Face tokenizer file of this tokenizer
+        (sentencepiece.bpe.model)."""
+        with open(os.path.join(directory, "sentencepiece.bpe.model"), "wb") as f:
+            f.write(self.model)
+
+    def _config(self):
+        return {"model_base64": base64.b64encode(self.model).decode("ascii")}
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None

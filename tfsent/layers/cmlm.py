@@ -11,22 +11,24 @@ class LexicalExtractor(keras.layers.Layer):
     """Embeddings + the first `num_layers` transformer layers of the initial encoder, frozen.
 
     Build it with `LexicalExtractor.from_encoder(encoder, k)` before training starts: it
-    copies the encoder's weights, so later updates to the encoder do not reach it. It owns
+    copies the encoder's weights into a backbone of the same family (BERT, RoBERTa, XLM-R,
+    DistilBERT) with k layers, so later updates to the encoder do not reach it. It owns
     no trainable variable, runs in inference mode (no dropout: its features are a fixed
     function of the masked input) and stops gradients at its output.
     Call: `{"token_ids", "padding_mask"}` -> last hidden states (B, L, H).
 
     Args:
-        backbone_config: the BertBackbone config of the source encoder.
+        backbone_config: the keras-hub backbone config of the source encoder.
         num_layers: k, the number of transformer layers kept.
         activation: feed-forward activation name of the source encoder.
+        family: the source encoder's family ("bert" for configs saved before families).
     """
 
-    def __init__(self, backbone_config, num_layers, activation="gelu", **kwargs):
+    def __init__(self, backbone_config, num_layers, activation="gelu", family="bert",
+                 **kwargs):
         super().__init__(**kwargs)
-        import keras_hub
-
         from tfsent.encoders import SentenceEncoder
+        from tfsent.encoders.keras_hub_adapter import make_backbone
 
         if not 1 <= num_layers <= backbone_config["num_layers"]:
             raise ConfigError(f"extractor_layers must be in [1, {backbone_config['num_layers']}]"
@@ -34,8 +36,9 @@ class LexicalExtractor(keras.layers.Layer):
         self.backbone_config = dict(backbone_config)
         self.num_layers = int(num_layers)
         self.activation = activation
+        self.family = family
         config = dict(backbone_config, num_layers=self.num_layers)
-        backbone = keras_hub.models.BertBackbone(**config)
+        backbone = make_backbone(family, config)
         self.encoder = SentenceEncoder(backbone, None, "cls_before_pooler", activation)
         self.encoder.trainable = False
         self.trainable = False
@@ -46,14 +49,11 @@ class LexicalExtractor(keras.layers.Layer):
         from tfsent.encoders.loading import _backbone_config
 
         layer = cls(_backbone_config(encoder.backbone), num_layers, encoder.activation,
-                    dtype=encoder.backbone.dtype_policy)
+                    encoder.family, dtype=encoder.backbone.dtype_policy)
         src, dst = encoder.backbone, layer.encoder.backbone
-        names = ["token_embedding", "position_embedding", "segment_embedding",
-                 "embeddings_layer_norm"]
-        for name in names:
-            getattr(dst, name).set_weights(getattr(src, name).get_weights())
-        for i in range(num_layers):
-            dst.transformer_layers[i].set_weights(src.transformer_layers[i].get_weights())
+        for sub in dst.layers:  # same names in both: embeddings, norms, transformer_layer_i
+            if sub.weights:
+                sub.set_weights(src.get_layer(sub.name).get_weights())
         return layer
 
     def call(self, inputs):
@@ -63,7 +63,7 @@ class LexicalExtractor(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"backbone_config": self.backbone_config, "num_layers": self.num_layers,
-                       "activation": self.activation})
+                       "activation": self.activation, "family": self.family})
         return config
 
 
@@ -75,17 +75,21 @@ class Fusioner(keras.layers.Layer):
     (B, L, H) is [h ; h'[:, 1:]]; returns logits (B, P, V) at the P `mask_positions`.
     The head is Dense(H) + GELU + LayerNorm, then the vocabulary projection: tied to the
     encoder's token embedding (`embedding_matrix` (V, H), plus a bias) when
-    `tie_embeddings`, else its own Dense(V).
+    `tie_embeddings`, else its own Dense(V). `init_mlm_head(encoder)` starts the head from
+    the encoder checkpoint's own MLM head when it has one (Hugging Face *ForMaskedLM
+    checkpoints of every family do), else it stays freshly initialised; either is logged.
 
     Args:
         vocabulary_size, hidden_dim, num_heads, intermediate_dim: sizes (the encoder's).
         num_layers: n, number of fresh transformer blocks (3 in the paper).
         dropout: dropout inside the blocks.
         tie_embeddings: share the vocabulary projection with the token embedding.
+        layer_norm_epsilon: epsilon of the head's LayerNorm (the checkpoint family's when its
+            head is loaded).
     """
 
     def __init__(self, vocabulary_size, hidden_dim, num_heads, intermediate_dim, num_layers=3,
-                 dropout=0.1, tie_embeddings=True, **kwargs):
+                 dropout=0.1, tie_embeddings=True, layer_norm_epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
         import keras_hub
 
@@ -96,6 +100,7 @@ class Fusioner(keras.layers.Layer):
         self.num_layers = int(num_layers)
         self.dropout = float(dropout)
         self.tie_embeddings = bool(tie_embeddings)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         self.blocks = [
             keras_hub.layers.TransformerEncoder(
@@ -105,7 +110,8 @@ class Fusioner(keras.layers.Layer):
             for i in range(self.num_layers)]
         self.transform = keras.layers.Dense(hidden_dim, activation="gelu", kernel_initializer=init,
                                             dtype=self.dtype_policy, name="mlm_transform")
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, dtype=self.dtype_policy,
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
+                                                          dtype=self.dtype_policy,
                                                           name="mlm_layer_norm")
         if not self.tie_embeddings:
             self.projection = keras.layers.Dense(vocabulary_size, kernel_initializer=init,
@@ -125,6 +131,32 @@ class Fusioner(keras.layers.Layer):
             self.projection.build(shape)
         self.built = True
 
+    def init_mlm_head(self, encoder):
+        """Copies `encoder.mlm_head` (the checkpoint's MLM head: transform Dense, LayerNorm,
+        output bias) into this head when there is one and the projection is tied; logs
+        which head is used. Returns True when the checkpoint's head was loaded."""
+        from absl import logging
+
+        from tfsent.encoders.keras_hub_adapter import LAYER_NORM_EPSILON
+
+        head = encoder.mlm_head
+        if head is None:
+            logging.info("CMLM-CSE: new MLM head (the %s checkpoint has none)", encoder.family)
+            return False
+        if not self.tie_embeddings:
+            logging.info("CMLM-CSE: new MLM head (the checkpoint's head has a tied projection; "
+                         "tie_mlm_embeddings is False)")
+            return False
+        self.transform.kernel.assign(head["kernel"])
+        self.transform.bias.assign(head["bias"])
+        self.layer_norm.gamma.assign(head["gamma"])
+        self.layer_norm.beta.assign(head["beta"])
+        self.output_bias.assign(head["output_bias"])
+        self.layer_norm_epsilon = LAYER_NORM_EPSILON[encoder.family]
+        self.layer_norm.epsilon = self.layer_norm_epsilon
+        logging.info("CMLM-CSE: MLM head from the %s checkpoint", encoder.family)
+        return True
+
     def call(self, h2, padding_mask, mask_positions, embedding_matrix=None, training=False):
         x = h2
         for block in self.blocks:
@@ -143,5 +175,6 @@ class Fusioner(keras.layers.Layer):
         config.update({"vocabulary_size": self.vocabulary_size, "hidden_dim": self.hidden_dim,
                        "num_heads": self.num_heads, "intermediate_dim": self.intermediate_dim,
                        "num_layers": self.num_layers, "dropout": self.dropout,
-                       "tie_embeddings": self.tie_embeddings})
+                       "tie_embeddings": self.tie_embeddings,
+                       "layer_norm_epsilon": self.layer_norm_epsilon})
         return config

@@ -83,9 +83,10 @@ class SentenceMethod(keras.Model):
         self.set_grad_cache(grad_cache_chunk)
         self.train_pooling = train_pooling or encoder.pooling
         self.export_pooling = export_pooling or self.train_pooling
-        if "cls" not in (self.train_pooling, self.export_pooling):
+        if "cls" not in (self.train_pooling, self.export_pooling) and \
+                encoder.pooler_dense is not None:  # (None: a family without a pooler)
             # The pooler Dense is unused: keep it out of the trainable variables.
-            encoder.backbone.pooled_dense.trainable = False
+            encoder.pooler_dense.trainable = False
         self._trackers = {name: keras.metrics.Mean(name=name) for name in self.metric_names}
         # Every variable lives in already-built sublayers (subclasses build theirs in
         # __init__), so Keras must not try to build the model by calling it on a batch.

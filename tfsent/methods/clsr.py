@@ -76,6 +76,7 @@ class CLSR(SentenceMethod):
         to skip the base encoder (e.g. from the cache)."""
         if base_embeddings is None:
             base_embeddings = self.encoder.encode(sentences, batch_size=batch_size, verbose=0,
+                                                  normalize=False,
                                                   pooling=pooling or self.export_pooling,
                                                   max_seq_length=max_seq_length)
         out = np.array(base_embeddings, np.float32)

@@ -63,6 +63,7 @@ class CMLMCSE(SimCSE):
                                  self.tie_mlm_embeddings, dtype=bb.dtype_policy,
                                  name="fusioner")
         self.fusioner.build()
+        self.fusioner.init_mlm_head(encoder)  # the checkpoint's MLM head when it has one
 
     def fused_states(self, h, batch):
         """h'' = [h ; h'[:, 1:]] with h' the extractor's states on the masked sentence."""

@@ -257,7 +257,8 @@ class ConSERT(SentenceMethod):
         if self.classifier is None:
             raise ConfigError("nli_accuracy needs a supervised ConSERT mode (joint or sup)")
         return self.classifier.rows_accuracy(
-            lambda s: self.encoder.encode(s, batch_size, verbose=0, pooling=self.train_pooling,
+            lambda s: self.encoder.encode(s, batch_size, normalize=False, verbose=0,
+                                          pooling=self.train_pooling,
                                           max_seq_length=max_seq_length), rows)
 
     @property

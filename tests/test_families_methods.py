@@ -1,0 +1,175 @@
+"""Every method on every encoder family: 2 training steps in-process (the model built as
+`python -m tfsent.train` builds it; eager steps), an export, and the export serving strings
+in a fresh process that imports only tensorflow and tensorflow_text, equal to `encode`. A
+diagonal of the grid also goes through the CLI (`python -m tfsent.train
+--config.encoder=DIR`, traced XLA train steps).
+
+Cost: the exports of the whole grid are served by ONE fresh process (module fixture)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from hf_checkpoints import FAMILIES
+
+METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr")
+SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", "",
+             "Café crème, naïve résumé 😀 東京は日本の首都です。", "word " * 40]
+SERVE_LEN = 24
+# Tiny-model settings every cell shares (the methods' own defaults otherwise).
+OVERRIDES = ["steps=2", "eval_every=2", "batch_size=8", "max_seq_length=16",
+             f"eval_max_seq_length={SERVE_LEN}", "jit_compile=False", "learning_rate=1e-3",
+             "steps_per_execution=1"]
+METHOD_OVERRIDES = {"cmlm_cse": ["extractor_layers=1", "fusion_layers=1"],
+                    "clsr": ["cache_dir={tmp}/cache"]}
+
+# Loads each SavedModel named on the command line and serves the sentences; reports which
+# of tfsent / keras_hub got imported (none should).
+SERVE_MANY = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+paths, sentences = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+out = {}
+for key, path in paths.items():
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    out[key] = fn(sentences=tf.constant(sentences))["embedding"].numpy().tolist()
+mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
+json.dump({"embeddings": out, "modules": mods}, sys.stdout)
+"""
+
+
+def train_and_export(method, family, checkpoint, workdir):
+    """2 steps of `method` on the tiny `family` checkpoint, then an export; returns
+    (export path, model.encode(SENTENCES), logs of the last step)."""
+    import keras
+
+    from tfsent.export import export_encoder
+    from tfsent.methods import get_method
+    from tfsent.train import build_model, load_training_data, make_dataset, resolve_config
+
+    extra = [o.format(tmp=workdir) for o in METHOD_OVERRIDES.get(method, [])]
+    config = resolve_config(method, None, [f"encoder={checkpoint}", *OVERRIDES, *extra])
+    spec = get_method(method)
+    keras.utils.set_random_seed(0)
+    encoder, model, optimizer = build_model(spec, config, 2, jit=False)
+    # Eager train steps: tracing a train function per cell would triple the grid's cost;
+    # the traced (XLA) step of every family runs in test_cli_trains_a_family_checkpoint.
+    model.compile(optimizer=optimizer, run_eagerly=True)
+    assert encoder.family == family
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    examples = load_training_data(spec, config)
+    dataset = make_dataset(spec, config, encoder, examples, 0, workdir)
+    history = model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+    assert int(optimizer.iterations.numpy()) == 2
+    logs = {k: v[-1] for k, v in history.history.items()}
+    assert all(np.isfinite(v) for v in logs.values()), logs
+    moved = [not np.array_equal(b, v.numpy()) for b, v in zip(before,
+                                                              model.trainable_variables)]
+    assert sum(moved) > len(moved) // 2, f"{sum(moved)} of {len(moved)} variables changed"
+    path = export_encoder(encoder, os.path.join(workdir, "export"),
+                          pooling=model.export_pooling, head=model.export_head,
+                          max_seq_length=SERVE_LEN)
+    expected = model.encode(SENTENCES, max_seq_length=SERVE_LEN)
+    return path, expected, logs
+
+
+@pytest.fixture(scope="module")
+def grid(hf_checkpoint_dirs, tmp_path_factory):
+    """{(method, family): (export path, encode output, logs) or the exception raised},
+    plus the fresh process's served embeddings for every export."""
+    results = {}
+    for family in FAMILIES:
+        for method in METHODS:
+            workdir = str(tmp_path_factory.mktemp(f"{method}-{family}"))
+            try:
+                results[method, family] = train_and_export(method, family,
+                                                           hf_checkpoint_dirs[family], workdir)
+            except Exception as e:  # noqa: BLE001  (reported by the cell's own test)
+                results[method, family] = e
+    paths = {f"{m}|{f}": r[0] for (m, f), r in results.items() if not isinstance(r, Exception)}
+    served = subprocess.run([sys.executable, "-c", SERVE_MANY, json.dumps(paths),
+                             json.dumps(SENTENCES)], capture_output=True, text=True,
+                            timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert served.returncode == 0, served.stderr[-3000:]
+    return results, json.loads(served.stdout)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("method", METHODS)
+def test_method_trains_and_export_serves_strings(method, family, grid):
+    results, served = grid
+    result = results[method, family]
+    if isinstance(result, Exception):
+        raise result
+    _, expected, logs = result
+    assert served["modules"] == []  # neither tfsent nor keras_hub in the serving process
+    got = np.array(served["embeddings"][f"{method}|{family}"], np.float32)
+    assert got.shape == expected.shape and np.isfinite(got).all()
+    cosine = np.sum(got * expected, 1) / (np.linalg.norm(got, axis=1)
+                                          * np.linalg.norm(expected, axis=1))
+    assert cosine.min() >= 0.99999, cosine
+    assert logs["loss"] > 0
+
+
+# The CLI on a diagonal of the grid (every family once, different methods).
+CLI_DIAGONAL = [("scd", "roberta"), ("cmlm_cse", "xlm-roberta"),
+                ("consert", "distilbert"), ("supcon", "bert")]
+
+
+@pytest.mark.parametrize("method,family", CLI_DIAGONAL)
+def test_cli_trains_a_family_checkpoint(method, family, hf_checkpoint_dirs, tmp_path):
+    from conftest import serve_in_fresh_process
+
+    out = str(tmp_path / "run")
+    extra = ["--config.extractor_layers=1", "--config.fusion_layers=1"] \
+        if method == "cmlm_cse" else []
+    r = subprocess.run([sys.executable, "-m", "tfsent.train", f"--method={method}",
+                        f"--config.encoder={hf_checkpoint_dirs[family]}", "--config.steps=3",
+                        "--config.eval_every=3", "--config.batch_size=8",
+                        "--config.eval_max_seq_length=32", f"--output_dir={out}", *extra],
+                       cwd=REPO, capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["steps"] == 3
+    meta = json.load(open(os.path.join(out, "encoder", "tfsent_encoder.json")))
+    assert meta["family"] == family
+    served = serve_in_fresh_process(os.path.join(out, "export", "1"), SENTENCES)
+    assert np.isfinite(served["embedding"]).all() and served["modules"] == []
+
+
+def test_cmlm_extractor_and_mlm_head_come_from_the_checkpoint(hf_checkpoint_dirs, tmp_path,
+                                                               absl_messages):
+    """CMLM-CSE's extractor is the first k layers of the same family; its MLM head starts
+    from the checkpoint's head (RoBERTa's lm_head here), or is new when there is none."""
+    from safetensors.numpy import load_file
+
+    from hf_checkpoints import make_sentence_transformers_dir
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CMLMCSE
+
+    path = hf_checkpoint_dirs["roberta"]
+    encoder = load_encoder(path, max_seq_length=16)
+    model = CMLMCSE(encoder, extractor_layers=2, fusion_layers=1)
+    assert "CMLM-CSE: MLM head from the roberta checkpoint" in absl_messages
+    stored = load_file(f"{path}/model.safetensors")
+    np.testing.assert_array_equal(model.fusioner.transform.kernel.numpy(),
+                                  stored["lm_head.dense.weight"].T)
+    np.testing.assert_array_equal(model.fusioner.output_bias.numpy(), stored["lm_head.bias"])
+    assert model.fusioner.layer_norm.epsilon == 1e-5
+    extractor = model.extractor.encoder
+    assert extractor.family == "roberta" and extractor.num_layers == 2
+    feats = encoder.tokenizer(["a man plays the guitar", "water boils"])
+    hidden = encoder(feats, output_hidden_states=True)["hidden_states"]
+    np.testing.assert_allclose(model.extractor(feats), hidden[2], atol=1e-5)
+    base = load_encoder(make_sentence_transformers_dir("roberta", str(tmp_path / "st")))
+    fresh = CMLMCSE(base, extractor_layers=1, fusion_layers=1)
+    assert "CMLM-CSE: new MLM head (the roberta checkpoint has none)" in absl_messages
+    assert not np.array_equal(fresh.fusioner.transform.kernel.numpy(),
+                              stored["lm_head.dense.weight"].T)
