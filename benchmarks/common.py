@@ -35,6 +35,94 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
+             "amx_int8")
+
+
+def parse_cpuinfo(text):
+    """(CPU model name, sorted ISA flags of interest) from /proc/cpuinfo text."""
+    model, flags = None, set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model, sorted(f for f in ISA_FLAGS if f in flags)
+
+
+def _package_version(name, python=None):
+    """An installed package's version (in this interpreter, or in `python`'s), or None."""
+    if python is None:
+        import importlib.metadata
+
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    code = ("import importlib.metadata as m, sys\n"
+            "try: print(m.version(sys.argv[1]))\nexcept m.PackageNotFoundError: print('')")
+    try:
+        out = subprocess.run([python, "-c", code, name], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out or None
+
+
+def machine_description(peer_python=None):
+    """What a benchmark figure needs beside it: the CPU model, core count, the ISA flags
+    that matter for these kernels (AVX-512, bf16, AMX), the TF / Keras / XLA and torch
+    versions, whether TF's oneDNN ops are on, and the date. Without these a ratio is not a
+    result: PyTorch and XLA:CPU rank differently on different CPUs."""
+    import datetime
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model, flags = parse_cpuinfo(f.read())
+    except OSError:
+        model, flags = platform.processor() or None, []
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    return {
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "isa_flags": flags,
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "tensorflow": _package_version("tensorflow"),
+        "keras": _package_version("keras"),
+        "keras_hub": _package_version("keras-hub"),
+        # TF 2.x enables its oneDNN ops by default on x86 Linux unless the variable is "0".
+        "onednn": onednn not in ("0", "false", "False") if platform.machine() in (
+            "x86_64", "AMD64") else onednn in ("1", "true", "True"),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "torch": _package_version("torch", peer_python) if peer_python else None,
+        "sentence_transformers": (_package_version("sentence-transformers", peer_python)
+                                  if peer_python else None),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def describe_machine(machine):
+    """One line for a benchmark table's title."""
+    flags = ",".join(machine["isa_flags"]) or "none of " + "/".join(ISA_FLAGS[2:])
+    return (f"{machine['cpu_model']} ({machine['cores']} cores; {flags}; TF "
+            f"{machine['tensorflow']}, oneDNN {'on' if machine['onednn'] else 'off'}"
+            + (f", torch {machine['torch']}" if machine.get("torch") else "")
+            + f"; {machine['date']})")
+
+
+def write_result(path, result, peer_python=None):
+    """Writes a benchmark's result JSON with the machine description under "machine", and
+    prints the machine line."""
+    result = dict(result, machine=machine_description(peer_python))
+    write_json_atomic(path, result)
+    print(f"machine: {describe_machine(result['machine'])}")
+    return result
+
+
 def demo_sentences_path():
     """tfsent's demo corpus (tfsent/data/demo/sentences.txt), found without importing tfsent."""
     import importlib.util

@@ -173,7 +173,7 @@ def main(argv):
     if peer and peer["n_sentences"] != ours["n_sentences"]:
         raise RuntimeError(f"the two sides read different sentence counts "
                            f"({ours['n_sentences']} vs {peer['n_sentences']})")
-    common.write_json_atomic(FLAGS.json, result)
+    result = common.write_result(FLAGS.json, result, peer_python)
     pct = lambda x: common.fmt(100 * x) + "%" if x is not None else "-"  # noqa: E731
     rows = [["tfsent SavedModel (strings in)", common.fmt(sm), common.fmt(sm / p, 2) if p
              else "-", pct(result["mfu"])],

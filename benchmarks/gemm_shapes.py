@@ -87,7 +87,7 @@ def main(argv):
         result["xla_vs_torch_min"], result["xla_vs_torch_max"] = min(ratios), max(ratios)
     if warning:
         result["warning"] = warning
-    common.write_json_atomic(FLAGS.json, result)
+    result = common.write_result(FLAGS.json, result, peer_python)
 
     def cell(flops):
         return "-" if flops is None else f"{flops / 1e9:.0f} ({100 * flops / peak:.0f}%)"

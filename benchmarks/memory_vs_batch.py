@@ -117,7 +117,7 @@ def main(argv):
         result["warning"] = warning
     if note:
         result["note"] = note
-    common.write_json_atomic(FLAGS.json, result)
+    result = common.write_result(FLAGS.json, result, peer_python)
     common.print_table(
         ["side", "batch", "GradCache chunk", "peak RSS MiB", "vs smallest plain",
          "RSS after load MiB", "sent/s", "median step s"],

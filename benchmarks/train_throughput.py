@@ -212,7 +212,7 @@ def main(argv):
     result["cpu_busy_before"] = busy
     if warning:
         result["warning"] = warning
-    common.write_json_atomic(FLAGS.json, result)
+    result = common.write_result(FLAGS.json, result, peer_python)
     print_summary(result)
     if warning:
         print(f"warning: {warning}")

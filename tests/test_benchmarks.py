@@ -123,3 +123,33 @@ def test_write_json_atomic(tmp_path):
     common.write_json_atomic(str(path), {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
     assert os.listdir(path.parent) == ["r.json"]  # no temporary file left behind
+
+
+def test_every_benchmark_result_carries_the_machine(tmp_path):
+    """Each benchmark writes its JSON through common.write_result: the machine description
+    (CPU model, cores, ISA flags, versions, oneDNN, date) goes with every figure."""
+    import glob
+
+    scripts = [p for p in glob.glob(os.path.join(common.BENCH_DIR, "*.py"))
+               if "--json" in open(p, encoding="utf-8").read()]
+    assert scripts
+    for path in scripts:
+        text = open(path, encoding="utf-8").read()
+        assert "common.write_result(FLAGS.json" in text, path
+        assert "write_json_atomic(FLAGS.json" not in text, path
+    out = tmp_path / "r.json"
+    common.write_result(str(out), {"ratio": 1.0})
+    machine = json.loads(out.read_text())["machine"]
+    assert machine["cores"] == os.cpu_count() and machine["tensorflow"]
+    assert isinstance(machine["isa_flags"], list) and isinstance(machine["onednn"], bool)
+    assert machine["date"].count("-") == 2
+
+
+def test_parse_cpuinfo_flags():
+    text = ("processor\t: 0\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
+            "flags\t\t: fpu sse avx2 fma avx512f avx512_bf16 avx512_vnni\n\n"
+            "processor\t: 1\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n")
+    model, flags = common.parse_cpuinfo(text)
+    assert model == "AMD EPYC 9R14 96-Core Processor"
+    assert flags == ["avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma"]
+    assert common.parse_cpuinfo("model name : X\nflags : sse2 avx2\n")[1] == ["avx2"]
