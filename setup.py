@@ -23,8 +23,9 @@ setup(
         "safetensors",
     ],
     extras_require={
-        # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing
-        "test": ["pytest", "matplotlib", "hypothesis"],
+        # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing;
+        # tokenizers: tokenizer.json of the Hugging Face exports, run by Hugging Face's library
+        "test": ["pytest", "matplotlib", "hypothesis", "tokenizers"],
         "plots": ["matplotlib"],
     },
 )

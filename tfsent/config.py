@@ -33,6 +33,8 @@ BASE_DEFAULTS = {
     "export_pooling": None,        # pooling of the exported model (None: = pooling)
     "max_seq_length": 32,          # training truncation length
     "eval_max_seq_length": 256,    # truncation for dev/test evaluation and the export
+    "export_formats": "saved_model",  # also write: sentence_transformers,huggingface,keras_hub
+                                   # (comma-separated; the SavedModel is always written)
     # Data.
     "train_data": "demo",          # demo | demo_nli | text file | NLI source | tfds:NAME
     "train_split": "train",        # split for NLI directories / TFDS
@@ -172,6 +174,10 @@ def validate(config):
     if not isinstance(config.max_grad_norm, (int, float)) or config.max_grad_norm < 0:
         raise ConfigError(f"max_grad_norm must be a number >= 0 (0: off), got "
                           f"{config.max_grad_norm!r}")
+    from tfsent import publish
+
+    if "sentence_transformers" in publish.export_formats(config.export_formats):
+        publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
     drop = config.get("encoder_dropout")
     if isinstance(drop, (int, float)) and not 0.0 <= drop < 1.0:
         raise ConfigError(f"encoder_dropout must be in [0, 1), got {drop}")

@@ -268,6 +268,13 @@ def run(method, config, output_dir):
                                  metadata={"method": method, "step": best_step or final_step},
                                  max_seq_length=config.eval_max_seq_length)
     metrics["export"] = export_path
+    if config.export_formats != "saved_model":  # issue #17: other ecosystems' formats
+        from tfsent.publish import export_run_formats
+
+        metrics["exports"] = export_run_formats(
+            encoder, output_dir, config.export_formats, pooling=export_pooling,
+            head=model.export_head, max_seq_length=config.eval_max_seq_length,
+            metadata={"method": method, "step": best_step or final_step})
     if model.export_head is None:  # a head on top has no place in an encoder directory
         encoder.pooling = export_pooling
         encoder.save_encoder_dir(os.path.join(output_dir, "encoder"))
