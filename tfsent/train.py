@@ -346,6 +346,13 @@ def finalize_run(r, nan_guard, guard):
                                  max_seq_length=config.eval_max_seq_length)
     metrics["export"] = export_path
     metrics["exported"] = exported
+    if config.export_formats != "saved_model":  # issue #17: other ecosystems' formats
+        from tfsent.publish import export_run_formats
+
+        metrics["exports"] = export_run_formats(
+            r.encoder, r.output_dir, config.export_formats, pooling=r.model.export_pooling,
+            head=head, max_seq_length=config.eval_max_seq_length,
+            metadata={"method": r.method, "step": export_step})
     if head is None:  # a head on top has no place in an encoder directory
         r.encoder.pooling = r.model.export_pooling
         r.encoder.save_encoder_dir(os.path.join(r.output_dir, "encoder"))
