@@ -46,6 +46,7 @@ def read_json(path):
 
 
 def unsupported_family_message(model_type):
+    """The error text for a model_type tfsent does not run."""
     return (f"model_type {model_type!r} is not supported; supported families: "
             f"{', '.join(FAMILIES)}")
 
@@ -278,6 +279,7 @@ class SafetensorsCheckpoint:
 
     @property
     def path(self):
+        """The file to name in errors about the checkpoint as a whole."""
         return (os.path.join(self.directory, SAFETENSORS_FILE) if self.where is None
                 else os.path.join(self.directory, SAFETENSORS_INDEX))
 
@@ -286,9 +288,11 @@ class SafetensorsCheckpoint:
         return self._files[key][1]
 
     def shape(self, name):
+        """Shape of tensor `name`, read from the header only."""
         return tuple(self._file(name).get_slice(name).get_shape())
 
     def get(self, name):
+        """Tensor `name` as a float32 array."""
         return np.asarray(self._file(name).get_tensor(name), np.float32)
 
     def base_prefix(self):
