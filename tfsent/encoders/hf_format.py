@@ -530,12 +530,42 @@ def read_sentence_transformers(directory):
                     "CLS or mean pooling); pass pooling= to override it", path=config_path)
         elif kind == "Normalize":
             out["normalize"] = True
+        elif kind == "Dense" and _is_bert_pooler_dense(sub, out):
+            out["pooling"] = "cls"  # CLS token + the checkpoint's own pooler: tfsent's `cls`
         else:
             raise InputError(f"module {module.get('type')!r} is not supported (tfsent runs "
-                             "Transformer, Pooling and Normalize modules)", path=path)
+                             "Transformer, Pooling and Normalize modules, and a Dense module "
+                             "that is the checkpoint's own BERT pooler after CLS pooling)",
+                             path=path)
     if "transformer_dir" not in out:
         raise InputError("no sentence_transformers.models.Transformer module", path=path)
     return out
+
+
+def _is_bert_pooler_dense(module_dir, settings):
+    """True when a sentence-transformers Dense module (after CLS-token pooling) is exactly
+    the transformer's pooler: tanh, square, and the same weights as `pooler.dense.*` of the
+    checkpoint (what tfsent's own export writes for `cls` pooling). Anything else is a head
+    tfsent's encoder does not run, so the caller refuses it."""
+    from safetensors.numpy import load_file
+
+    if settings.get("pooling") != "cls_before_pooler" or "transformer_dir" not in settings:
+        return False
+    config = read_json(os.path.join(module_dir, "config.json"))
+    if not str(config.get("activation_function", "")).endswith("Tanh"):
+        return False
+    dense_path = os.path.join(module_dir, "model.safetensors")
+    model_path = os.path.join(settings["transformer_dir"], "model.safetensors")
+    if not (os.path.exists(dense_path) and os.path.exists(model_path)):
+        return False
+    dense = load_file(dense_path)
+    model = load_file(model_path)
+    pooler = {name.rsplit("pooler.dense.", 1)[1]: value for name, value in model.items()
+              if "pooler.dense." in name}
+    return (set(pooler) == {"weight", "bias"} and "linear.weight" in dense
+            and dense["linear.weight"].shape == pooler["weight"].shape
+            and np.array_equal(dense["linear.weight"], pooler["weight"])
+            and np.array_equal(dense.get("linear.bias"), pooler["bias"]))
 
 
 # --------------------------------------------------------------------------------------
