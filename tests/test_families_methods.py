@@ -127,7 +127,7 @@ CLI_XLA = {("scd", "roberta")}
 
 @pytest.mark.parametrize("method,family", CLI_DIAGONAL)
 def test_cli_trains_a_family_checkpoint(method, family, hf_checkpoint_dirs, tmp_path):
-    from conftest import serve_in_fresh_process
+    from conftest import TINY_RUN_FLAGS, serve_in_fresh_process
 
     out = str(tmp_path / "run")
     extra = ["--config.extractor_layers=1", "--config.fusion_layers=1"] \
@@ -137,7 +137,8 @@ def test_cli_trains_a_family_checkpoint(method, family, hf_checkpoint_dirs, tmp_
     r = subprocess.run([sys.executable, "-m", "tfsent.train", f"--method={method}",
                         f"--config.encoder={hf_checkpoint_dirs[family]}", "--config.steps=3",
                         "--config.eval_every=3", "--config.batch_size=8",
-                        "--config.eval_max_seq_length=32", f"--output_dir={out}", *extra],
+                        "--config.eval_max_seq_length=32", f"--output_dir={out}",
+                        *TINY_RUN_FLAGS, *extra],
                        cwd=REPO, capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
