@@ -170,7 +170,7 @@ def check_model(python, workdir):
                      "sentences": sentences_file, "out": os.path.join(workdir, "orig.npy")})
         labels.append(("sentence_transformers", "original dir vs export", None))
     if jobs:
-        arrays, _ = run_peer(python, jobs, workdir, FLAGS.threads)
+        arrays, _ = run_peer(python, jobs, workdir, FLAGS.threads, peer_env.worker_env())
         st_export = arrays[[label[1] for label in labels].index("sentence_transformers")] if (
             "sentence_transformers" in FLAGS.formats) else None
         for (fmt, client, ref), got in zip(labels, arrays):
@@ -205,7 +205,7 @@ def check_run(python, workdir):
             rows.append(dict(compare(reference, got), format=fmt,
                              client="keras-hub TextEmbedder"))
     if jobs:
-        arrays, _ = run_peer(python, jobs, workdir, FLAGS.threads)
+        arrays, _ = run_peer(python, jobs, workdir, FLAGS.threads, peer_env.worker_env())
         for (fmt, client, ref), got in zip(labels, arrays):
             rows.append(dict(compare(ref, got), format=fmt, client=client))
     _print(rows, f"run {FLAGS.run} (SavedModel vs exports), {name} ({len(sentences)} "

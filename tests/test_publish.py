@@ -399,6 +399,17 @@ def test_failure_mid_write_leaves_nothing(tmp_path, encoder, monkeypatch):
     assert _nothing_written(tmp_path, "st")
 
 
+def test_run_exports_take_the_next_version(tmp_path, encoder):
+    """The training CLI's exports: OUTPUT_DIR/export_<format>/<version>, a second run into
+    the same directory adds a version (saved_model is the run's own, not written here)."""
+    first = publish.export_run_formats(encoder, str(tmp_path), "saved_model,huggingface",
+                                       pooling="mean", max_seq_length=16)
+    second = publish.export_run_formats(encoder, str(tmp_path), "huggingface")
+    assert first == {"huggingface": str(tmp_path / "export_huggingface" / "1")}
+    assert second == {"huggingface": str(tmp_path / "export_huggingface" / "2")}
+    assert sorted(os.listdir(tmp_path)) == ["export_huggingface"]
+
+
 def test_config_field_checked_early():
     from tfsent.config import build_config
 

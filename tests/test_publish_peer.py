@@ -44,7 +44,8 @@ def peer_python():
     if python and os.path.exists(python):
         return python
     message = ("needs the PyTorch peer venv (sentence-transformers, transformers): build it "
-               "with `python benchmarks/peer_env.py` or set TFSENT_PEER_PYTHON")
+               "with `python benchmarks/peer_env.py --peer_profile=clients` (a few minutes, "
+               "once) or point TFSENT_PEER_PYTHON at one")
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message + " -- in CI, .ci/run builds it, so its absence is a failure")
     pytest.skip(message)
@@ -126,10 +127,11 @@ def test_clsr_run_export_without_torch(clsr_run):
 
 
 @pytest.fixture(scope="module")
-def peer(tmp_path_factory, sentences, clsr_run):
+def peer(request, tmp_path_factory, sentences):
     """Every export checked against the real clients, in one peer process:
     {case: (tfsent's embeddings, the client's, the client's loading report)}."""
-    python = peer_python()
+    python = peer_python()  # skip / fail before building anything
+    clsr_run = request.getfixturevalue("clsr_run")
     work = str(tmp_path_factory.mktemp("peer"))
     cases, jobs = {}, []
 

@@ -218,25 +218,26 @@ def _export_from_flags():
     from tfsent.encoders import load_encoder
 
     FLAGS = flags.FLAGS
-    if FLAGS.format != "saved_model":  # refuse before loading what can be refused
+    # Refuse what can be refused before loading the model.
+    if FLAGS.format == "saved_model" and FLAGS.normalize:
+        raise ConfigError("--normalize applies to the other formats: a SavedModel serves "
+                          "both `embedding` and `embedding_normalized`")
+    if FLAGS.format != "saved_model":
         from tfsent import publish
 
+        if FLAGS.jit_compile:
+            raise ConfigError("--jit_compile applies to --format=saved_model only")
         publish.check_export_target(FLAGS.export_dir)
         if FLAGS.format == "sentence_transformers":
             publish.check_sentence_transformers_pooling(FLAGS.pooling)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
     if FLAGS.format == "saved_model":
-        if FLAGS.normalize:
-            raise ConfigError("--normalize applies to the other formats: a SavedModel "
-                              "serves both `embedding` and `embedding_normalized`")
         path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
                               metadata={"model": FLAGS.model}, jit_compile=FLAGS.jit_compile)
     else:
         from tfsent.publish import export_encoder_as
 
-        if FLAGS.jit_compile:
-            raise ConfigError("--jit_compile applies to --format=saved_model only")
         path = export_encoder_as(encoder, FLAGS.export_dir, FLAGS.format,
                                  pooling=FLAGS.pooling, normalize=FLAGS.normalize,
                                  metadata={"model": FLAGS.model})

@@ -349,6 +349,9 @@ def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
         if family != "xlm-roberta":
             raise ConfigError(f"a SentencePiece tokenizer does not belong to a {family} model")
         tokenizer.save_files(directory)
+        logging.warning("XLM-R export: sentencepiece.bpe.model without a tokenizer.json; "
+                        "transformers builds the tokenizer from it, which needs the "
+                        "`sentencepiece` and `protobuf` packages where the model is loaded")
         specials = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
                     "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
                     "mask_token": "<mask>"}
@@ -555,7 +558,7 @@ def _keras_hub_tokenizer(tokenizer, family):
     return cls(proto=bytes(tokenizer.model))
 
 
-def _write_keras_hub(encoder, directory, pooling, head, normalize, max_seq_length):
+def _write_keras_hub(encoder, directory, pooling, normalize, max_seq_length):
     import keras_hub
 
     backbone = encoder.backbone
@@ -651,7 +654,7 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
             _write_transformer(encoder, tmp, family, length)
             details = {"embedding_dim": int(encoder.backbone.hidden_dim)}
         else:
-            details = _write_keras_hub(encoder, tmp, pooling, head, normalize, length)
+            details = _write_keras_hub(encoder, tmp, pooling, normalize, length)
         info = {"format": format, "family": family, "pooling": pooling,
                 "normalize": bool(normalize), "max_seq_length": int(length),
                 "activation": encoder.activation,
