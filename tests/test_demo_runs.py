@@ -84,7 +84,7 @@ SHORT_RUNS = {  # every method on its demo defaults, shortened for CI (one dev e
     "simcse_sup": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
     "supcon": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
     "scd": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
-    "clsr": ["--config.steps=100", "--config.eval_every=100"],
+    "clsr": ["--config.steps=100", "--config.eval_every=100", "--config.first_eval_step=0"],
     "consert": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
     "consert_joint": ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"],
 }

@@ -132,7 +132,7 @@ def test_sigkill_then_rerun_resumes(tmp_path, tiny_encoder_dir):
 
 def test_cli_errors_are_clear(tmp_path):
     bad = [("--method=nope", "unknown method"),
-           ("--config.batch_size=-3", "batch_size must be > 0"),
+           ("--config.batch_size=-3", "batch_size must be an integer >= 1"),
            ("--config.train_data=/does/not/exist.txt", "/does/not/exist.txt"),
            ("--config.no_such_field=1", "unknown field")]
     for arg, message in bad:

@@ -206,7 +206,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     try:
-        _export_from_flags()
+        print(_export_from_flags())
     except TfsentError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -243,7 +243,7 @@ def _export_from_flags():
                                  metadata={"model": FLAGS.model})
     logging.info("exported %s (pooling %s) as %s to %s", FLAGS.model, FLAGS.pooling,
                  FLAGS.format, path)
-    print(path)
+    return path
 
 
 def _define_flags():

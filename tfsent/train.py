@@ -177,7 +177,9 @@ def run(method, config, output_dir):
     build_run(r)
     restore_run(r)
     guards = fit_run(r)
-    return finalize_run(r, *guards)
+    metrics = finalize_run(r, *guards)
+    print(f"export: {metrics['export']}")
+    return metrics
 
 
 def resolve_run(r):
@@ -372,7 +374,6 @@ def finalize_run(r, nan_guard, guard):
     score = exported["score"]
     logging.info("exported the %s (dev spearman %s, step %s): %s", exported["which"],
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
-    print(f"export: {export_path}")
     return metrics
 
 
