@@ -178,7 +178,8 @@ def run(method, config, output_dir):
     restore_run(r)
     guards = fit_run(r)
     metrics = finalize_run(r, *guards)
-    print(f"export: {metrics['export']}")
+    if "export" in metrics:  # the chief (other workers of a multi-worker run export nothing)
+        print(f"export: {metrics['export']}")
     return metrics
 
 
