@@ -233,3 +233,91 @@ def test_cli_on_a_tiny_encoder_writes_triplets_training_reads(tmp_path, tiny_enc
     assert [t[:2] for t in triplets[::2]] == pairs
     for anchor, positive, negative in triplets:
         assert negative in corpus and negative not in (anchor, positive)
+
+
+# -- simcse_sup with several hard negatives per anchor (n-tuple rows) ------------------------
+def _info_nce_reference(z1, z2, z3, temperature, weight):
+    """SimCSE's InfoNCE with N hard negatives per anchor, in float64 NumPy loops."""
+    def unit(x):
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    z1, z2, z3 = (unit(np.asarray(z, np.float64)) for z in (z1, z2, z3))
+    per = len(z3) // len(z1)
+    total = 0.0
+    for i in range(len(z1)):
+        logits = [z1[i] @ z2[j] / temperature for j in range(len(z2))]
+        logits += [z1[i] @ z3[j] / temperature + (weight if j // per == i else 0.0)
+                   for j in range(len(z3))]
+        total += -(logits[i] - np.log(np.sum(np.exp(logits))))
+    return total / len(z1)
+
+
+@pytest.mark.parametrize("negatives,weight", [(1, 0.0), (3, 0.0), (3, 0.7), (1, 0.7)])
+def test_info_nce_with_several_hard_negatives_matches_numpy(negatives, weight):
+    from tfsent import losses
+
+    rng = np.random.default_rng(negatives)
+    z1, z2 = rng.normal(size=(5, 6)), rng.normal(size=(5, 6))
+    z3 = rng.normal(size=(5 * negatives, 6))
+    got = float(losses.info_nce(z1.astype(np.float32), z2.astype(np.float32),
+                                z3.astype(np.float32), 0.1, weight))
+    np.testing.assert_allclose(got, _info_nce_reference(z1, z2, z3, 0.1, weight), rtol=1e-5)
+
+
+N_TUPLES = [("the cat sits on the mat", "a cat sits", "a dog runs", "the car is red"),
+            ("a man plays the guitar", "a man plays music", "a woman reads", "the tree"),
+            ("the dog swims in the water", "a dog swims", "a cat sleeps", "a big house"),
+            ("a child eats food", "the child eats", "a man rides a bike", "blue water")]
+
+
+def test_n_tuple_file_reads_and_batches_anchor_major(tmp_path):
+    from conftest import TINY_VOCAB
+    from tfsent.data import pipelines, readers
+    from tfsent.encoders import SentenceTokenizer
+
+    path = tmp_path / "tuples.tsv"
+    path.write_text("".join("\t".join(row) + "\n" for row in N_TUPLES))
+    rows = readers.read_triplets_tsv(str(path))
+    assert rows == N_TUPLES
+    tokenizer = SentenceTokenizer(TINY_VOCAB, True, True, 8)
+    batch = next(iter(pipelines.triplet_dataset(rows, tokenizer, 4, shuffle=False)))
+    flat = [neg for row in N_TUPLES for neg in row[2:]]
+    assert batch["negative"]["token_ids"].shape == (8, 8)
+    np.testing.assert_array_equal(batch["negative"]["token_ids"],
+                                  tokenizer(flat)["token_ids"])
+    path.write_text("".join("\t".join(row) + "\n" for row in N_TUPLES) + "a\tb\tc\n")
+    with pytest.raises(InputError, match=r"tuples.tsv, line 5: expected 4 non-empty .*"
+                                         r"2 negatives, as in the first row"):
+        readers.read_triplets_tsv(str(path))
+
+
+def test_simcse_sup_loss_and_grad_cache_with_several_negatives():
+    from conftest import TINY_VOCAB
+    from test_grad_cache import _compare
+    from tfsent.data import pipelines
+    from tfsent.methods import SimCSE
+    from tfsent.testing import tiny_encoder
+
+    encoder = tiny_encoder(TINY_VOCAB, dropout=0.0)
+    model = SimCSE(encoder, supervised=True, hard_negative_weight=0.5)
+    batch = next(iter(pipelines.triplet_dataset(N_TUPLES, encoder.tokenizer, 4,
+                                                shuffle=False)))
+    loss, _ = model.compute_losses(batch, training=False)
+    z = {k: model.embed(batch[k], False).numpy() for k in ("anchor", "positive", "negative")}
+    assert z["negative"].shape[0] == 8
+    expected = _info_nce_reference(z["anchor"], z["positive"], z["negative"], 0.05, 0.5)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-4)
+    _compare(model, batch, chunk=3)  # GradCache chunks parts of 4 and 8 rows alike
+
+
+def test_simcse_sup_fits_raw_n_tuples():
+    from conftest import TINY_VOCAB
+    from tfsent.methods import SimCSE
+    from tfsent.testing import tiny_encoder
+
+    model = SimCSE(tiny_encoder(TINY_VOCAB), supervised=True)
+    model.compile(optimizer="adam")
+    history = model.fit(N_TUPLES * 2, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    with pytest.raises(InputError, match=r"x\[1\]"):
+        model.fit([N_TUPLES[0], N_TUPLES[1][:3]] * 4, batch_size=4, verbose=0)
