@@ -310,14 +310,45 @@ def test_simcse_sup_loss_and_grad_cache_with_several_negatives():
     _compare(model, batch, chunk=3)  # GradCache chunks parts of 4 and 8 rows alike
 
 
-def test_simcse_sup_fits_raw_n_tuples():
+def test_simcse_sup_on_n_tuples_two_replicas_match_one():
+    """fit on raw n-tuples (2 negatives per anchor), one SGD step on a global batch of 4:
+    2 replicas x 2 anchors (x 2 negatives each) == 1 replica x 4 in the loss and every
+    weight, so the negatives gathered across replicas stay with their anchors."""
+    import keras
+    import tensorflow as tf
+
     from conftest import TINY_VOCAB
     from tfsent.methods import SimCSE
     from tfsent.testing import tiny_encoder
 
-    model = SimCSE(tiny_encoder(TINY_VOCAB), supervised=True)
-    model.compile(optimizer="adam")
-    history = model.fit(N_TUPLES * 2, batch_size=4, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"]).all()
+    def build(strategy, weights=None):
+        with strategy.scope():
+            model = SimCSE(tiny_encoder(TINY_VOCAB, dropout=0.0, num_layers=1),
+                           supervised=True, hard_negative_weight=0.3)
+            model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+            model.optimizer.build(model.trainable_variables)
+        for v, w in zip(model.weights, weights or []):
+            v.assign(w)
+        return model
+
+    single = build(tf.distribute.get_strategy())
+    init = [v.numpy() for v in single.weights]
+    h1 = single.fit(N_TUPLES, batch_size=4, shuffle=False, verbose=0).history
+    mirrored = build(tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()), init)
+    assert mirrored.distribute_strategy.num_replicas_in_sync == 2
+    h2 = mirrored.fit(N_TUPLES, batch_size=4, shuffle=False, verbose=0).history
+    np.testing.assert_allclose(h1["loss"], h2["loss"], rtol=1e-5)
+    assert any(not np.allclose(v.numpy(), w) for v, w in zip(single.weights, init))
+    for a, b in zip(single.weights, mirrored.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
     with pytest.raises(InputError, match=r"x\[1\]"):
-        model.fit([N_TUPLES[0], N_TUPLES[1][:3]] * 4, batch_size=4, verbose=0)
+        single.fit([N_TUPLES[0], N_TUPLES[1][:3]] * 4, batch_size=4, verbose=0)
+
+
+def test_pair_cosines_in_chunks():
+    rng = np.random.default_rng(1)
+    unit = mine.l2_normalize_rows(rng.normal(size=(10, 4)))
+    left, right = rng.integers(0, 10, 23), rng.integers(0, 10, 23)
+    np.testing.assert_allclose(mine.pair_cosines(unit, left, right, chunk=5),
+                               np.sum(unit[left] * unit[right], axis=1), rtol=1e-6)

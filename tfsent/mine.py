@@ -114,6 +114,17 @@ def top_k_cosine(queries, candidates, k, exclude=None, query_chunk=256,
     return scores, indices
 
 
+def pair_cosines(unit_embeddings, left, right, chunk=65536):
+    """cos(e[left[r]], e[right[r]]) per row r of unit-norm embeddings, `chunk` rows at a
+    time (no copy of all the pairs' embeddings at once)."""
+    out = np.zeros(len(left), np.float32)
+    for start in range(0, len(left), chunk):
+        a = unit_embeddings[left[start:start + chunk]]
+        b = unit_embeddings[right[start:start + chunk]]
+        out[start:start + chunk] = np.einsum("ij,ij->i", a, b)
+    return out
+
+
 def negative_filters(scores, indices, positive_scores, range_min=0, range_max=None,
                      max_score=None, margin=None, relative_margin=None):
     """Which ranked candidates each filter removes.
@@ -294,9 +305,9 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
     logging.info("mining: %d pairs, %d distinct anchors, %d candidates, %d texts to embed, "
                  "top %d per anchor", num_rows, len(problem.unique_anchors),
                  problem.num_candidates, len(problem.texts), depth)
-    embeddings = encoder.encode(problem.texts, batch_size=batch_size, normalize=True,
-                                verbose=verbose)
-    embeddings = l2_normalize_rows(embeddings)
+    embeddings = np.asarray(encoder.encode(problem.texts, batch_size=batch_size,
+                                           normalize=True, verbose=verbose), np.float32)
+    embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     bar = None
     if verbose:
         import keras
@@ -306,8 +317,7 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
         embeddings[problem.unique_anchors], embeddings[:problem.num_candidates], depth,
         exclude=problem.exclude, query_chunk=query_chunk, candidate_chunk=candidate_chunk,
         on_chunk=None if bar is None else bar.add)
-    positive_scores = np.sum(embeddings[problem.anchor_ids] * embeddings[problem.positive_ids],
-                             axis=1)
+    positive_scores = pair_cosines(embeddings, problem.anchor_ids, problem.positive_ids)
     row_scores, row_indices = scores[problem.row_anchor], indices[problem.row_anchor]
     masks = negative_filters(row_scores, row_indices, positive_scores, range_min, range_max,
                              max_score, margin, relative_margin)
