@@ -254,8 +254,8 @@ def check_options(num_negatives, range_min, range_max, max_score, margin, relati
 
 
 def check_available(problem, num_negatives, range_min, candidates_source):
-    """Raises ConfigError when `num_negatives` is more than some anchor of `problem` can
-    ever get (see `MiningProblem.max_negatives`)."""
+    """Raises ConfigError when `num_negatives` is more than any anchor of `problem` can
+    get (see `MiningProblem.max_negatives`)."""
     available = problem.max_negatives(range_min)
     if num_negatives > available:
         raise ConfigError(
@@ -377,6 +377,9 @@ def _mine_from_flags():
         raise ConfigError("--out is required (where to write the mined rows)")
     check_options(FLAGS.num_negatives, FLAGS.range_min, FLAGS.range_max, FLAGS.max_score,
                   FLAGS.margin, FLAGS.relative_margin, FLAGS.output_format)
+    for name in ("query_chunk", "candidate_chunk", "batch_size"):
+        if FLAGS[name].value < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {FLAGS[name].value}")
     out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
     if not os.path.isdir(out_dir):
         raise InputError("the directory of --out does not exist", path=out_dir)
