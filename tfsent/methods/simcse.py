@@ -77,9 +77,10 @@ class SimCSE(SentenceMethod):
             # N negatives per anchor travel as one (B, N * H) row each, so the gathered
             # rows stay anchor-major across replicas.
             width = z3.shape[-1]
-            z1, z2, z3 = gather_with_local_grad(
-                z1, z2, tf.reshape(z3, [tf.shape(z1)[0], _negatives_per_anchor(z1, z3) * width]))
-            z3 = tf.reshape(z3, [-1, width])
+            rows = tf.reshape(z3, [z1.shape[0] or tf.shape(z1)[0],
+                                   _negatives_per_anchor(z1, z3) * width])
+            z1, z2, rows = gather_with_local_grad(z1, z2, rows)
+            z3 = tf.reshape(rows, [-1, width])
         return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
 
     def compute_losses(self, batch, training=True):
