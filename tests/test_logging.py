@@ -7,7 +7,8 @@ from conftest import REPO
 
 # The CLI entry points print their result (tests and scripts read it from stdout).
 PRINT_ALLOWED = {("tfsent/train.py", "main"), ("tfsent/evaluate.py", "main"),
-                 ("tfsent/export.py", "main"), ("tfsent/train.py", "run")}
+                 ("tfsent/export.py", "main"), ("tfsent/train.py", "run"),
+                 ("tfsent/mine.py", "main")}
 
 
 def _package_files():

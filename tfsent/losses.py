@@ -19,16 +19,21 @@ def cosine_matrix(a, b):
 def info_nce(z1, z2, z3=None, temperature=0.05, hard_negative_weight=0.0):
     """SimCSE's InfoNCE, one direction (z1 anchors), mean over anchors.
 
-    logits[i, j] = cos(z1_i, z2_j) / tau (B x B); with hard negatives z3 the matrix gains
-    cos(z1_i, z3_j) / tau (B x 2B), and `hard_negative_weight` w adds w to the logit of
-    each anchor's own hard negative (SimCSE's `hard_negative_weight`, 0 in the paper).
+    logits[i, j] = cos(z1_i, z2_j) / tau (B x B); with hard negatives z3 (B * N, H), N per
+    anchor, anchor-major (row i * N + k is anchor i's k-th), the matrix gains
+    cos(z1_i, z3_j) / tau for all B * N of them (B x B(1 + N)): every anchor's denominator
+    has every hard negative of the batch. `hard_negative_weight` w adds w to the logits of
+    each anchor's own hard negatives (SimCSE's `hard_negative_weight`, 0 in the paper).
     Labels are the diagonal. Returns a scalar float32.
     """
     logits = cosine_matrix(z1, z2) / temperature
     if z3 is not None:
         neg = cosine_matrix(z1, z3) / temperature
         if hard_negative_weight:
-            neg += hard_negative_weight * tf.eye(tf.shape(neg)[0], tf.shape(neg)[1])
+            per_anchor = tf.shape(z3)[0] // tf.shape(z1)[0]
+            owner = tf.range(tf.shape(z3)[0]) // per_anchor
+            own = tf.equal(owner[None, :], tf.range(tf.shape(z1)[0])[:, None])
+            neg += hard_negative_weight * tf.cast(own, tf.float32)
         logits = tf.concat([logits, neg], axis=1)
     labels = tf.range(tf.shape(z1)[0])
     return tf.reduce_mean(

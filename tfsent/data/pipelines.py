@@ -54,12 +54,22 @@ def sentence_dataset(sentences, tokenizer, batch_size, seed=0, shuffle=True, rep
 
 def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
                     skip_batches=0):
-    """(anchor, positive, negative) strings -> `{"anchor": f, "positive": f, "negative": f}`."""
+    """(anchor, positive, negative) strings -> `{"anchor": f, "positive": f, "negative": f}`.
+
+    Rows (anchor, positive, neg1..negN) of one width N + 2 give N hard negatives per
+    anchor: "negative" then holds batch * N rows, anchor-major (row i * N + j is the j-th
+    negative of anchor i).
+    """
     _check_batch(len(triplets), batch_size, "the NLI triplets")
     columns = [list(c) for c in zip(*triplets)]
     ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
-    ds = ds.map(lambda a, p, n: {"anchor": tokenizer(a), "positive": tokenizer(p),
-                                 "negative": tokenizer(n)}, num_parallel_calls=AUTOTUNE)
+
+    def tokenize(anchor, positive, *negatives):
+        flat = tf.reshape(tf.stack(negatives, axis=1), [-1])  # (B * N,), anchor-major
+        return {"anchor": tokenizer(anchor), "positive": tokenizer(positive),
+                "negative": tokenizer(flat)}
+
+    ds = ds.map(tokenize, num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE)
 
 

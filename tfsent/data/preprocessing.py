@@ -7,6 +7,7 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
   sentences        a list of strings                          -> token features
   sentences_mlm    a list of strings                          -> token features + MLM masks
   triplets         (anchor, positive, negative) string tuples -> {"anchor", "positive", "negative"}
+                   (or (anchor, positive, neg1..negN): N hard negatives per anchor)
   nli_pairs        (premise, hypothesis, label) tuples, label in entailment / neutral /
                    contradiction (or 0 / 1 / 2)               -> premise-grouped NLI batches
   embedding_pairs  (sentence_a, sentence_b) positive pairs    -> the frozen encoder's
@@ -81,7 +82,9 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         return pipelines.sentence_dataset(rows, tokenizer, batch_size, seed, shuffle=shuffle,
                                           repeat=False, mlm_mask_rate=rate)
     if kind == "triplets":
-        _check_rows(rows, 3, "expected (anchor, positive, negative) strings", argument)
+        width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
+        _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "
+                    "(anchor, positive, neg1..negN) all of the first row's width", argument)
         return pipelines.triplet_dataset(rows, tokenizer, batch_size, seed, shuffle=shuffle,
                                          repeat=False)
     if kind == "nli_pairs":

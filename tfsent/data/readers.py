@@ -80,10 +80,27 @@ def read_tsv_rows(path, names):
 
 
 def read_triplets_tsv(path):
-    """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples."""
-    triplets = read_tsv_rows(path, ("premise", "entailment", "contradiction"))
-    logging.info("read %d NLI triplets from %s", len(triplets), path)
-    return triplets
+    """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples; also
+    n-tuples `anchor<TAB>positive<TAB>neg1<TAB>...<TAB>negN` (as `tfsent.mine
+    --output_format=n-tuple` writes them): every row has the first row's width, N >= 1."""
+    rows = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = [" ".join(c.split()) for c in line.split("\t")]
+        width = len(rows[0]) if rows else max(3, len(cols))
+        if len(cols) != width or not all(cols):
+            what = ("premise, entailment, contradiction" if width == 3 else
+                    f"anchor, positive, {width - 2} negatives, as in the first row")
+            raise InputError(f"expected {width} non-empty tab-separated columns ({what}), "
+                             f"found {len(cols)}", path=path, line=number)
+        rows.append(tuple(cols))
+    if rows and len(rows[0]) > 3:
+        logging.info("read %d (anchor, positive, %d hard negatives) rows from %s", len(rows),
+                     len(rows[0]) - 2, path)
+    else:
+        logging.info("read %d NLI triplets from %s", len(rows), path)
+    return rows
 
 
 def read_nli_pairs_senteval(directory, split):

@@ -178,7 +178,12 @@ class SentenceMethod(keras.Model):
         if any(k != kwargs for _, k in parts):
             return [self.embed(f, training, **k) for f, k in parts]
         z = self.embed(concat_features([f for f, _ in parts]), training, **kwargs)
-        return tf.split(z, len(parts), axis=0)
+        rows = [f["token_ids"].shape[0] for f, _ in parts]
+        if len(set(rows)) == 1:
+            return tf.split(z, len(parts), axis=0)
+        if None in rows:  # parts of different sizes (N hard negatives per anchor)
+            rows = tf.stack([tf.shape(f["token_ids"])[0] for f, _ in parts])
+        return tf.split(z, rows, axis=0, num=len(parts))
 
     def compile(self, optimizer="adamw", loss=None, loss_weights=None, metrics=None,
                 weighted_metrics=None, **kwargs):

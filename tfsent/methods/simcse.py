@@ -1,5 +1,7 @@
 """SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
 
+import tensorflow as tf
+
 from tfsent import checks, losses
 from tfsent.distribute import gather_with_local_grad
 from tfsent.encoders.model import resolve_dropout_rates
@@ -13,7 +15,10 @@ class SimCSE(SentenceMethod):
     sentence goes through the encoder twice in training mode (one pass over the batch
     stacked twice), dropout being the only augmentation; z1 anchors, z2 positives.
     Supervised: batches are `{"anchor", "positive", "negative"}` feature dicts (premise,
-    entailment, contradiction); contradictions are hard negatives (B x 2B logits).
+    entailment, contradiction); contradictions are hard negatives (B x 2B logits). With
+    N hard negatives per anchor ("negative" holds B * N rows, anchor-major, e.g. from
+    `tfsent.mine --output_format=n-tuple`) every anchor's denominator has all B * N of
+    them (B x B(1 + N) logits).
     Embeddings are gathered from all replicas, so negatives are global-batch.
 
     The paper trains with `cls` pooling (MLP on [CLS]) and exports `cls_before_pooler`
@@ -69,7 +74,13 @@ class SimCSE(SentenceMethod):
         if z3 is None:
             z1, z2 = gather_with_local_grad(z1, z2)
         else:
-            z1, z2, z3 = gather_with_local_grad(z1, z2, z3)
+            # N negatives per anchor travel as one (B, N * H) row each, so the gathered
+            # rows stay anchor-major across replicas.
+            width = z3.shape[-1]
+            rows = tf.reshape(z3, [z1.shape[0] or tf.shape(z1)[0],
+                                   _negatives_per_anchor(z1, z3) * width])
+            z1, z2, rows = gather_with_local_grad(z1, z2, rows)
+            z3 = tf.reshape(rows, [-1, width])
         return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
 
     def compute_losses(self, batch, training=True):
@@ -81,3 +92,10 @@ class SimCSE(SentenceMethod):
                        "hard_negative_weight": self.hard_negative_weight,
                        "dropout": self.dropout})
         return config
+
+
+def _negatives_per_anchor(z1, z3):
+    """N, the hard negatives per anchor: rows of z3 over rows of z1 (static when known)."""
+    if z1.shape[0] is not None and z3.shape[0] is not None:
+        return z3.shape[0] // z1.shape[0]
+    return tf.shape(z3)[0] // tf.shape(z1)[0]
