@@ -75,6 +75,15 @@ def test_ids_equal_hugging_face(family, hf_checkpoint_dirs, tokenizers_by_family
     assert any(len(ids) == MAX_LEN for ids in ours)  # truncation was exercised
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_of_only_empty_strings(family, hf_checkpoint_dirs, tokenizers_by_family):
+    """A batch with no text at all (no word to merge or look up) still gives each row the
+    family's special tokens, as Hugging Face does (RoBERTa's byte-level BPE once failed)."""
+    reference = hf_tokenizer(hf_checkpoint_dirs[family])
+    want = reference("", truncation=True, max_length=MAX_LEN)["input_ids"]
+    assert _tfsent_ids(tokenizers_by_family[family], [b"", b""], graph=False) == [want, want]
+
+
 def test_xlmr_equals_sentencepiece_library(hf_checkpoint_dirs, tokenizers_by_family):
     """Against the sentencepiece library with fairseq's id layout (what Hugging Face's slow
     XLMRobertaTokenizer computes): identical everywhere, U+0085 included."""

@@ -405,7 +405,8 @@ class ByteBPETokenizer(_InGraphTokenizer):
         words = self.pre_tokenize(strings)
         unique, index = tf.unique(words.flat_values)
         raw = tf.strings.bytes_split(unique)
-        codes = tf.io.decode_raw(raw.flat_values, tf.uint8)[:, 0]
+        # fixed_length: (N, 1) even when N == 0 (a batch of only empty strings)
+        codes = tf.io.decode_raw(raw.flat_values, tf.uint8, fixed_length=1)[:, 0]
         symbols = raw.with_flat_values(tf.gather(self._byte_chars, tf.cast(codes, tf.int32)))
         ids = self._token_ids.lookup(self._bpe(symbols))
         per_word = tf.gather(ids, index)
