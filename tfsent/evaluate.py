@@ -11,6 +11,16 @@ SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, and the groups `sts` and 
 Prints a table like the papers' (with Avg.) and writes JSON mapping each task to an object
 whose "spearman" (x100) or "acc" is the reported figure.
 
+Smaller and quantized embeddings (same tasks, one table each, and in the JSON each task
+gets an object per variant with its "spearman"/"acc" and its "retention", the percentage of
+the full float figure it keeps):
+  --truncate_dim=64              evaluate the first 64 dimensions only (truncated before
+                                 normalisation: a Matryoshka model)
+  --dims=384,128,64,32           one row per size (the JSON's main figure is the first size)
+  --quantize=int8,binary         also the int8 codes (cosine on the codes; ranges from
+                                 --calibration_file, or the ones stored in an export made
+                                 with --quantize=int8) and the packed sign bits (Hamming)
+
 `--plots_dir` (needs the `plots` extra, matplotlib) writes PNGs: per STS task a scatter
 of gold score vs cosine (`sts_TASK.png`, one panel per model), a histogram of the cosines
 of random sentence pairs (`random_pair_cosines.png`), and the alignment/uniformity plane
@@ -23,6 +33,8 @@ import os
 import sys
 
 from absl import app, flags, logging
+
+from tfsent.errors import ConfigError
 
 
 def load_any(model, pooling="mean", max_seq_length=512):
@@ -65,6 +77,133 @@ class MemoEncoder:
             import numpy as np
             emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         return emb
+
+
+class TransformedEncoder:
+    """The `encode` of another encoder's float embeddings passed through `transform`
+    (array -> array): truncation, quantization."""
+
+    def __init__(self, base, transform):
+        self.base = base
+        self.transform = transform
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None):
+        """`transform` of the base encoder's unnormalised embeddings."""
+        emb = self.base.encode(sentences, batch_size=batch_size, normalize=False,
+                               max_seq_length=max_seq_length)
+        return self.transform(emb)
+
+
+class ServedQuantizedEncoder:
+    """`encode` returning an export's own quantized codes as float vectors whose cosine is
+    the quantized similarity (int8 codes as numbers, binary bits as +-1)."""
+
+    def __init__(self, saved_model_encoder, quantization):
+        self.model = saved_model_encoder
+        self.quantization = quantization
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None):
+        """Float (N, D) vectors of the export's `embedding_<quantization>` codes."""
+        import numpy as np
+
+        from tfsent.quantize import binary_as_signs
+
+        del normalize, max_seq_length
+        codes = self.model.encode_quantized(sentences, self.quantization, batch_size)
+        if self.quantization == "binary":
+            return binary_as_signs(codes, self.model.embedding_dim)
+        return codes.astype(np.float32)
+
+
+def variants(memo, dims=(None,), quantizations=(), calibration=None):
+    """{label: encoder} of `memo`'s embeddings at each size in `dims` (None: the full
+    width) and each quantization ("" label suffix: float). Labels: "float", "int8",
+    "dim_64", "dim_64/int8", ... `calibration` is a list of sentences for int8 ranges;
+    None uses the ranges stored in an exported SavedModel (memo.encoder)."""
+    from tfsent import quantize
+    from tfsent.export import SavedModelEncoder
+
+    out = {}
+    for dim in dims:
+        def cut(emb, dim=dim):
+            return emb if dim is None else emb[:, :dim]
+
+        prefix = "" if dim is None else f"dim_{dim}"
+        out[prefix or "float"] = TransformedEncoder(memo, cut)
+        for q in quantizations:
+            label = f"{prefix}/{q}" if prefix else q
+            if q == "int8" and calibration is None:
+                if not isinstance(memo.encoder, SavedModelEncoder) or \
+                        "int8" not in memo.encoder.quantized_outputs:
+                    raise ConfigError("--quantize=int8 needs --calibration_file (or an export "
+                                      "made with --quantize=int8, whose ranges are used)")
+                if dim is not None:
+                    raise ConfigError("an export's int8 ranges are for its full width; give "
+                                      "--calibration_file to evaluate int8 at other sizes")
+                out[label] = ServedQuantizedEncoder(memo.encoder, "int8")
+                continue
+            ranges = None
+            if q == "int8":
+                ranges = quantize.calibrate_int8(cut(memo(calibration)))
+
+            def quantized(emb, q=q, ranges=ranges, cut=cut):
+                return quantize.quantized_for_similarity(cut(emb), q, ranges)
+
+            out[label] = TransformedEncoder(memo, quantized)
+    return out
+
+
+def _float_label(label):
+    """The float variant a quantized one is compared with: "dim_64/int8" -> "dim_64",
+    "int8" -> "float"; a float variant is its own."""
+    from tfsent.quantize import QUANTIZATIONS
+
+    if "/" in label:
+        return label.split("/")[0]
+    return "float" if label in QUANTIZATIONS else label
+
+
+def with_retention(results_by_variant):
+    """{variant: {task: result}} -> {task: {**the first variant's result, variant: {its
+    result, "retention"}}}; retention is 100 x the variant's figure over the figure of
+    the float variant of the same size (100 for a float variant)."""
+    from tfsent.evaluation import score
+
+    labels = list(results_by_variant)
+    merged = {}
+    for task, result in results_by_variant[labels[0]].items():
+        merged[task] = dict(result)
+        for label in labels:
+            res = dict(results_by_variant[label][task])
+            base = score(results_by_variant[_float_label(label)][task])
+            res["retention"] = 100.0 * score(res) / base if base else float("nan")
+            merged[task][label] = res
+    return merged
+
+
+def variant_table(results_by_variant):
+    """Text table, one row per variant: each task's figure and the Avg.; a quantized row
+    is followed by its retention (% of the float row of the same size)."""
+    import math
+
+    from tfsent.evaluation import score, short_name
+
+    labels = list(results_by_variant)
+    tasks = list(results_by_variant[labels[0]])
+    rows = [["", *(short_name(t) for t in tasks), "Avg."]]
+    for label in labels:
+        figures = [score(results_by_variant[label][t]) for t in tasks]
+        rows.append([label, *figures, sum(figures) / len(figures)])
+        if _float_label(label) != label:
+            base = [score(results_by_variant[_float_label(label)][t]) for t in tasks]
+            kept = [100.0 * f / b if b else float("nan") for f, b in zip(figures, base)]
+            rows.append(["  retention %", *kept, 100.0 * sum(figures) / sum(base)])
+    text = [[c if isinstance(c, str) else ("nan" if math.isnan(c) else f"{c:.2f}")
+             for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(text[0]))]
+    return "\n".join(" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(row, widths)))
+                      for row in text)
 
 
 def write_plots(encode_fns, data_dir, tasks, plots_dir, n_random_pairs=2000):
@@ -153,6 +292,7 @@ def main(argv):
     del argv
     from tfsent.errors import TfsentError
     from tfsent.evaluation import format_table
+    from tfsent.matryoshka import check_dims
 
     FLAGS = flags.FLAGS
     try:
@@ -166,9 +306,22 @@ def main(argv):
             label = _label(name) if _label(name) not in encoders else f"{_label(name)} ({i})"
             encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
                                           FLAGS.batch_size)
-        all_results = {label: run_tasks(enc, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode,
-                                        skip_missing=FLAGS.skip_missing)
-                       for label, enc in encoders.items()}
+        dims, quantizations, calibration = _variant_flags()
+        all_results, tables = {}, {}
+        for label, enc in encoders.items():
+            if dims == (None,) and not quantizations:
+                all_results[label] = run_tasks(enc, FLAGS.data_dir, FLAGS.tasks, FLAGS.mode,
+                                               skip_missing=FLAGS.skip_missing)
+                continue
+            if dims != (None,):  # now that the width is known
+                width = getattr(enc.encoder, "embedding_dim", None) or enc.encoder.hidden_dim
+                check_dims(dims, width, "--truncate_dim" if FLAGS.truncate_dim else "--dims")
+            by_variant = {
+                name: run_tasks(MemoEncoder(variant, FLAGS.batch_size), FLAGS.data_dir,
+                                FLAGS.tasks, FLAGS.mode, skip_missing=FLAGS.skip_missing)
+                for name, variant in variants(enc, dims, quantizations, calibration).items()}
+            tables[label] = variant_table(by_variant)
+            all_results[label] = with_retention(by_variant)
         if FLAGS.plots_dir:
             from tfsent.evaluation import resolve_tasks
             write_plots(encoders, FLAGS.data_dir, resolve_tasks(FLAGS.tasks), FLAGS.plots_dir)
@@ -179,13 +332,37 @@ def main(argv):
     for label, res in all_results.items():
         if len(all_results) > 1:
             print(label)
-        print(format_table(res))
+        print(tables[label] if label in tables else format_table(res))
     results = next(iter(all_results.values()))
     if FLAGS.output_json:
         tmp = FLAGS.output_json + ".tmp"
         with open(tmp, "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)
         os.replace(tmp, FLAGS.output_json)
+
+
+def _variant_flags():
+    """(dims, quantizations, calibration sentences or None) from --truncate_dim, --dims,
+    --quantize and --calibration_file, checked before any model is loaded."""
+    from tfsent import quantize
+    from tfsent.matryoshka import check_dims
+
+    FLAGS = flags.FLAGS
+    if FLAGS.truncate_dim is not None and FLAGS.dims:
+        raise ConfigError("give --truncate_dim (one size) or --dims (a table over sizes), "
+                          "not both")
+    dims = (None,)
+    if FLAGS.truncate_dim is not None:
+        dims = check_dims([FLAGS.truncate_dim], None, "--truncate_dim")
+    elif FLAGS.dims:
+        dims = check_dims(FLAGS.dims, None, "--dims")
+    quantizations = quantize.parse_quantize(FLAGS.quantize)
+    if FLAGS.calibration_file and "int8" not in quantizations:
+        raise ConfigError("--calibration_file sets the int8 ranges: use it with "
+                          "--quantize=int8")
+    calibration = (quantize.read_calibration_sentences(FLAGS.calibration_file)
+                   if FLAGS.calibration_file else None)
+    return dims, quantizations, calibration
 
 
 if __name__ == "__main__":
@@ -204,4 +381,13 @@ if __name__ == "__main__":
                         "plots (its table is printed too; --output_json holds --model's).")
     flags.DEFINE_string("compare_pooling", None, "Pooling of --compare_model (default: "
                         "--pooling).")
+    flags.DEFINE_integer("truncate_dim", None, "Evaluate the first D dimensions of the "
+                         "embedding (truncated before normalisation).")
+    flags.DEFINE_string("dims", "", "Comma-separated sizes, largest first (e.g. "
+                        "384,128,64,32): one table row per truncation.")
+    flags.DEFINE_string("quantize", "", "Also evaluate quantized embeddings: int8, binary or "
+                        "int8,binary, with their retention of the float figures.")
+    flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
+                        "set the int8 ranges (not needed for an export made with "
+                        "--quantize=int8).")
     app.run(main)

@@ -10,9 +10,15 @@ Signatures:
                                             embedding_normalized: float32[N, H]}
   encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, plain TF
       ops only (for servers built without TF Text ops).
+With `truncate_dim=D` both embeddings keep their first D dimensions (a Matryoshka model;
+truncation before normalisation) and H is D. With `quantize` both signatures also return
+`embedding_int8` (int8[N, H], ranges calibrated on given sentences and stored in the
+graph and the metadata) and/or `embedding_binary` (uint8[N, ceil(H / 8)], packed sign
+bits): see `tfsent.quantize`.
 Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else.
 
 CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR [--jit_compile]
+         [--truncate_dim=D] [--quantize=int8,binary --calibration_file=SENTENCES.txt]
      python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
          --export_dir=NEW_DIR [--normalize]   (other ecosystems: see tfsent.publish)
 """
@@ -24,6 +30,7 @@ import shutil
 
 import tensorflow as tf
 
+from tfsent import quantize
 from tfsent.errors import ConfigError, InputError
 
 METADATA_FILE = "tfsent_export.json"
@@ -33,7 +40,8 @@ _TMP_PREFIX = ".tmp-export-"
 class _ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
-    def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False):
+    def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
+                 truncate_dim=None):
         super().__init__()
         self.encoder = encoder
         # Per-batch padding at serving time: no wasted FLOPs on short sentences.
@@ -41,6 +49,9 @@ class _ServingModule(tf.Module):
             max_seq_length=encoder.clamp_length(max_seq_length), pad_to_max_length=False)
         self.pooling = pooling
         self.head = head
+        self.truncate_dim = truncate_dim
+        self.int8_ranges = None  # (lo, hi) once calibrated
+        self.binary = False
         self.jit_compile = jit_compile
         if jit_compile:
             self._xla_embed = tf.function(self._embed, jit_compile=True)
@@ -51,7 +62,15 @@ class _ServingModule(tf.Module):
         if self.head is not None:
             emb = self.head(emb)
         emb = tf.cast(emb, tf.float32)
-        return {"embedding": emb, "embedding_normalized": tf.math.l2_normalize(emb, axis=-1)}
+        if self.truncate_dim is not None:
+            emb = emb[:, :self.truncate_dim]
+        normalized = tf.math.l2_normalize(emb, axis=-1)
+        out = {"embedding": emb, "embedding_normalized": normalized}
+        if self.int8_ranges is not None:
+            out["embedding_int8"] = quantize.int8_codes_tf(normalized, *self.int8_ranges)
+        if self.binary:
+            out["embedding_binary"] = quantize.binary_codes_tf(normalized)
+        return out
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
     def serve(self, sentences):
@@ -83,7 +102,8 @@ def list_versions(export_dir):
 
 
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
-                   max_seq_length=None, head=None, jit_compile=False):
+                   max_seq_length=None, head=None, jit_compile=False, truncate_dim=None,
+                   quantize_outputs=(), calibration_sentences=None):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
@@ -114,7 +134,23 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     if os.path.exists(final):
         raise ConfigError(f"export version {version} already exists at {final}")
     tmp = os.path.join(export_dir, f"{_TMP_PREFIX}{version}-{os.getpid()}")
-    module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile)
+    width = _embedding_width(encoder, head)
+    if truncate_dim is not None:
+        from tfsent.matryoshka import check_dims
+
+        (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
+    quantize_outputs = quantize.parse_quantize(quantize_outputs, "quantize_outputs")
+    if "int8" in quantize_outputs and not calibration_sentences:
+        raise ConfigError("int8 quantization needs calibration sentences (--calibration_file)")
+    module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile,
+                            truncate_dim)
+    calibration = {}
+    if "int8" in quantize_outputs:
+        module.int8_ranges = _calibrate(module, calibration_sentences)
+        calibration = {"int8_lo": module.int8_ranges[0].tolist(),
+                       "int8_hi": module.int8_ranges[1].tolist(),
+                       "int8_calibration_sentences": len(calibration_sentences)}
+    module.binary = "binary" in quantize_outputs
     signatures = {
         "serving_default": module.serve.get_concrete_function(),
         "encode_ids": module.encode_ids.get_concrete_function(),
@@ -122,13 +158,41 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     tf.saved_model.save(module, tmp, signatures=signatures)
     meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
             "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
-            "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile)}
+            "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile),
+            "embedding_dim": truncate_dim or width, "truncate_dim": truncate_dim,
+            "quantize": list(quantize_outputs), **calibration}
     meta.update(metadata or {})
     os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
     with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
         json.dump(meta, f, indent=2)
     os.rename(tmp, final)
     return final
+
+
+def _embedding_width(encoder, head):
+    """Width of the exported embedding: the head's output units, else the encoder's."""
+    if head is None:
+        return encoder.hidden_dim
+    probe = head(tf.zeros([1, encoder.hidden_dim]))
+    return int(probe.shape[-1])
+
+
+def _calibrate(module, sentences, batch_size=64):
+    """int8 ranges from the module's own normalised embeddings of `sentences`."""
+    import numpy as np
+
+    # A tf.function of its own: tracing `module.serve` here would cache a trace without
+    # the int8 output that the saved signature must have.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def normalized(strings):
+        features = module.tokenizer(strings)
+        return module._embed(features["token_ids"],  # noqa: SLF001
+                             features["padding_mask"])["embedding_normalized"]
+
+    parts = [normalized(tf.constant(sentences[i:i + batch_size])).numpy()
+             for i in range(0, len(sentences), batch_size)]
+    return tuple(np.asarray(r, np.float32) for r in quantize.calibrate_int8(
+        np.concatenate(parts)))
 
 
 def resolve_savedmodel_dir(path):
@@ -171,26 +235,60 @@ class SavedModelEncoder:
             raise InputError("the SavedModel's embedding width is unknown (no static output "
                              "shape and no hidden_dim in its metadata)", path=path) from None
 
-    def encode(self, sentences, batch_size=64, normalize=False, verbose=0, max_seq_length=None):
+    @property
+    def quantized_outputs(self):
+        """The quantizations this export serves ("int8", "binary")."""
+        outputs = self._serve.structured_outputs
+        return tuple(q for q in quantize.QUANTIZATIONS if f"embedding_{q}" in outputs)
+
+    def encode(self, sentences, batch_size=64, normalize=False, verbose=0, max_seq_length=None,
+               truncate_dim=None):
         """Embeds a list of strings through the `serving_default` signature (the export's
         own truncation length applies; `max_seq_length` is accepted and ignored). Returns
-        float32 (N, embedding_dim); (0, embedding_dim) for no sentences."""
+        float32 (N, D); (0, D) for no sentences. `truncate_dim` keeps the first
+        dimensions (before `normalize`)."""
+        import numpy as np
+
+        out = self._run(sentences, "embedding", batch_size, np.float32)
+        if truncate_dim is not None:
+            from tfsent.matryoshka import check_dims
+
+            (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
+            out = out[:, :truncate_dim]
+        if normalize:
+            out = quantize.l2_normalize(out)
+        return out
+
+    def encode_quantized(self, sentences, quantization, batch_size=64):
+        """The export's own quantized codes of `sentences`: int8 (N, D) or packed uint8
+        (N, ceil(D / 8)); ConfigError when the export has no such output."""
+        import numpy as np
+
+        if quantization not in self.quantized_outputs:
+            raise ConfigError(f"the SavedModel at {self.path} has no {quantization} output "
+                              f"(it serves: {', '.join(self.quantized_outputs) or 'none'})")
+        return self._run(sentences, f"embedding_{quantization}", batch_size,
+                         np.int8 if quantization == "int8" else np.uint8)
+
+    def _run(self, sentences, key, batch_size, dtype):
+        """`serving_default[key]` of `sentences` in input order, longest first in batches."""
         import numpy as np
 
         sentences = list(sentences)
+        width = self._serve.structured_outputs[key].shape[-1]
+        if key == "embedding" and width is None:
+            width = self.embedding_dim
         if not sentences:
-            return np.zeros((0, self.embedding_dim), np.float32)
-        key = "embedding_normalized" if normalize else "embedding"
+            return np.zeros((0, width), dtype)
         order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
-        chunks = {}
+        out = None
         for start in range(0, len(sentences), batch_size):
             idx = order[start:start + batch_size]
             batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
-            chunks[start] = (idx, self._serve(sentences=batch)[key].numpy())
-        dim = next(iter(chunks.values()))[1].shape[1]
-        out = np.zeros((len(sentences), dim), np.float32)
-        for idx, emb in chunks.values():
-            out[idx] = emb
+            rows = self._serve(sentences=batch)[key].numpy()
+            if out is None:
+                out = np.zeros((len(sentences), rows.shape[1]), dtype)
+            out[idx] = rows
         return out
 
 
@@ -222,19 +320,42 @@ def _export_from_flags():
     if FLAGS.format == "saved_model" and FLAGS.normalize:
         raise ConfigError("--normalize applies to the other formats: a SavedModel serves "
                           "both `embedding` and `embedding_normalized`")
+    quantize_outputs = quantize.parse_quantize(FLAGS.quantize)
+    calibration = None
+    if FLAGS.calibration_file and "int8" not in quantize_outputs:
+        raise ConfigError("--calibration_file sets the int8 ranges: use it with "
+                          "--quantize=int8")
+    if "int8" in quantize_outputs:
+        if not FLAGS.calibration_file:
+            raise ConfigError("--quantize=int8 needs --calibration_file (sentences, one per "
+                              "line, like the ones the model will serve)")
+        calibration = quantize.read_calibration_sentences(FLAGS.calibration_file)
+    if FLAGS.truncate_dim is not None and FLAGS.truncate_dim < 1:
+        raise ConfigError(f"--truncate_dim must be >= 1, got {FLAGS.truncate_dim}")
     if FLAGS.format != "saved_model":
         from tfsent import publish
 
-        if FLAGS.jit_compile:
-            raise ConfigError("--jit_compile applies to --format=saved_model only")
+        for flag in ("jit_compile", "truncate_dim", "quantize"):
+            if getattr(FLAGS, flag):
+                raise ConfigError(f"--{flag} applies to --format=saved_model only")
         publish.check_export_target(FLAGS.export_dir)
         if FLAGS.format == "sentence_transformers":
             publish.check_sentence_transformers_pooling(FLAGS.pooling)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
     if FLAGS.format == "saved_model":
+        metadata = {"model": FLAGS.model}
+        if calibration is not None:
+            metadata["int8_calibration_file"] = os.path.abspath(FLAGS.calibration_file)
+        if FLAGS.truncate_dim is not None:
+            from tfsent.matryoshka import check_dims
+
+            check_dims([FLAGS.truncate_dim], encoder.hidden_dim, "--truncate_dim")
         path = export_encoder(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
-                              metadata={"model": FLAGS.model}, jit_compile=FLAGS.jit_compile)
+                              metadata=metadata, jit_compile=FLAGS.jit_compile,
+                              truncate_dim=FLAGS.truncate_dim,
+                              quantize_outputs=quantize_outputs,
+                              calibration_sentences=calibration)
     else:
         from tfsent.publish import export_encoder_as
 
@@ -264,6 +385,13 @@ def _define_flags():
                       "a Normalize module; keras_hub: the TextEmbedder's normalize).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
+    flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
+                         "embedding (a Matryoshka-trained model), truncated before "
+                         "normalisation.")
+    flags.DEFINE_string("quantize", "", "Also serve quantized embeddings: int8, binary or "
+                        "int8,binary (outputs embedding_int8 / embedding_binary).")
+    flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
+                        "set the int8 ranges; required with --quantize=int8.")
     flags.mark_flag_as_required("export_dir")
 
 

@@ -137,7 +137,8 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
                                           group_premises=spec.premise_grouped)
     if spec.data_kind == "triplets":
         return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                         skip_batches=skip_batches)
+                                         skip_batches=skip_batches,
+                                         duplicate_free=config.duplicate_free_batches)
     rate = config.mask_rate if spec.data_kind == "sentences_mlm" else None
     return pipelines.sentence_dataset(examples, tokenizer, config.batch_size, config.seed,
                                       skip_batches=skip_batches, mlm_mask_rate=rate)

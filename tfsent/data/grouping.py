@@ -1,4 +1,5 @@
-"""Index batches for NLI pairs: premise-grouped (SupCon-SBERT) or plainly shuffled.
+"""Index batches: premise-grouped NLI pairs (SupCon-SBERT), plainly shuffled, or
+duplicate-free (no text twice in one batch, for in-batch-negative objectives).
 
 Premise-grouped batching (SupCon-SBERT needs every hypothesis of a premise
 in the same batch, or anchors have almost no positives).
@@ -78,4 +79,72 @@ def shuffled_stream(n_examples, batch_size, seed, skip_batches=0):
                 skipped += 1
                 continue
             yield order[b * batch_size:(b + 1) * batch_size].astype(np.int64)
+        epoch += 1
+
+
+def duplicate_free_batches(texts, batch_size, order):
+    """One epoch of full batches in which no text occurs in two examples.
+
+    `texts[i]` is the set of texts of example i (anchor, positive, negatives); examples
+    are taken in `order`, and one that shares a text with the batch being filled is
+    deferred: it goes into the first later batch that has none of its texts (deferred
+    examples are tried first). Returns (int64 array (n_batches, batch_size), number of
+    examples deferred at least once, number left over at the end of the epoch: the last
+    incomplete batch plus deferred examples no batch could take).
+    """
+    batches, batch, seen = [], [], set()
+    pending, deferred = [], set()
+
+    def fits(i):
+        return seen.isdisjoint(texts[i])
+
+    def add(i):
+        batch.append(i)
+        seen.update(texts[i])
+
+    for i in order:
+        if fits(i):
+            add(i)
+        else:
+            pending.append(i)
+            deferred.add(i)
+        while len(batch) == batch_size:
+            batches.append(batch)
+            batch, seen = [], set()
+            still = []
+            for j in pending:  # the oldest deferred examples first
+                if len(batch) < batch_size and fits(j):
+                    add(j)
+                else:
+                    still.append(j)
+            pending = still
+    left_over = len(batch) + len(pending)
+    out = np.asarray(batches, np.int64).reshape(len(batches), batch_size)
+    return out, len(deferred), left_over
+
+
+def duplicate_free_stream(texts, batch_size, seed, skip_batches=0, shuffle=True):
+    """Yields duplicate-free index batches forever (`duplicate_free_batches`; epoch e
+    shuffles with seed + e, or keeps the file order when not `shuffle`) and logs each
+    epoch's deferred count once. The first `skip_batches` are skipped (a resumed run
+    continues the same stream)."""
+    epoch, skipped = 0, 0
+    while True:
+        order = (np.random.default_rng(seed + epoch).permutation(len(texts)) if shuffle
+                 else np.arange(len(texts)))
+        batches, deferred, left_over = duplicate_free_batches(texts, batch_size, order)
+        if epoch == 0 or skipped >= skip_batches:
+            logging.info("duplicate-free batches, epoch %d: %d of %d examples deferred to a "
+                         "later batch (a text of theirs was already in the batch), %d left "
+                         "for the next epoch", epoch, deferred, len(texts), left_over)
+        if not len(batches):
+            from tfsent.errors import ConfigError
+
+            raise ConfigError(f"no duplicate-free batch of {batch_size} examples exists in "
+                              f"the training data ({len(texts)} examples); lower batch_size")
+        for batch in batches:
+            if skipped < skip_batches:
+                skipped += 1
+                continue
+            yield batch
         epoch += 1

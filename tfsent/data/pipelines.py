@@ -53,16 +53,25 @@ def sentence_dataset(sentences, tokenizer, batch_size, seed=0, shuffle=True, rep
 
 
 def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
-                    skip_batches=0):
+                    skip_batches=0, duplicate_free=False):
     """(anchor, positive, negative) strings -> `{"anchor": f, "positive": f, "negative": f}`.
 
     Rows (anchor, positive, neg1..negN) of one width N + 2 give N hard negatives per
     anchor: "negative" then holds batch * N rows, anchor-major (row i * N + j is the j-th
     negative of anchor i).
+
+    `duplicate_free=True`: no text occurs in two rows of one batch (the global batch), so
+    no anchor meets its own positive, or a copy of itself, as an in-batch negative; rows
+    that would repeat a text are deferred to a later batch
+    (`tfsent.data.grouping.duplicate_free_batches`; the log counts them).
     """
     _check_batch(len(triplets), batch_size, "the NLI triplets")
     columns = [list(c) for c in zip(*triplets)]
-    ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
+    if duplicate_free:
+        ds = _duplicate_free_strings(triplets, columns, batch_size, seed, shuffle, repeat,
+                                     skip_batches)
+    else:
+        ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
 
     def tokenize(anchor, positive, *negatives):
         flat = tf.reshape(tf.stack(negatives, axis=1), [-1])  # (B * N,), anchor-major
@@ -71,6 +80,32 @@ def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repea
 
     ds = ds.map(tokenize, num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE)
+
+
+def _duplicate_free_strings(rows, columns, batch_size, seed, shuffle, repeat, skip_batches):
+    """Batches of the columns' strings (a tuple of (B,) string tensors), drawn by
+    `duplicate_free_stream`; one epoch when not `repeat`."""
+    import itertools
+
+    from tfsent.data.grouping import duplicate_free_batches, duplicate_free_stream
+
+    texts = [frozenset(row) for row in rows]
+    if repeat:
+        def stream():
+            return duplicate_free_stream(texts, batch_size, seed, skip_batches, shuffle)
+    else:  # one epoch per iteration of the dataset, reshuffled each time (as Keras
+        epochs = itertools.count()  # iterates it once per fit epoch)
+
+        def stream():
+            epoch = next(epochs)
+            order = (np.random.default_rng(seed + epoch).permutation(len(texts)) if shuffle
+                     else np.arange(len(texts)))
+            batches = duplicate_free_batches(texts, batch_size, order)[0]
+            return itertools.islice(iter(batches), skip_batches, None)
+    tables = [tf.constant(c, tf.string) for c in columns]
+    ds = tf.data.Dataset.from_generator(
+        stream, output_signature=tf.TensorSpec([batch_size], tf.int64))
+    return ds.map(lambda idx: tuple(tf.gather(t, idx) for t in tables))
 
 
 def max_predictions(max_seq_length, rate):

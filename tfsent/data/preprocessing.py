@@ -85,8 +85,10 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
         _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "
                     "(anchor, positive, neg1..negN) all of the first row's width", argument)
+        # Training batches (shuffled) are duplicate-free unless the method says otherwise.
+        dedupe = shuffle and getattr(method, "duplicate_free_batches", True)
         return pipelines.triplet_dataset(rows, tokenizer, batch_size, seed, shuffle=shuffle,
-                                         repeat=False)
+                                         repeat=False, duplicate_free=dedupe)
     if kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)
         rows = [(p, h, _label(label, i, argument)) for i, (p, h, label) in enumerate(rows)]

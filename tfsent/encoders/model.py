@@ -234,9 +234,11 @@ class SentenceEncoder(keras.Model):
         return self.tokenizer(sentences)
 
     def encode(self, sentences, batch_size=64, normalize=None, verbose="auto",
-               pooling=None, max_seq_length=None, jit_compile=False):
+               pooling=None, max_seq_length=None, jit_compile=False, truncate_dim=None):
         """Embeds a list of strings; returns a float32 array (N, H) in input order,
         L2-normalised when `normalize` (default: the encoder's `normalize`).
+        `truncate_dim` keeps the first D dimensions, before normalisation (Matryoshka
+        embeddings); the array is then (N, D).
 
         `max_seq_length` overrides the tokenizer's truncation length (e.g. to evaluate a
         model trained on short sequences at full length). `jit_compile=True` runs the
@@ -257,8 +259,12 @@ class SentenceEncoder(keras.Model):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         dim = self.hidden_dim
+        if truncate_dim is not None:
+            from tfsent.matryoshka import check_dims
+
+            (truncate_dim,) = check_dims([truncate_dim], dim, "truncate_dim")
         if not sentences:
-            return np.zeros((0, dim), np.float32)
+            return np.zeros((0, truncate_dim or dim), np.float32)
         pooling = self.pooling if pooling is None else check_pooling(pooling)
         lengths = [len(s) for s in sentences]
         order = np.argsort(lengths, kind="stable")[::-1]
@@ -274,6 +280,8 @@ class SentenceEncoder(keras.Model):
             out[idx] = emb
             if bar is not None:
                 bar.add(len(idx))
+        if truncate_dim is not None:
+            out = np.ascontiguousarray(out[:, :truncate_dim])
         if self.normalize if normalize is None else normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out

@@ -54,9 +54,16 @@ def resolve_tasks(spec):
     return list(dict.fromkeys(out))
 
 
-def _score(result):
+def score(result):
+    """The reported figure of one task's result: its "spearman", else its "acc" (nan if
+    neither)."""
     value = result.get("spearman", result.get("acc"))
     return float("nan") if value is None else float(value)
+
+
+def short_name(task):
+    """A task's column name in tables: STS-B and SICK-R for the long ones."""
+    return _SHORT_NAMES.get(task, task)
 
 
 def format_table(results):
@@ -72,8 +79,8 @@ def format_table(results):
               [t for t in results if t not in known]]
     blocks = []
     for tasks in (g for g in groups if g):
-        scores = [_score(results[t]) for t in tasks]
-        names = [_SHORT_NAMES.get(t, t) for t in tasks] + ["Avg."]
+        scores = [score(results[t]) for t in tasks]
+        names = [short_name(t) for t in tasks] + ["Avg."]
         scores.append(sum(scores) / len(scores))
         cells = ["nan" if math.isnan(s) else f"{s:.2f}" for s in scores]
         widths = [max(len(n), len(c)) for n, c in zip(names, cells)]
@@ -85,4 +92,4 @@ def format_table(results):
 __all__ = ["STS_TASKS", "TRANSFER_TASKS", "TASK_GROUPS", "evaluate_sts", "sts_from_pairs",
            "evaluate_transfer", "LogisticRegression", "align_uniform", "alignment",
            "uniformity", "pair_geometry", "random_pair_cosines", "resolve_tasks",
-           "format_table"]
+           "format_table", "score", "short_name"]

@@ -38,7 +38,9 @@ def _simcse(supervised):
     def build(encoder, c):
         return SimCSE(encoder, temperature=c.temperature, supervised=supervised,
                       hard_negative_weight=c.hard_negative_weight, dropout=c.encoder_dropout,
-                      train_pooling=c.pooling, export_pooling=c.export_pooling)
+                      train_pooling=c.pooling, export_pooling=c.export_pooling,
+                      duplicate_free_batches=c.get("duplicate_free_batches", True),
+                      **_matryoshka_args(c))
     return build
 
 
@@ -47,7 +49,14 @@ def _cmlm(encoder, c):
                    mlm_weight=c.mlm_weight, contrastive_weight=c.contrastive_weight,
                    mask_rate=c.mask_rate, tie_mlm_embeddings=c.tie_mlm_embeddings,
                    temperature=c.temperature, dropout=c.encoder_dropout,
-                   train_pooling=c.pooling, export_pooling=c.export_pooling)
+                   train_pooling=c.pooling, export_pooling=c.export_pooling,
+                   **_matryoshka_args(c))
+
+
+def _matryoshka_args(c):
+    """The Matryoshka constructor arguments of a SimCSE-family run config."""
+    return {"matryoshka_dims": c.matryoshka_dims or None,
+            "matryoshka_weights": c.matryoshka_weights or None}
 
 
 def _clsr(encoder, c):
@@ -63,14 +72,20 @@ def _supcon(encoder, c):
                        export_pooling=c.export_pooling, seed=c.seed)
 
 
-_SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None}
+# matryoshka_dims: "" (off) or nested sizes, largest first ("384,256,128,64,32");
+# matryoshka_weights: "" (all 1) or one weight per size.
+_SIMCSE_DEFAULTS = {"temperature": 0.05, "hard_negative_weight": 0.0, "encoder_dropout": None,
+                    "matryoshka_dims": "", "matryoshka_weights": ""}
 
 REGISTRY = {
     "simcse_unsup": MethodSpec(
         "simcse_unsup", _simcse(False), dict(_SIMCSE_DEFAULTS), "sentences",
         "Unsupervised SimCSE: dropout views, InfoNCE."),
     "simcse_sup": MethodSpec(
-        "simcse_sup", _simcse(True), dict(_SIMCSE_DEFAULTS, train_data="demo_nli"), "triplets",
+        # duplicate_free_batches: no text twice in a global batch (rows that would repeat
+        # one are deferred to a later batch; the log counts them).
+        "simcse_sup", _simcse(True),
+        dict(_SIMCSE_DEFAULTS, train_data="demo_nli", duplicate_free_batches=True), "triplets",
         "Supervised SimCSE: NLI triplets, contradiction as hard negative."),
     "cmlm_cse": MethodSpec(
         "cmlm_cse", _cmlm,

@@ -112,15 +112,21 @@ class SentenceMethod(keras.Model):
         return self.export_pooling
 
     def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
-               use_head=True, pooling=None):
+               use_head=True, pooling=None, truncate_dim=None):
         """Embeds strings as the exported model would (numpy (N, D)); `use_head=False`
-        stops at the pooled encoder embedding; `pooling` overrides the export pooling."""
+        stops at the pooled encoder embedding; `pooling` overrides the export pooling;
+        `truncate_dim` keeps the first dimensions (before normalisation)."""
         out = self.encoder.encode(sentences, batch_size=batch_size, normalize=False, verbose=0,
                                   pooling=pooling or self.export_pooling,
                                   max_seq_length=max_seq_length)
         head = self.export_head
         if head is not None and use_head:
             out = np.array(head(out), np.float32)
+        if truncate_dim is not None:
+            from tfsent.matryoshka import check_dims
+
+            (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
+            out = np.ascontiguousarray(out[:, :truncate_dim])
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out

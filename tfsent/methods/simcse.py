@@ -2,9 +2,10 @@
 
 import tensorflow as tf
 
-from tfsent import checks, losses
+from tfsent import checks, losses, matryoshka
 from tfsent.distribute import gather_with_local_grad
 from tfsent.encoders.model import resolve_dropout_rates
+from tfsent.errors import ConfigError
 from tfsent.methods.base import SentenceMethod
 
 
@@ -24,12 +25,23 @@ class SimCSE(SentenceMethod):
     The paper trains with `cls` pooling (MLP on [CLS]) and exports `cls_before_pooler`
     for the unsupervised model and `cls` for the supervised one; both are arguments.
 
+    Matryoshka (`matryoshka_dims`, e.g. (384, 256, 128, 64, 32)): the InfoNCE is applied
+    to each prefix of the embeddings (truncated before the cosine's normalisation) and
+    the weighted sum is the objective (`tfsent.matryoshka.nested_loss`); embeddings are
+    gathered across replicas once and then cut. GradCache works unchanged (it
+    differentiates this loss of the full embeddings). CMLM-CSE inherits it for its
+    contrastive term.
+
     Args:
         encoder: a SentenceEncoder.
         temperature: tau (0.05).
         supervised: see above.
         hard_negative_weight: added to each anchor's own hard-negative logit (0.0).
         dropout: encoder dropout spec for the views (None = the backbone's, 0.1 for BERT).
+        matryoshka_dims: nested sizes, largest first (None: the plain loss).
+        matryoshka_weights: a weight per size (default all 1).
+        duplicate_free_batches: `fit` on raw triplets builds batches in which no text
+            occurs twice (a duplicate is a false negative; `tfsent.data.pipelines`).
         train_pooling, export_pooling: see SentenceMethod.
     """
 
@@ -42,8 +54,19 @@ class SimCSE(SentenceMethod):
         return "triplets" if self.supervised else "sentences"
 
     def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
-                 dropout=None, train_pooling=None, export_pooling=None, **kwargs):
+                 dropout=None, train_pooling=None, export_pooling=None, matryoshka_dims=None,
+                 matryoshka_weights=None, duplicate_free_batches=True, **kwargs):
         super().__init__(encoder, train_pooling, export_pooling, **kwargs)
+        self.matryoshka_dims = None
+        self.matryoshka_weights = None
+        if matryoshka_dims:
+            self.matryoshka_dims = matryoshka.check_dims(matryoshka_dims, encoder.hidden_dim,
+                                                         "matryoshka_dims")
+            self.matryoshka_weights = matryoshka.parse_weights(
+                matryoshka_weights, len(self.matryoshka_dims))
+        elif matryoshka_weights:
+            raise ConfigError("matryoshka_weights is set but matryoshka_dims is not")
+        self.duplicate_free_batches = bool(duplicate_free_batches)
         self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.supervised = bool(supervised)
         self.hard_negative_weight = float(hard_negative_weight)
@@ -81,6 +104,14 @@ class SimCSE(SentenceMethod):
                                    _negatives_per_anchor(z1, z3) * width])
             z1, z2, rows = gather_with_local_grad(z1, z2, rows)
             z3 = tf.reshape(rows, [-1, width])
+        if self.matryoshka_dims:
+            def loss_at(*cut):
+                return losses.info_nce(*cut, temperature=self.temperature,
+                                       hard_negative_weight=self.hard_negative_weight)
+
+            views = [z1, z2] if z3 is None else [z1, z2, z3]
+            return matryoshka.nested_loss(loss_at, views, self.matryoshka_dims,
+                                          self.matryoshka_weights)
         return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
 
     def compute_losses(self, batch, training=True):
@@ -90,7 +121,12 @@ class SimCSE(SentenceMethod):
         config = super().get_config()
         config.update({"temperature": self.temperature, "supervised": self.supervised,
                        "hard_negative_weight": self.hard_negative_weight,
-                       "dropout": self.dropout})
+                       "dropout": self.dropout,
+                       "matryoshka_dims": (list(self.matryoshka_dims)
+                                           if self.matryoshka_dims else None),
+                       "matryoshka_weights": (list(self.matryoshka_weights)
+                                              if self.matryoshka_weights else None),
+                       "duplicate_free_batches": self.duplicate_free_batches})
         return config
 
 

@@ -1,0 +1,79 @@
+"""Matryoshka representation learning (Kusupati et al., 2022) and truncated embeddings.
+
+A Matryoshka objective applies a loss to nested prefixes of the embedding and sums them,
+`L = sum_k w_k * loss(z[:, :d_k], ...)`, so that the first d_k dimensions alone are a good
+embedding; truncation happens before the loss's own normalisation. At inference the
+embedding is cut to a size (`truncate_dim`) and then normalised.
+"""
+
+import tensorflow as tf
+
+from tfsent.errors import ConfigError
+
+
+def check_dims(dims, embedding_dim, option):
+    """Nested sizes as a tuple of ints, largest first.
+
+    `dims` is a sequence of ints or a comma-separated string ("384,128,64");
+    `embedding_dim` the embedding width (None: not known yet, not checked); `option`
+    names the setting in errors (`--dims`, `matryoshka_dims`, ...). Raises ConfigError for
+    an empty list, a value that is not a positive integer, a repeated size, sizes not in
+    decreasing order, or a size larger than the embedding.
+    """
+    items = dims.split(",") if isinstance(dims, str) else list(dims)
+    out = []
+    for item in items:
+        text = str(item).strip()
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{option}: {text!r} is not an integer") from None
+        if value < 1:
+            raise ConfigError(f"{option}: sizes must be >= 1, got {value}")
+        out.append(value)
+    if not out:
+        raise ConfigError(f"{option}: no size given")
+    repeated = sorted({d for d in out if out.count(d) > 1})
+    if repeated:
+        raise ConfigError(f"{option}: size {repeated[0]} is repeated ({dims_text(out)})")
+    if out != sorted(out, reverse=True):
+        raise ConfigError(f"{option}: sizes must be in decreasing order, largest first "
+                          f"(got {dims_text(out)}; e.g. {dims_text(sorted(out, reverse=True))})")
+    if embedding_dim is not None and out[0] > embedding_dim:
+        raise ConfigError(f"{option}: size {out[0]} is larger than the embedding "
+                          f"({embedding_dim} dimensions)")
+    return tuple(out)
+
+
+def dims_text(dims):
+    """"384,128,64" for (384, 128, 64)."""
+    return ",".join(str(d) for d in dims)
+
+
+def parse_weights(weights, n_dims, option="matryoshka_weights"):
+    """Loss weights per size: None / "" -> n_dims ones; else a sequence or a comma-separated
+    string of n_dims non-negative floats, not all zero (ConfigError naming `option`)."""
+    if weights is None or (isinstance(weights, str) and not weights.strip()):
+        return (1.0,) * n_dims
+    items = weights.split(",") if isinstance(weights, str) else list(weights)
+    try:
+        out = tuple(float(str(w).strip()) for w in items)
+    except ValueError:
+        raise ConfigError(f"{option}: {weights!r} is not a list of numbers") from None
+    if len(out) != n_dims:
+        raise ConfigError(f"{option}: {len(out)} weights for {n_dims} sizes")
+    if any(w < 0 for w in out) or not any(out):
+        raise ConfigError(f"{option}: weights must be >= 0 and not all 0, got {out}")
+    return out
+
+
+def nested_loss(loss_fn, embeddings, dims, weights):
+    """sum_k weights[k] * loss_fn(*[z[:, :dims[k]] for z in embeddings]).
+
+    `loss_fn` maps the truncated embeddings (each (N_i, d_k)) to a scalar; it normalises
+    them itself if it needs to (truncation comes first)."""
+    total = 0.0
+    for dim, weight in zip(dims, weights):
+        if weight:
+            total += weight * loss_fn(*[z[:, :dim] for z in embeddings])
+    return tf.convert_to_tensor(total, tf.float32)
