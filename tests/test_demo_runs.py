@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -118,4 +119,8 @@ def test_simcse_sup_on_snli(tmp_path):
               "--config.batch_size=16"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "triplets from" in r.stderr  # the reader logs how many triplets it built
+    # SNLI has several hypotheses per premise: duplicate-free batching defers some rows.
+    deferred = re.search(r"duplicate-free batches, epoch 0: (\d+) of (\d+) examples deferred",
+                         r.stderr)
+    assert deferred and 0 < int(deferred.group(1)) < int(deferred.group(2))
     _check_export(out)

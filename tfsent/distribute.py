@@ -101,6 +101,9 @@ def gather_with_local_grad(*tensors):
     full = tf.concat([gathered[:start], local, gathered[start + b:]], axis=0)
     if len(tensors) == 1:
         return full
+    if None in dims:  # e.g. N hard negatives per anchor behind an unknown batch size
+        return tf.split(full, tf.stack([tf.shape(t)[-1] for t in tensors]), axis=-1,
+                        num=len(tensors))
     return tf.split(full, dims, axis=-1)
 
 
