@@ -6,7 +6,7 @@ import pytest
 
 from conftest import load_tool
 
-TOOL = load_tool("mining_experiment")  # once: it defines absl flags
+TOOL = load_tool("mining_experiment")
 
 
 def _snli(root, rows):

@@ -28,12 +28,17 @@ import sys
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "SentEval-layout data with SNLI/ and STS/, SICK/.")
-flags.DEFINE_string("work_dir", None, "Where the TSVs, runs and logs go.")
-flags.DEFINE_string("model", "minilm-l6", "Starting encoder (anything --config.encoder takes).")
-flags.DEFINE_integer("steps", 80, "Training steps of each run.")
-flags.DEFINE_string("seeds", "0", "Comma-separated training seeds.")
-flags.DEFINE_string("tasks", "STSBenchmark,SICKRelatedness", "Evaluation tasks.")
+
+
+def define_flags():
+    """The command line (defined only when run as a script, so tests can import it)."""
+    flags.DEFINE_string("data_dir", None, "SentEval-layout data with SNLI/ and STS/, SICK/.")
+    flags.DEFINE_string("work_dir", None, "Where the TSVs, runs and logs go.")
+    flags.DEFINE_string("model", "minilm-l6", "Starting encoder (anything --config.encoder "
+                        "takes).")
+    flags.DEFINE_integer("steps", 80, "Training steps of each run.")
+    flags.DEFINE_string("seeds", "0", "Comma-separated training seeds.")
+    flags.DEFINE_string("tasks", "STSBenchmark,SICKRelatedness", "Evaluation tasks.")
 
 
 def snli_entailment_pairs(data_dir, split="dev"):
@@ -151,4 +156,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
