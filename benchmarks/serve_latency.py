@@ -15,8 +15,10 @@ requests by length). Paths:
                           tf.saved_model.load; each request is one `serving_default` call.
   tfsent SavedModel, XLA  the same exported with jit_compile=True (bucketed shapes; every
                           shape the timed requests hit is compiled first, untimed).
-  (breakdown)             the plain export's `encode_ids` signature on pre-tokenized
-                          requests, one caller: what the in-graph tokenizer costs.
+  (profile)               the plain export's `encode_ids` signature on pre-tokenized
+                          requests, one caller: what the in-graph tokenizer costs; and
+                          each request's model FLOPs at the TF matmul peak measured in
+                          the run: the time a perfectly efficient kernel set would need.
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
                           packages pinned), one process per backend (peer_serve.py).
@@ -52,6 +54,8 @@ flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transfor
                   "backends to measure (torch, onnx, onnx_int8).")
 flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
+flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the TF "
+                     "peak (the profile's compute-bound times).")
 
 PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
 PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
@@ -62,7 +66,7 @@ def validate_flags():
     """Raises app.UsageError naming the offending flag."""
     if not FLAGS.json:
         raise app.UsageError("--json is required (where to write the results)")
-    for name in ("n", "calls", "throughput_calls", "throughput_batch"):
+    for name in ("n", "calls", "throughput_calls", "throughput_batch", "matmul_size"):
         if getattr(FLAGS, name) < 1:
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.warmup_calls < 0:
@@ -117,6 +121,7 @@ def main(argv):
               f"--throughput_batch={FLAGS.throughput_batch}",
               f"--warmup_calls={FLAGS.warmup_calls}"]
     load_before = common.load_average()
+    peak = common.measure_peak(None, FLAGS.matmul_size, 5)["tf"]
     ours = common.run_worker(sys.executable, "tfsent_worker.py",
                              ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}"] + shared,
                              what="tfsent SavedModel serving")
@@ -149,6 +154,19 @@ def main(argv):
         "cpu_busy_before": busy,
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
     }
+    # Profile: each single-caller cell's model FLOPs at the measured matmul peak (the time
+    # a perfectly efficient kernel set would need), the tokenizer's share (serving_default
+    # minus encode_ids), and what is left: dispatch and small-kernel inefficiency.
+    plain = ours["scenarios"]["savedmodel"]
+    result["profile"] = {
+        key: {"p50_ms": plain[key]["p50_ms"],
+              "compute_bound_ms": 1000 * ours["request_flops"][key] / peak,
+              "encode_ids_p50_ms": ours["encode_ids"][key]["p50_ms"],
+              "tokenizer_ms": plain[key]["p50_ms"] - ours["encode_ids"][key]["p50_ms"],
+              **{f"{PEER_LABELS[b]}_p50_ms": peers[b]["scenarios"][key]["p50_ms"]
+                 for b in peers}}
+        for key in ours["encode_ids"]}
+    result["peak_flops"] = peak
     if "onnx" in peers:
         onnx = peers["onnx"]["scenarios"]
         plain = ours["scenarios"]["savedmodel"]
@@ -169,13 +187,16 @@ def main(argv):
         title=f"serving latency: minilm-l6 mean pooling, max_seq_length {FLAGS.max_seq_length}, "
               f"{FLAGS.calls} requests per latency cell, requests from the first "
               f"{ours['n_sentences']} sentences")
-    ids = ours.get("encode_ids", {})
-    if ids:
-        plain = ours["scenarios"]["savedmodel"]
-        print("tfsent without its in-graph tokenizer (`encode_ids` on pre-tokenized requests, "
-              "one caller), p50 ms: " + ", ".join(
-                  f"{key} {ids[key]['p50_ms']:.1f} (serving_default {plain[key]['p50_ms']:.1f})"
-                  for key in ids))
+    common.print_table(
+        ["one caller", "tfsent p50 ms", "without tokenizer", "FLOPs at peak"]
+        + [f"{PEER_LABELS[b]} p50" for b in peers],
+        [[key, common.fmt(v["p50_ms"], 2), common.fmt(v["encode_ids_p50_ms"], 2),
+          common.fmt(v["compute_bound_ms"], 2)]
+         + [common.fmt(v[f"{PEER_LABELS[b]}_p50_ms"], 2) for b in peers]
+         for key, v in result["profile"].items()],
+        title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
+              f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
+              f"({peak / 1e9:.0f} GFLOP/s)")
     print("lowest cosine to tfsent's SavedModel (first 8 sentences): " + ", ".join(
         f"{k} {v:.6f}" for k, v in cosines.items()))
     if warning:

@@ -250,6 +250,18 @@ def serve_mode():
                 result["scenarios"][name].items()), file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # Model FLOPs per request (each request padded to its longest sentence), for the
+    # compute-bound time at the machine's matmul peak.
+    tokenizer = encoder.tokenizer.with_options(
+        max_seq_length=encoder.clamp_length(FLAGS.max_seq_length), pad_to_max_length=False)
+    dims = (encoder.num_layers, encoder.hidden_dim, int(encoder.backbone.intermediate_dim))
+    result["request_flops"] = {}
+    for name, bs, _, calls in scenarios:
+        flops = []
+        for batch in common.request_batches(sentences, bs, calls):
+            width = int(tokenizer(tf.constant(batch))["padding_mask"].shape[1])
+            flops.append(common.transformer_forward_flops(*dims, width, bs))
+        result["request_flops"][name] = sum(flops) / len(flops)
     model_dir = resolve_short_name("minilm-l6")
     result.update({
         "max_rss_mb": round(common.max_rss_mb(), 1), "tensorflow": tf.__version__,

@@ -87,7 +87,7 @@ def test_serve_latency_tfsent_side(tmp_path):
     out = tmp_path / "serve.json"
     r = _run("serve_latency.py", "--skip_peer", "--n=24", "--calls=3", "--throughput_calls=2",
              "--throughput_batch=8", "--warmup_calls=1", "--max_seq_length=32",
-             f"--json={out}")
+             "--matmul_size=256", f"--json={out}")
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     scenarios = result["tfsent"]["scenarios"]
@@ -101,6 +101,13 @@ def test_serve_latency_tfsent_side(tmp_path):
     # The XLA export computes the plain export's embeddings (the correctness part).
     assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_xla"] > 0.9999
     assert set(result["tfsent"]["encode_ids"]) == {"b1_c1", "b8_c1"}
+    # Request FLOPs: batch 8 pads every row to its longest, so >= 8x some batch-1 request's.
+    flops = result["tfsent"]["request_flops"]
+    one_token_pair = common.transformer_forward_flops(6, 384, 1536, 2, 1)  # [CLS] [SEP]
+    assert flops["b1_c1"] >= one_token_pair and flops["b8_c1"] >= 8 * one_token_pair
+    assert set(result["profile"]) == {"b1_c1", "b8_c1"}
+    for cell in result["profile"].values():
+        assert _positive_finite(cell["compute_bound_ms"])
     assert result["peers"] == {} and "tfsent_vs_onnx_fp32" not in result
     assert result["machine"]["cpu_model"] is not None or result["machine"]["cores"]
     assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
