@@ -139,3 +139,16 @@ def test_cli_run_reuses_the_cache(tmp_path, tiny_encoder_dir):
     loaded = tf.saved_model.load(str(tmp_path / "r2" / "export" / "1"))
     served = loaded.signatures["serving_default"](sentences=tf.constant(["a dog runs"]))
     assert served["embedding"].shape == (1, 16)
+
+
+def test_demo_positive_pairs_leave_the_demo_dev_set_out():
+    """The no-flag CLSR run selects on the demo scored pairs: its training positives must
+    not include them (they did: 102 of its 771 pairs were dev pairs scored above 4)."""
+    from tfsent.data import readers
+
+    pairs = readers.read_positive_pairs("demo")
+    s1, s2, _ = readers.read_scored_pairs(readers.DEMO_PAIRS)
+    dev = {frozenset(p) for p in zip(s1, s2)}
+    assert not [p for p in pairs if frozenset(p) in dev]
+    triplets = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)
+    assert pairs == [(p, e) for p, e, _ in triplets]

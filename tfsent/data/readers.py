@@ -242,15 +242,14 @@ def read_pair_file(path):
 def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
     """Positive pairs for CLSR.
 
-    `demo`: the demo triplets' (premise, entailment) plus demo scored pairs above
-    `threshold`; `stsb`: STS-B train pairs with score > threshold (needs `data_dir`);
+    `demo`: the demo triplets' (premise, entailment) pairs (not the demo scored pairs: they
+    are the demo dev set, and training on its positives would make dev selection see its own
+    training pairs); `stsb`: STS-B train pairs with score > threshold (needs `data_dir`);
     an NLI source (SentEval SNLI directory, .jsonl, `tfds:NAME`): entailment pairs;
     any other file: two tab-separated columns.
     """
     if source == "demo":
         pairs = [(p, e) for p, e, _ in read_triplets_tsv(DEMO_TRIPLETS)]
-        s1, s2, scores = read_scored_pairs(DEMO_PAIRS)
-        pairs += [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
     elif source == "stsb":
         if not data_dir:
             raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
