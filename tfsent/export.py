@@ -151,10 +151,10 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
                        "int8_hi": module.int8_ranges[1].tolist(),
                        "int8_calibration_sentences": len(calibration_sentences)}
     module.binary = "binary" in quantize_outputs
-    signatures = {
-        "serving_default": module.serve.get_concrete_function(),
-        "encode_ids": module.encode_ids.get_concrete_function(),
-    }
+    # The tf.functions themselves, not their concrete functions: `save` traces every
+    # function again in its save context, so a concrete function traced here beforehand
+    # would be a second (wasted) trace of the tokenizer and the encoder.
+    signatures = {"serving_default": module.serve, "encode_ids": module.encode_ids}
     tf.saved_model.save(module, tmp, signatures=signatures)
     meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
             "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
