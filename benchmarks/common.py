@@ -265,6 +265,36 @@ def simcse_train_flops(num_layers, hidden, intermediate, seq_len, batch_size):
                                          2 * batch_size)
 
 
+# The parts of a training step that train_profile.py times (see its docstring).
+TRAIN_PROFILE_PARTS = ("forward", "forward_backward", "forward_backward_without_embedding",
+                       "optimizer_update", "optimizer_update_without_embedding", "train_step",
+                       "input_pipeline")
+
+
+def derive_train_profile(parts, forward_flops, peak_flops):
+    """train_profile.py's derived rows (ms, from the parts' best times) and MFUs: backward =
+    forward_backward - forward, the token embedding's share of the gradient and of the
+    update, the rest of the step, and forward / backward / whole-step MFU."""
+    ms = {name: parts[name]["best_ms"] for name in TRAIN_PROFILE_PARTS}
+    backward = ms["forward_backward"] - ms["forward"]
+    derived = {
+        "backward_ms": backward,
+        "embedding_gradient_ms": (ms["forward_backward"]
+                                  - ms["forward_backward_without_embedding"]),
+        "embedding_update_ms": (ms["optimizer_update"]
+                                - ms["optimizer_update_without_embedding"]),
+        "rest_of_step_ms": ms["train_step"] - ms["forward_backward"] - ms["optimizer_update"],
+        "forward_mfu": forward_flops / (ms["forward"] / 1e3) / peak_flops,
+        "backward_mfu": (2 * forward_flops / (backward / 1e3) / peak_flops
+                         if backward > 0 else None),
+        "step_mfu": 3 * forward_flops / (ms["train_step"] / 1e3) / peak_flops,
+    }
+    derived["share_of_step"] = {name: ms[name] / ms["train_step"] for name in
+                                ("forward", "optimizer_update", "input_pipeline")}
+    derived["share_of_step"]["backward"] = backward / ms["train_step"]
+    return derived
+
+
 def padded_batches(widths, n, batch_size):
     """(width, rows) of each batch when `n` sentences are encoded in batches of
     `batch_size` (the last one smaller), batch k padded to `widths[k]` tokens."""

@@ -11,6 +11,10 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           model.fit on the tf.data pipeline), without the dev-evaluation, checkpoint and
           TensorBoard callbacks, which are not training. Steps are timed by a callback that
           reads the loss (which waits for the step, as the CLI's NaN guard does).
+  profile the same model's train_step taken apart (train_profile.py): forward, forward +
+          backward (with and without the token-embedding gradient), the optimizer update
+          (with and without the embedding), the whole step, each compiled alone on one
+          batch, and the input pipeline alone.
   encode  the exported SavedModel (strings in, `serving_default`) and
           `SentenceEncoder.encode`, on the same sentences and batch size, alternating repeats;
           each also with XLA (`export_encoder(jit_compile=True)`, `encode(jit_compile=True)`:
@@ -33,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["train", "encode", "peak", "gemm", "serve"],
+flags.DEFINE_enum("mode", None, ["train", "profile", "encode", "peak", "gemm", "serve"],
                   "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
@@ -58,14 +62,12 @@ flags.DEFINE_integer("warmup_calls", 5, "serve: untimed requests per caller firs
 flags.DEFINE_bool("serve_xla", True, "serve: also measure the jit_compile=True export.")
 
 
-def train_mode():
-    """Times SimCSE training steps; returns the result dict."""
+def _build_training():
+    """(config, encoder, model, optimizer, examples, dataset) of unsupervised SimCSE on
+    minilm-l6, built as `python -m tfsent.train --method=simcse_unsup` builds them."""
     import keras
-    import numpy as np
-    import tensorflow as tf
 
     from tfsent import distribute
-    from tfsent.encoders import resolve_short_name
     from tfsent.methods import get_method
     from tfsent.train import build_model, load_training_data, make_dataset, resolve_config
 
@@ -84,10 +86,22 @@ def train_mode():
     with strategy.scope():
         encoder, model, optimizer = build_model(spec, config, FLAGS.steps,
                                                 bool(config.jit_compile))
+    dataset = make_dataset(spec, config, encoder, examples, 0, output_dir=None)
+    return config, encoder, model, optimizer, examples, dataset
+
+
+def train_mode():
+    """Times SimCSE training steps; returns the result dict."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfsent.encoders import resolve_short_name
+
+    config, encoder, model, optimizer, examples, dataset = _build_training()
     mask = encoder.tokenizer(examples)["padding_mask"]
     mean_tokens = float(tf.reduce_mean(tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)))
     rss_after_load = common.current_rss_mb()
-    dataset = make_dataset(spec, config, encoder, examples, 0, output_dir=None)
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self):
@@ -118,6 +132,95 @@ def train_mode():
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
     })
     return result
+
+
+def _time_calls(fn, repeats, warmup=3):
+    """(best, median) wall seconds of `fn()` over `repeats` calls after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - t0)
+    return min(seconds), common.median(seconds)
+
+
+def profile_mode():
+    """Where a SimCSE training step's time goes: each part of `train_step` compiled alone
+    (as the step is: XLA when the config's jit_compile is on) on one fixed batch, and the
+    tf.data pipeline alone."""
+    import numpy as np
+    import tensorflow as tf
+
+    config, encoder, model, optimizer, examples, dataset = _build_training()
+    jit = bool(config.jit_compile)
+    variables = list(model.trainable_variables)
+    optimizer.build(variables)
+    embedding = encoder.token_embedding_matrix
+    others = [v for v in variables if v.path != embedding.path]
+    assert len(others) == len(variables) - 1, "the token embedding is not trainable?"
+    iterator = iter(dataset)
+    batch = next(iterator)
+    parts = {}
+
+    def input_batch():
+        next(iterator)
+
+    def compiled(fn):
+        return tf.function(fn, jit_compile=jit)
+
+    def loss_fn():
+        return model.compute_losses(batch, training=True)[0]
+
+    def gradient_norm(var_list):
+        def fn():
+            with tf.GradientTape() as tape:
+                loss = loss_fn()
+            return tf.linalg.global_norm(tape.gradient(loss, var_list))
+        return compiled(fn)
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        return [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+
+    grads = compiled(gradients)()
+    by_path = {v.path: g for v, g in zip(variables, grads)}
+
+    def apply(var_list):
+        pairs = [(by_path[v.path], v) for v in var_list]
+
+        def fn():
+            optimizer.apply_gradients(pairs)
+            return tf.constant(0)
+        return compiled(fn)
+
+    def step_fn():
+        return model.train_step(batch)["loss"]
+
+    timed = [("input_pipeline", input_batch),
+             ("forward", compiled(loss_fn)),
+             ("forward_backward", gradient_norm(variables)),
+             ("forward_backward_without_embedding", gradient_norm(others)),
+             ("optimizer_update", apply(variables)),
+             ("optimizer_update_without_embedding", apply(others)),
+             ("train_step", compiled(step_fn))]
+    for name, fn in timed:
+        if name == "input_pipeline":
+            call = fn
+        else:
+            def call(fn=fn):
+                np.asarray(fn())  # waits for the result
+        best, median = _time_calls(call, FLAGS.repeats)
+        parts[name] = {"best_ms": best * 1e3, "median_ms": median * 1e3}
+    return {"parts": parts, "jit_compile": jit, "optimizer": type(optimizer).__name__,
+            "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
+            "intermediate": int(encoder.backbone.intermediate_dim),
+            "parameters": int(sum(np.prod(v.shape) for v in variables)),
+            "embedding_parameters": int(np.prod(embedding.shape)),
+            "batch_shapes": tf.nest.map_structure(lambda t: list(t.shape), batch),
+            "mixed_precision": config.mixed_precision, "tensorflow": tf.__version__}
 
 
 def _time_passes(fns, warmup_passes, repeats):
@@ -350,15 +453,17 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if FLAGS.mode is None:
-        raise app.UsageError("--mode is required (train, encode, peak, gemm or serve)")
-    if FLAGS.mode in ("train", "encode", "serve") and not FLAGS.data:
-        raise app.UsageError("--data is required for --mode=train/encode/serve")
+        raise app.UsageError("--mode is required (train, profile, encode, peak, gemm or "
+                             "serve)")
+    if FLAGS.mode in ("train", "profile", "encode", "serve") and not FLAGS.data:
+        raise app.UsageError("--data is required for --mode=train/profile/encode/serve")
     if FLAGS.mode == "train" and FLAGS.steps <= FLAGS.warmup_steps:
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps})")
     if FLAGS.repeats < 1:
         raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
-    result = {"train": train_mode, "encode": encode_mode, "peak": peak_mode,
+    result = {"train": train_mode, "profile": profile_mode, "encode": encode_mode,
+              "peak": peak_mode,
               "gemm": gemm_mode, "serve": serve_mode}[FLAGS.mode]()
     result["load_average"] = common.load_average()
     common.emit_result(result)

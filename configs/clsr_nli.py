@@ -13,6 +13,7 @@ def get_config():
         "pooling": "mean",
         "train_data": "tfds:multi_nli",     # entailment pairs
         "clsr_output_dim": 768,
+        "clsr_head_init": "random",         # e starts random, as in the paper
         "temperature": 0.1,
         "optimizer": "lars",
         "learning_rate": 0.5,

@@ -11,6 +11,7 @@ def get_config():
         "train_split": "dev",
         "eval_data_dir": "../shared/data",
         "eval_data": "stsb",
+        "clsr_head_init": "random",         # e starts random, as in the paper
         "temperature": 0.1,
         "optimizer": "lars",
         "learning_rate": 0.5,

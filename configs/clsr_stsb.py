@@ -16,6 +16,7 @@ def get_config():
         "train_data": "stsb",               # STS-B train pairs ...
         "positive_threshold": 4.0,          # ... with score > 4
         "clsr_output_dim": 768,             # e's output and h: 768
+        "clsr_head_init": "random",         # e starts random, as in the paper
         "temperature": 0.1,                 # tau
         "optimizer": "lars",                # SimCLR's LARS
         "learning_rate": 0.5,

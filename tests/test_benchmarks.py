@@ -1,5 +1,5 @@
-"""benchmarks/: tfsent's side of train_throughput.py, encode_throughput.py and
-serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark peer venv), their
+"""benchmarks/: tfsent's side of train_throughput.py, train_profile.py, encode_throughput.py
+and serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark peer venv), their
 JSON, flag errors, the FLOP count behind MFU and the latency statistics."""
 
 import json
@@ -64,6 +64,41 @@ def test_encode_throughput_tfsent_side(tmp_path):
     assert 2 <= result["tfsent_mean_padded_length"] <= 32
     assert result["peer_mfu"] is None
     assert "SavedModel" in r.stdout
+
+
+def test_train_profile_tfsent_step_parts(tmp_path):
+    minilm_or_skip()
+    out = tmp_path / "profile.json"
+    r = _run("train_profile.py", "--batch_size=4", "--max_seq_length=8", "--repeats=1",
+             "--max_sentences=64", "--matmul_size=512", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    profile = result["profile"]
+    for name in common.TRAIN_PROFILE_PARTS:
+        assert _positive_finite(profile["parts"][name]["best_ms"]), name
+    # minilm-l6's trainable parameters, and its 30522 x 384 token embedding among them.
+    assert profile["embedding_parameters"] == 30522 * 384
+    assert 22_000_000 < profile["parameters"] < 23_000_000
+    assert profile["jit_compile"] is True and profile["optimizer"] == "AdamW"
+    assert result["forward_flops"] == common.transformer_forward_flops(6, 384, 1536, 8, 8)
+    assert result["machine"]["cores"] == os.cpu_count()
+    assert "rest of the step (derived)" in r.stdout
+
+
+def test_train_profile_derived_rows_by_hand():
+    parts = {name: {"best_ms": ms, "median_ms": ms} for name, ms in (
+        ("forward", 10.0), ("forward_backward", 40.0),
+        ("forward_backward_without_embedding", 36.0), ("optimizer_update", 8.0),
+        ("optimizer_update_without_embedding", 3.0), ("train_step", 50.0),
+        ("input_pipeline", 2.0))}
+    d = common.derive_train_profile(parts, forward_flops=1e9, peak_flops=200e9)
+    assert d["backward_ms"] == 30.0 and d["embedding_gradient_ms"] == 4.0
+    assert d["embedding_update_ms"] == 5.0 and d["rest_of_step_ms"] == 2.0
+    # forward: 1 GFLOP in 10 ms = 100 GFLOP/s = 50% of 200; backward 2 GFLOP in 30 ms.
+    assert d["forward_mfu"] == pytest.approx(0.5)
+    assert d["backward_mfu"] == pytest.approx(2e9 / 0.030 / 200e9)
+    assert d["step_mfu"] == pytest.approx(3e9 / 0.050 / 200e9)
+    assert d["share_of_step"]["backward"] == pytest.approx(0.6)
 
 
 def test_gemm_shapes_tf_side(tmp_path):
@@ -168,6 +203,7 @@ def test_peer_quantization_config_follows_the_isa():
     ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
     ("memory_vs_batch.py", ["--grad_cache_chunk=-1", "--json=JSON"], "--grad_cache_chunk"),
     ("gemm_shapes.py", ["--repeats=0", "--json=JSON"], "--repeats"),
+    ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
 ])

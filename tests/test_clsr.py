@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB, TINY_RUN_FLAGS
 from tfsent.data import cache
+from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
 from tfsent.methods import CLSR
 from tfsent.optimizers import LARS
@@ -87,6 +88,56 @@ def test_base_encoder_is_frozen_and_unchanged():
                                atol=1e-6)
     normed = model.encode(["a dog runs", "a cat"], normalize=True)
     np.testing.assert_allclose(np.linalg.norm(normed, axis=1), 1.0, atol=1e-5)
+
+
+def test_identity_head_starts_as_the_base_encoder_and_then_trains():
+    from tfsent.layers.heads import MLPEncoder
+
+    model = CLSR(tiny_encoder(TINY_VOCAB, max_seq_length=12, seed=2), head_init="identity")
+    dim = model.encoder.hidden_dim
+    assert (model.hidden_dim, model.output_dim) == (2 * dim, dim)
+    sentences = ["a dog runs", "a cat", "the sun is hot"]
+    base = model.encoder.encode(sentences, normalize=False)
+    # Step 0: e(m(x)) is m(x) itself, for positive and negative coordinates alike.
+    np.testing.assert_allclose(model.encode(sentences), base, rtol=1e-6, atol=1e-6)
+    # Hidden units beyond 2D start with zero outputs: still the identity.
+    wide = MLPEncoder(2 * dim + 5, dim, initializer="identity")
+    wide.build((None, dim))
+    x = np.random.default_rng(0).normal(size=(7, dim)).astype(np.float32)
+    np.testing.assert_allclose(wide(x).numpy(), x, rtol=1e-6, atol=1e-6)
+    assert np.abs(wide.hidden.kernel.numpy()[:, 2 * dim:]).sum() > 0
+    restored = MLPEncoder.from_config(wide.get_config())
+    assert restored.initializer == "identity"
+    # And it trains like the random head: the loss falls and e moves away from identity.
+    emb = model.encoder.encode(sorted({s for p in PAIRS for s in p}), normalize=False)
+    idx = {s: i for i, s in enumerate(sorted({s for p in PAIRS for s in p}))}
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"a": emb[[idx[a] for a, _ in PAIRS]], "b": emb[[idx[b] for _, b in PAIRS]]}
+    ).repeat().batch(4, drop_remainder=True)
+    batch = next(iter(ds))
+    before = float(model.compute_losses(batch)[0])
+    model.compile(optimizer=LARS(learning_rate=0.1))
+    model.fit(ds, epochs=1, steps_per_epoch=30, verbose=0)
+    assert float(model.compute_losses(batch)[0]) < before
+    assert not np.allclose(model.encode(sentences), base, atol=1e-4)
+
+
+def test_identity_head_refuses_sizes_that_cannot_be_the_identity():
+    import pytest
+
+    from tfsent.layers.heads import MLPEncoder
+
+    with pytest.raises(ValueError, match="hidden_dim >= 2 x the input size"):
+        MLPEncoder(10, 8, initializer="identity").build((None, 8))
+    with pytest.raises(ValueError, match="output_dim == the input size"):
+        MLPEncoder(16, 4, initializer="identity").build((None, 8))
+    with pytest.raises(ValueError, match="initializer must be one of"):
+        MLPEncoder(16, 8, initializer="eye")
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, seed=2)
+    with pytest.raises(ConfigError, match="clsr_output_dim"):
+        CLSR(enc, output_dim=32, head_init="identity")
+    with pytest.raises(ConfigError, match="head_init"):
+        CLSR(enc, head_init="eye")
 
 
 def test_cache_key_changes_with_each_input(tmp_path, tiny_encoder_dir):

@@ -181,6 +181,7 @@ def _field_choices():
     from tfsent.distribute import STRATEGIES
     from tfsent.encoders.pooling import POOLINGS
     from tfsent.layers.augment import AUGMENTATIONS
+    from tfsent.layers.heads import MLPEncoder
     from tfsent.methods.consert import DIRECTION_REDUCTIONS
     from tfsent.methods.supcon import SIMILARITIES
 
@@ -189,7 +190,7 @@ def _field_choices():
         "mixed_precision": ("", "mixed_bfloat16", "mixed_float16"), "strategy": STRATEGIES,
         "pooling": POOLINGS, "similarity": SIMILARITIES,
         "direction_reduction": DIRECTION_REDUCTIONS, "view1_augmentation": AUGMENTATIONS,
-        "view2_augmentation": AUGMENTATIONS,
+        "view2_augmentation": AUGMENTATIONS, "clsr_head_init": MLPEncoder.INITIALIZERS,
     }
 
 

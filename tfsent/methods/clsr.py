@@ -29,8 +29,11 @@ class CLSR(SentenceMethod):
 
     Args:
         encoder: the frozen base SentenceEncoder (its pooling: `mean` by default, Table 4).
-        hidden_dim: width of e's hidden layer (default: the encoder's H).
+        hidden_dim: width of e's hidden layer (default: the encoder's H; 2H with
+            `head_init="identity"`).
         output_dim: size of e's output and of h (default: H; 768 in the paper).
+        head_init: how e starts: "random" (the paper) or "identity" (e(x) = x at step 0, so
+            the run starts from the base encoder's embeddings; `MLPEncoder`).
         temperature: tau (0.1).
         direction_reduction: "mean" over the 2B anchors (the paper) or "sum".
         train_pooling: m's pooling, the one e is trained on (default: the encoder's).
@@ -43,18 +46,26 @@ class CLSR(SentenceMethod):
 
     def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,
                  direction_reduction="mean", train_pooling=None, export_pooling=None,
-                 **kwargs):
+                 head_init="random", **kwargs):
         pooling = train_pooling or encoder.pooling
         check_export_pooling(pooling, export_pooling)
         super().__init__(encoder, pooling, export_pooling, **kwargs)
         encoder.trainable = False
         dim = encoder.hidden_dim
-        self.hidden_dim = int(hidden_dim or dim)
+        self.head_init = checks.one_of("head_init", head_init, MLPEncoder.INITIALIZERS)
+        self.hidden_dim = int(hidden_dim or (2 * dim if head_init == "identity" else dim))
         self.output_dim = int(output_dim or dim)
         self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.direction_reduction = checks.one_of("direction_reduction", direction_reduction,
                                                  ("mean", "sum"))
-        self.mlp = MLPEncoder(self.hidden_dim, self.output_dim, name="clsr_encoder")
+        if head_init == "identity" and (self.hidden_dim < 2 * dim or self.output_dim != dim):
+            raise ConfigError(
+                f"head_init='identity' (config clsr_head_init) makes e the identity at step 0, "
+                f"which needs hidden_dim (clsr_hidden_dim) >= 2 x the encoder's H = {2 * dim} "
+                f"and output_dim (clsr_output_dim) == H = {dim}; got {self.hidden_dim} and "
+                f"{self.output_dim}. Leave them 0 (defaults) or use clsr_head_init=random")
+        self.mlp = MLPEncoder(self.hidden_dim, self.output_dim, initializer=self.head_init,
+                              name="clsr_encoder")
         self.mlp.build((None, dim))
         self.projection = keras.layers.Dense(self.output_dim, name="clsr_projection")
         self.projection.build((None, self.output_dim))
@@ -90,5 +101,6 @@ class CLSR(SentenceMethod):
         config = super().get_config()
         config.update({"hidden_dim": self.hidden_dim, "output_dim": self.output_dim,
                        "temperature": self.temperature,
-                       "direction_reduction": self.direction_reduction})
+                       "direction_reduction": self.direction_reduction,
+                       "head_init": self.head_init})
         return config
