@@ -9,7 +9,8 @@ same file, the JSON says so via `same_checkpoint`) with mean pooling, the same b
 max_seq_length and sentences, each in a fresh process, one after the other (with
 --repeats=R: tfsent, peer, tfsent, peer, ...; the best of each side is reported):
 
-  tfsent  `python -m tfsent.train --method=simcse_unsup` as built by the CLI (tfsent_worker.py):
+  tfsent  `python -m tfsent.train --method=simcse_unsup` as built by the CLI (tfsent_worker.py),
+          at the peer's settings:
           two dropout views in one encoder pass, InfoNCE tau 0.05, AdamW lr 3e-5, XLA
           (jit_compile, the CLI default), static (batch, max_seq_length) batches from tf.data.
   peer    sentence-transformers (peer_worker.py in its own venv, built by peer_env.py):
