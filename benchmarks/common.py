@@ -7,6 +7,7 @@ this module too, so it must not import absl, numpy, TensorFlow or torch at the t
 import json
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -528,6 +529,26 @@ def time_requests(call, sentences, batch_size, calls, concurrency=1, warmup=5):
             "p50_ms": percentile(ms, 50), "p90_ms": percentile(ms, 90),
             "p99_ms": percentile(ms, 99), "mean_ms": sum(ms) / len(ms),
             "sent_per_s": calls * batch_size / wall}
+
+
+def op_type_of(timeline_label, node_name):
+    """The op type of a traced kernel: its step_stats timeline label reads
+    "name = OpType(inputs)" (the node name when the label is empty)."""
+    if not timeline_label:
+        return node_name
+    return timeline_label.split(" = ", 1)[-1].split("(", 1)[0].strip()
+
+
+MATMUL_OP = re.compile(r"MatMul|Einsum")
+
+
+def group_op_profile(op_types):
+    """{op type: {"ms", "kernels"}} -> ms per request in matmul kernels (MatMul, BatchMatMul,
+    Einsum, oneDNN's fused / _Mkl variants) and in everything else, and kernels per request."""
+    matmul = sum(v["ms"] for op, v in op_types.items() if MATMUL_OP.search(op))
+    total = sum(v["ms"] for v in op_types.values())
+    return {"matmul_ms": matmul, "other_ms": total - matmul,
+            "kernels": sum(v["kernels"] for v in op_types.values())}
 
 
 def serving_scenarios(calls, throughput_calls, throughput_batch=64):

@@ -15,6 +15,15 @@ requests by length). Paths:
                           tf.saved_model.load; each request is one `serving_default` call.
   tfsent SavedModel, XLA  the same exported with jit_compile=True (bucketed shapes; every
                           shape the timed requests hit is compiled first, untimed).
+  tfsent SavedModel, TF1 session
+                          the plain export loaded as TF Serving's C++ loader loads it
+                          (MetaGraph into a TF1 session, variables restored through the
+                          saver_def); each request is one session.run.
+  (op profile)            --op_profile_calls batch-1 requests traced kernel by kernel in
+                          that session: time per op type, matmul kernels against the rest,
+                          and the rate at which the matmuls stream the weights (bytes of
+                          the matmul weights / matmul time): at batch 1 every weight is
+                          read once per request for a few FLOPs per byte.
   (profile)               the plain export's `encode_ids` signature on pre-tokenized
                           requests, one caller: what the in-graph tokenizer costs; and
                           each request's model FLOPs at the TF matmul peak measured in
@@ -54,18 +63,23 @@ flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transfor
                   "backends to measure (torch, onnx, onnx_int8).")
 flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
+flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op in the TF1 "
+                     "session (0: no op profile).")
 flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the TF "
                      "peak (the profile's compute-bound times).")
 
 PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
 PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
-TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA"}
+TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
+                 "savedmodel_tf1": "tfsent SavedModel, TF1 session"}
 
 
 def validate_flags():
     """Raises app.UsageError naming the offending flag."""
     if not FLAGS.json:
         raise app.UsageError("--json is required (where to write the results)")
+    if FLAGS.op_profile_calls < 0:
+        raise app.UsageError(f"--op_profile_calls must be >= 0, got {FLAGS.op_profile_calls}")
     for name in ("n", "calls", "throughput_calls", "throughput_batch", "matmul_size"):
         if getattr(FLAGS, name) < 1:
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
@@ -123,7 +137,8 @@ def main(argv):
     load_before = common.load_average()
     peak = common.measure_peak(None, FLAGS.matmul_size, 5)["tf"]
     ours = common.run_worker(sys.executable, "tfsent_worker.py",
-                             ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}"] + shared,
+                             ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}",
+                              f"--op_profile_calls={FLAGS.op_profile_calls}"] + shared,
                              what="tfsent SavedModel serving")
     peers = {}
     for backend in ([] if FLAGS.skip_peer else FLAGS.backends):
@@ -167,6 +182,13 @@ def main(argv):
                  for b in peers}}
         for key in ours["encode_ids"]}
     result["peak_flops"] = peak
+    ops = ours.get("op_profile_b1")
+    if ops:
+        grouped = common.group_op_profile(ops["op_types"])
+        result["op_profile_b1"] = {
+            **ops, **grouped,
+            "matmul_weight_gb_per_s": ops["matmul_weight_bytes"] / grouped["matmul_ms"] / 1e6,
+            "top": sorted(ops["op_types"], key=lambda op: -ops["op_types"][op]["ms"])[:12]}
     if "onnx" in peers:
         onnx = peers["onnx"]["scenarios"]
         plain = ours["scenarios"]["savedmodel"]
@@ -197,6 +219,17 @@ def main(argv):
         title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
               f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
               f"({peak / 1e9:.0f} GFLOP/s)")
+    if ops:
+        prof = result["op_profile_b1"]
+        common.print_table(
+            ["op type", "ms per request", "kernels per request"],
+            [[op, common.fmt(ops["op_types"][op]["ms"], 3),
+              common.fmt(ops["op_types"][op]["kernels"], 1)] for op in prof["top"]],
+            title=f"op profile, batch 1 in the TF1 session ({prof['requests']} requests "
+                  f"traced): matmul kernels {prof['matmul_ms']:.2f} ms (weights streamed at "
+                  f"{prof['matmul_weight_gb_per_s']:.1f} GB/s), other kernels "
+                  f"{prof['other_ms']:.2f} ms, {prof['kernels']:.0f} kernels; traced wall "
+                  f"{prof['traced_wall_ms']:.2f} ms")
     print("lowest cosine to tfsent's SavedModel (first 8 sentences): " + ", ".join(
         f"{k} {v:.6f}" for k, v in cosines.items()))
     if warning:

@@ -24,7 +24,10 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           and in TF's graph executor.
   serve   serve_latency.py's tfsent side: minilm-l6 exported with tfsent.export (plain, and
           with --serve_xla also `jit_compile=True`), loaded with tf.saved_model.load, and
-          `serving_default(sentences=...)` timed per request (common.measure_serving).
+          `serving_default(sentences=...)` timed per request (common.measure_serving); the
+          plain export also loaded as TF Serving's C++ loader loads it (TF1 session,
+          variables restored through the saver_def; `session.run` per request), and its
+          batch-1 requests traced op by op in that session (--op_profile_calls).
 """
 
 import os
@@ -60,6 +63,8 @@ flags.DEFINE_integer("throughput_calls", 32, "serve: timed requests of the throu
 flags.DEFINE_integer("throughput_batch", 64, "serve: batch size of the throughput scenario.")
 flags.DEFINE_integer("warmup_calls", 5, "serve: untimed requests per caller first.")
 flags.DEFINE_bool("serve_xla", True, "serve: also measure the jit_compile=True export.")
+flags.DEFINE_integer("op_profile_calls", 50, "serve: batch-1 requests traced op by op in "
+                     "the TF1 session (0: no op profile).")
 
 
 def _build_training():
@@ -352,6 +357,16 @@ def serve_mode():
             if not jit:
                 result["encode_ids"] = _time_encode_ids(tf.saved_model.load(path), encoder,
                                                         sentences, scenarios)
+                session = TFServingSession(path)
+                result["embeddings"]["savedmodel_tf1"] = session.embed(
+                    sentences[:FLAGS.keep_embeddings]).tolist()
+                result["scenarios"]["savedmodel_tf1"] = common.measure_serving(
+                    session.embed, sentences, scenarios, FLAGS.warmup_calls)
+                if FLAGS.op_profile_calls:
+                    result["op_profile_b1"] = session.op_profile(common.request_batches(
+                        sentences, 1, FLAGS.op_profile_calls))
+                    result["op_profile_b1"]["matmul_weight_bytes"] = _matmul_weight_bytes(
+                        encoder)
             print(f"[tfsent_worker] {name}: " + ", ".join(
                 f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in
                 result["scenarios"][name].items()), file=sys.stderr, flush=True)
@@ -377,6 +392,64 @@ def serve_mode():
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
     })
     return result
+
+
+class TFServingSession:
+    """A SavedModel loaded as TF Serving's C++ loader loads it: the MetaGraph imported into a
+    TF1 session, variables restored through its saver_def, the init op run; each request is
+    one `session.run` of the serving_default signature's tensors."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+
+        self._tf = tf
+        self.session = tf.compat.v1.Session(graph=tf.Graph())
+        with self.session.graph.as_default():
+            meta = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], path)
+        signature = meta.signature_def["serving_default"]
+        self.input = signature.inputs["sentences"].name
+        self.output = signature.outputs["embedding"].name
+
+    def embed(self, batch, options=None, run_metadata=None):
+        """Embeddings of the sentences in `batch` (a numpy array)."""
+        import numpy as np
+
+        return self.session.run(self.output, {self.input: np.array(batch, dtype=object)},
+                                options=options, run_metadata=run_metadata)
+
+    def op_profile(self, batches):
+        """Each request of `batches` traced (RunOptions FULL_TRACE): per op type, the mean
+        time per request (sum of its kernels' start-to-end times) and kernel count, and
+        the median traced wall time (first kernel start to last kernel end)."""
+        tf = self._tf
+        for batch in batches[:3]:  # warm caches, untimed
+            self.embed(batch)
+        per_type, walls = {}, []
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        for batch in batches:
+            metadata = tf.compat.v1.RunMetadata()
+            self.embed(batch, options, metadata)
+            starts, ends = [], []
+            for device in metadata.step_stats.dev_stats:
+                for node in device.node_stats:
+                    op = common.op_type_of(node.timeline_label, node.node_name)
+                    entry = per_type.setdefault(op, [0.0, 0])
+                    entry[0] += node.all_end_rel_micros / 1000.0
+                    entry[1] += 1
+                    starts.append(node.all_start_micros)
+                    ends.append(node.all_start_micros + node.all_end_rel_micros)
+            walls.append((max(ends) - min(starts)) / 1000.0)
+        n = len(batches)
+        return {"requests": n, "traced_wall_ms": common.median(walls),
+                "op_types": {op: {"ms": total / n, "kernels": count / n}
+                             for op, (total, count) in per_type.items()}}
+
+
+def _matmul_weight_bytes(encoder):
+    """Bytes of the transformer layers' matmul kernels (not the embedding tables, biases
+    or the unused [CLS] pooler): what every request streams from memory at least once."""
+    return int(sum(w.numpy().nbytes for w in encoder.backbone.weights
+                   if w.path.endswith("kernel") and "transformer_layer" in w.path))
 
 
 def _time_encode_ids(loaded, encoder, sentences, scenarios):

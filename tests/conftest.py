@@ -100,24 +100,40 @@ def absl_messages():
     logger.setLevel(level)
 
 
-# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
-SERVE_SCRIPT = r"""
-import json, sys
+# Defines serve_like_tf_serving(path, sentences) in a script: the SavedModel is loaded the
+# way TF Serving's C++ loader (and saved_model_cli run) loads it -- the MetaGraph imported
+# into a TF1 session, variables restored through its saver_def, the init op run -- not with
+# TF2's object-graph loader, which also restores variables TF Serving cannot see.
+TF_SERVING_LOADER = r"""
+import numpy as np
 import tensorflow as tf
-import tensorflow_text  # noqa: F401
+import tensorflow_text  # noqa: F401  (the tokenizer's ops, as in TF Serving's build)
+def serve_like_tf_serving(path, sentences, outputs=("embedding", "embedding_normalized")):
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+        sig = meta.signature_def["serving_default"]
+        feed = {sig.inputs["sentences"].name: np.array(sentences, dtype=object)}
+        values = sess.run([sig.outputs[k].name for k in outputs], feed)
+    return dict(zip(outputs, values))
+"""
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
+SERVE_SCRIPT = TF_SERVING_LOADER + r"""
+import json, sys
 path, sentences = sys.argv[1], json.loads(sys.argv[2])
-m = tf.saved_model.load(path)
-out = m.signatures["serving_default"](sentences=tf.constant(sentences))
+out = serve_like_tf_serving(path, sentences)
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
-json.dump({"embedding": out["embedding"].numpy().tolist(),
-           "normalized": out["embedding_normalized"].numpy().tolist(), "modules": mods},
+json.dump({"embedding": out["embedding"].tolist(),
+           "normalized": out["embedding_normalized"].tolist(), "modules": mods},
           sys.stdout)
 """
 
 
 def serve_in_fresh_process(path, sentences):
-    """Loads the SavedModel at `path` in a new Python process that imports only tensorflow
-    and tensorflow_text, embeds `sentences`; returns the decoded JSON output."""
+    """Loads the SavedModel at `path` as TF Serving does (TF1 session, saver_def restore) in
+    a new Python process that imports only tensorflow and tensorflow_text, embeds
+    `sentences`; returns the decoded JSON output."""
     import json
     import subprocess
     import sys

@@ -125,19 +125,26 @@ def test_serve_latency_tfsent_side(tmp_path):
     out = tmp_path / "serve.json"
     r = _run("serve_latency.py", "--skip_peer", "--n=24", "--calls=3", "--throughput_calls=2",
              "--throughput_batch=8", "--warmup_calls=1", "--max_seq_length=32",
-             "--matmul_size=256", f"--json={out}")
+             "--matmul_size=256", "--op_profile_calls=3", f"--json={out}")
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     scenarios = result["tfsent"]["scenarios"]
-    assert set(scenarios) == {"savedmodel", "savedmodel_xla"}
+    assert set(scenarios) == {"savedmodel", "savedmodel_xla", "savedmodel_tf1"}
     for name in scenarios:
         assert set(scenarios[name]) == {"b1_c1", "b1_c4", "b8_c1", "b8_c4"}
         for key, m in scenarios[name].items():
             assert m["p50_ms"] <= m["p90_ms"] <= m["p99_ms"], (name, key, m)
             assert _positive_finite(m["sent_per_s"]) and m["calls"] in (2, 3)
     assert scenarios["savedmodel"]["b8_c4"]["concurrency"] == 4
-    # The XLA export computes the plain export's embeddings (the correctness part).
+    # The XLA export, and the export loaded as TF Serving loads it, compute the plain
+    # export's embeddings (the correctness part).
     assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_xla"] > 0.9999
+    assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_tf1"] > 0.99999
+    ops = result["op_profile_b1"]
+    assert ops["requests"] == 3 and 0 < ops["matmul_ms"] and 0 < ops["other_ms"]
+    assert any("MatMul" in op or "Einsum" in op for op in ops["op_types"])
+    assert ops["matmul_weight_bytes"] == 6 * 4 * (4 * 384 * 384 + 2 * 384 * 1536)
+    assert "op profile, batch 1" in r.stdout
     assert set(result["tfsent"]["encode_ids"]) == {"b1_c1", "b8_c1"}
     # Request FLOPs: batch 8 pads every row to its longest, so >= 8x some batch-1 request's.
     flops = result["tfsent"]["request_flops"]
@@ -149,6 +156,17 @@ def test_serve_latency_tfsent_side(tmp_path):
     assert result["peers"] == {} and "tfsent_vs_onnx_fp32" not in result
     assert result["machine"]["cpu_model"] is not None or result["machine"]["cores"]
     assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
+
+
+def test_op_profile_grouping_hand_case():
+    assert common.op_type_of("x/MatMul = _MklNativeFusedMatMul(a, b, c)", "x/MatMul") == \
+        "_MklNativeFusedMatMul"
+    assert common.op_type_of("", "_SOURCE") == "_SOURCE"
+    ops = {"_MklEinsum": {"ms": 2.0, "kernels": 36}, "BatchMatMulV2": {"ms": 0.5, "kernels": 6},
+           "_MklNativeFusedMatMul": {"ms": 1.0, "kernels": 12},
+           "AddV2": {"ms": 0.25, "kernels": 77}, "_MklSoftmax": {"ms": 0.25, "kernels": 6}}
+    assert common.group_op_profile(ops) == {"matmul_ms": 3.5, "other_ms": 0.5,
+                                            "kernels": 137}
 
 
 def test_percentile_matches_numpy_and_a_hand_case():

@@ -148,3 +148,23 @@ def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_e
     headed = SavedModelEncoder(export_encoder(enc, str(tmp_path / "head"), head=head))
     assert headed.encode([]).shape == (0, 5)
     assert headed.encode(["a man", "a dog"]).shape == (2, 5)
+
+
+def test_served_as_tf_serving_with_a_head_and_each_weight_saved_once(tmp_path,
+                                                                      tiny_encoder_dir):
+    """TF Serving's loader (TF1 session, saver_def restore) finds every variable, a head's
+    included, and the checkpoint holds each weight once: the Keras variables are not saved
+    beside the tf.Variables the graph reads."""
+    from tfsent.layers.heads import MLPEncoder
+
+    enc = load_encoder(tiny_encoder_dir, pooling="mean")
+    head = MLPEncoder(7, 5)
+    head.build((None, enc.hidden_dim))
+    path = export_encoder(enc, str(tmp_path / "e"), head=head)
+    served = serve_in_fresh_process(path, SENTENCES)
+    expected = head(enc.encode(SENTENCES)).numpy()
+    np.testing.assert_allclose(np.array(served["embedding"], np.float32), expected, atol=1e-5)
+    weight_bytes = sum(v.numpy().nbytes for v in enc.backbone.weights + head.weights)
+    saved = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
+                os.walk(os.path.join(path, "variables")) for f in files)
+    assert weight_bytes <= saved < 2 * weight_bytes  # saved twice was over 2x

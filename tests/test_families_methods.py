@@ -1,8 +1,8 @@
 """Every method on every encoder family: 2 training steps in-process (the model built as
 `python -m tfsent.train` builds it; eager steps), an export, and the export serving strings
-in a fresh process that imports only tensorflow and tensorflow_text, equal to `encode`. A
-diagonal of the grid also goes through the CLI (`python -m tfsent.train
---config.encoder=DIR`, traced XLA train steps).
+in a fresh process that imports only tensorflow and tensorflow_text and loads it as TF
+Serving does, equal to `encode`. A diagonal of the grid also goes through the CLI
+(`python -m tfsent.train --config.encoder=DIR`, traced XLA train steps).
 
 Cost: the exports of the whole grid are served by ONE fresh process (module fixture)."""
 
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TF_SERVING_LOADER
 from hf_checkpoints import FAMILIES
 
 METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr")
@@ -28,17 +28,13 @@ OVERRIDES = ["steps=2", "eval_every=2", "batch_size=8", "max_seq_length=16",
 METHOD_OVERRIDES = {"cmlm_cse": ["extractor_layers=1", "fusion_layers=1"],
                     "clsr": ["cache_dir={tmp}/cache"]}
 
-# Loads each SavedModel named on the command line and serves the sentences; reports which
-# of tfsent / keras_hub got imported (none should).
-SERVE_MANY = r"""
+# Loads each SavedModel named on the command line as TF Serving does and serves the
+# sentences; reports which of tfsent / keras_hub got imported (none should).
+SERVE_MANY = TF_SERVING_LOADER + r"""
 import json, sys
-import tensorflow as tf
-import tensorflow_text  # noqa: F401
 paths, sentences = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {}
-for key, path in paths.items():
-    fn = tf.saved_model.load(path).signatures["serving_default"]
-    out[key] = fn(sentences=tf.constant(sentences))["embedding"].numpy().tolist()
+out = {key: serve_like_tf_serving(path, sentences, ("embedding",))["embedding"].tolist()
+       for key, path in paths.items()}
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
 json.dump({"embeddings": out, "modules": mods}, sys.stdout)
 """

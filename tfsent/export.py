@@ -8,14 +8,17 @@ sees a partial model; leftovers of an interrupted export are removed by the next
 Signatures:
   serving_default(sentences: string[N]) -> {embedding: float32[N, H],
                                             embedding_normalized: float32[N, H]}
-  encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, plain TF
-      ops only (for servers built without TF Text ops).
+  encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, for
+      pre-tokenized requests (core TF ops only in this signature; the SavedModel as a
+      whole still holds the tokenizer's TF Text ops, which any loader must register).
 With `truncate_dim=D` both embeddings keep their first D dimensions (a Matryoshka model;
 truncation before normalisation) and H is D. With `quantize` both signatures also return
 `embedding_int8` (int8[N, H], ranges calibrated on given sentences and stored in the
 graph and the metadata) and/or `embedding_binary` (uint8[N, ceil(H / 8)], packed sign
 bits): see `tfsent.quantize`.
-Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else.
+Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else,
+through TF2's `tf.saved_model.load` or, as TF Serving does, a TF1 session restoring the
+variables through the MetaGraph's saver_def (see `tf_variables`).
 
 CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR [--jit_compile]
          [--truncate_dim=D] [--quantize=int8,binary --calibration_file=SENTENCES.txt]
@@ -43,18 +46,26 @@ class _ServingModule(tf.Module):
     def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
                  truncate_dim=None):
         super().__init__()
-        self.encoder = encoder
+        # The encoder and head are kept out of the saved object graph (object.__setattr__
+        # skips tf.Module's tracking): their Keras variables would be saved a second time
+        # next to `tf_variables` below, which is what the functions use.
+        object.__setattr__(self, "encoder", encoder)
+        object.__setattr__(self, "head", head)
         # Per-batch padding at serving time: no wasted FLOPs on short sentences.
         self.tokenizer = encoder.tokenizer.with_options(
             max_seq_length=encoder.clamp_length(max_seq_length), pad_to_max_length=False)
         self.pooling = pooling
-        self.head = head
         self.truncate_dim = truncate_dim
         self.int8_ranges = None  # (lo, hi) once calibrated
         self.binary = False
         self.jit_compile = jit_compile
         if jit_compile:
             self._xla_embed = tf.function(self._embed, jit_compile=True)
+        # TF Serving (and saved_model_cli, tf.compat.v1 loaders) restore variables through
+        # the MetaGraph's saver_def, which only reaches tf.Variables tracked directly: a
+        # Keras 3 variable wraps its tf.Variable and saves a copy the served graph does not
+        # read ("Could not find variable ..." at the first request; keras-team/keras#20095).
+        self.tf_variables = tf_variables(encoder, head)
 
     def _embed(self, token_ids, padding_mask):
         features = {"token_ids": token_ids, "padding_mask": padding_mask}
@@ -87,6 +98,20 @@ class _ServingModule(tf.Module):
     def encode_ids(self, token_ids, padding_mask):
         """Signature `encode_ids`: token ids + padding mask (plain TF ops only)."""
         return self._embed(token_ids, padding_mask)
+
+
+def tf_variables(*layers):
+    """The tf.Variables behind the Keras variables of `layers` (None entries skipped)."""
+    found = []
+    for layer in layers:
+        for variable in (layer.variables if layer is not None else ()):
+            inner = getattr(variable, "_value", variable)  # keras.Variable -> tf.Variable
+            if not isinstance(inner, tf.Variable):
+                raise TypeError(f"variable {getattr(variable, 'path', variable)} of "
+                                f"{type(layer).__name__} is not backed by a tf.Variable "
+                                f"({type(inner).__name__}); cannot export it")
+            found.append(inner)
+    return found
 
 
 def list_versions(export_dir):

@@ -39,9 +39,15 @@ class MLPEncoder(keras.layers.Layer):
             self._set_identity(int(input_shape[-1]))
         self.built = True
 
+    @staticmethod
+    def identity_fits(dim, hidden_dim, output_dim):
+        """Whether e on `dim`-wide inputs can start as the identity: hidden_dim >= 2 dim
+        and output_dim == dim."""
+        return int(hidden_dim) >= 2 * int(dim) and int(output_dim) == int(dim)
+
     def _set_identity(self, dim):
         """Weights with e(x) = x for every x (see the class docstring)."""
-        if self.hidden_dim < 2 * dim or self.output_dim != dim:
+        if not self.identity_fits(dim, self.hidden_dim, self.output_dim):
             raise ValueError(
                 f"initializer='identity' needs hidden_dim >= 2 x the input size ({2 * dim}) "
                 f"and output_dim == the input size ({dim}); got hidden_dim "

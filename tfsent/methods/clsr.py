@@ -58,7 +58,8 @@ class CLSR(SentenceMethod):
         self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.direction_reduction = checks.one_of("direction_reduction", direction_reduction,
                                                  ("mean", "sum"))
-        if head_init == "identity" and (self.hidden_dim < 2 * dim or self.output_dim != dim):
+        if head_init == "identity" and not MLPEncoder.identity_fits(dim, self.hidden_dim,
+                                                                     self.output_dim):
             raise ConfigError(
                 f"head_init='identity' (config clsr_head_init) makes e the identity at step 0, "
                 f"which needs hidden_dim (clsr_hidden_dim) >= 2 x the encoder's H = {2 * dim} "
