@@ -344,16 +344,21 @@ def gemm_flops(shape_a, shape_b, transpose_a, transpose_b):
     return 2 * m * k * n
 
 
-def time_best(fn, repeats, warmup=3):
-    """Best wall time of `fn()` over `repeats` calls after `warmup` calls."""
+def time_calls(fn, repeats, warmup=3):
+    """Wall seconds of each of `repeats` calls of `fn()`, after `warmup` untimed calls."""
     for _ in range(warmup):
         fn()
-    best = float("inf")
+    seconds = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def time_best(fn, repeats, warmup=3):
+    """Best wall time of `fn()` over `repeats` calls after `warmup` calls."""
+    return min(time_calls(fn, repeats, warmup))
 
 
 def cpu_busy_fraction(interval=1.0):

@@ -143,18 +143,6 @@ def train_mode():
     return result
 
 
-def _time_calls(fn, repeats, warmup=3):
-    """(best, median) wall seconds of `fn()` over `repeats` calls after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    seconds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - t0)
-    return min(seconds), common.median(seconds)
-
-
 def profile_mode():
     """Where a SimCSE training step's time goes: each part of `train_step` compiled alone
     (as the step is: XLA when the config's jit_compile is on) on one fixed batch, and the
@@ -221,8 +209,9 @@ def profile_mode():
         else:
             def call(fn=fn):
                 np.asarray(fn())  # waits for the result
-        best, median = _time_calls(call, FLAGS.repeats)
-        parts[name] = {"best_ms": best * 1e3, "median_ms": median * 1e3}
+        seconds = common.time_calls(call, FLAGS.repeats)
+        parts[name] = {"best_ms": min(seconds) * 1e3,
+                       "median_ms": common.median(seconds) * 1e3}
     return {"parts": parts, "jit_compile": jit, "optimizer": type(optimizer).__name__,
             "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
             "intermediate": int(encoder.backbone.intermediate_dim),
@@ -492,14 +481,9 @@ def peak_mode():
     flops = 2.0 * n ** 3
     best = {}
     for name, fn in (("eager", tf.linalg.matmul), ("xla", xla)):
-        for _ in range(2):  # warmup (and XLA compile)
-            fn(a, b)[0, 0].numpy()
-        seconds = []
-        for _ in range(FLAGS.repeats):
-            t0 = time.perf_counter()
-            fn(a, b)[0, 0].numpy()  # .numpy() waits for the result
-            seconds.append(time.perf_counter() - t0)
-        best[name] = flops / min(seconds)
+        # 2 warmup calls (and the XLA compile); .numpy() waits for the result.
+        best[name] = flops / common.time_best(lambda fn=fn: fn(a, b)[0, 0].numpy(),
+                                              FLAGS.repeats, warmup=2)
     return {"peak_flops": max(best.values()), "eager_flops": best["eager"],
             "xla_flops": best["xla"], "matmul_size": n, "repeats": FLAGS.repeats}
 
