@@ -183,7 +183,7 @@ def check_model(python, workdir):
 
 def check_run(python, workdir):
     """--run mode: the run's SavedModel against its other exports; returns the rows."""
-    from tfsent.export import SavedModelEncoder, resolve_savedmodel_dir
+    from tfsent.serving import SavedModelEncoder, resolve_savedmodel_dir
     from tfsent.publish import EXPORT_INFO_FILE, FORMATS
 
     name, sentences = check_sentences(FLAGS.data_dir)
