@@ -146,7 +146,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     check_pooling(pooling)
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
-    export_dir = fsio.resolve_target(export_dir)
+    export_dir = os.fspath(export_dir)
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise ConfigError(f"export directory {export_dir} exists and is not a folder")
     os.makedirs(export_dir, exist_ok=True)

@@ -31,7 +31,7 @@ from tfsent.publish import export_run_formats
 from tfsent.saved_model import export_encoder
 from tfsent.selection import BestEncoderKeeper, choose_export, dev_name
 from tfsent.training import (RunState, _write_json_atomic, prepare_run_dir, read_json,
-                             sts_dev_score)
+                             run_finished, sts_dev_score)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", None, "Objective: simcse_unsup, simcse_sup, cmlm_cse, ...")
@@ -244,8 +244,10 @@ def resolve_run(r):
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
-    r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method),
-                               overwrite=r.overwrite and r.chief)
+    if r.chief:
+        r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method), r.overwrite)
+    else:  # the chief judges the folder; a worker only follows a finished run
+        r.status = "finished" if run_finished(r.output_dir) else "resume"
     if r.status == "finished":
         return
     if not r.chief:

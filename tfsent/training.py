@@ -302,7 +302,8 @@ def prepare_run_dir(output_dir, config, overwrite=False):
     the run is new; a folder that is not a tfsent run is refused even then."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(f"--output_dir={output_dir} exists and is not a folder")
-    if not os.path.isdir(output_dir) or not os.listdir(output_dir):
+    # `.workers` may appear first: other workers of a multi-worker run create it.
+    if not os.path.isdir(output_dir) or not set(os.listdir(output_dir)) - {".workers"}:
         return "new"
     stored = read_run_config(output_dir)
     if stored is None:
@@ -327,7 +328,11 @@ def prepare_run_dir(output_dir, config, overwrite=False):
             f"--output_dir={output_dir} holds a run with another config:\n{listed}\n"
             f"Rerun with the folder's config to resume it, choose a new --output_dir, or "
             f"pass --overwrite to discard that run.")
+    return "finished" if run_finished(output_dir) else "resume"
+
+
+def run_finished(output_dir):
+    """True if the run in `output_dir` has exported (its metrics.json names an export
+    that exists)."""
     metrics = read_json(os.path.join(output_dir, "metrics.json"), {}) or {}
-    if metrics.get("export") and os.path.isdir(metrics["export"]):
-        return "finished"
-    return "resume"
+    return bool(metrics.get("export")) and os.path.isdir(os.path.join(output_dir, "export"))
