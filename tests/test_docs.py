@@ -164,3 +164,20 @@ def test_checker_reports_unknown_flags_and_fields():
     assert "--config.no_such_field" in problems[0]
     assert "--pairs: not a flag of tfsent.evaluate" in problems[1]
     assert "--not_a_flag_anywhere" in problems[2]
+
+
+def test_cited_methods_sections_exist():
+    """Every `docs/methods.md "SECTION"` cited in the code names a heading of that file."""
+    methods = open(os.path.join(REPO, "docs", "methods.md"), encoding="utf-8").read()
+    headings = set(re.findall(r"^## (.+)$", methods, flags=re.M))
+    cited = {}
+    for folder in ("tfsent", "tests", "benchmarks", "tools", "configs"):
+        for path in glob.glob(os.path.join(REPO, folder, "**", "*.py"), recursive=True):
+            text = open(path, encoding="utf-8").read()
+            if os.path.samefile(path, __file__):
+                continue
+            for section in re.findall(r'docs/methods\.md \(?"([^"]+)"', text):
+                cited.setdefault(" ".join(section.split()), os.path.relpath(path, REPO))
+    assert cited, "no citation of docs/methods.md found"
+    missing = {s: where for s, where in cited.items() if s not in headings}
+    assert not missing, f"cited sections without a heading in docs/methods.md: {missing}"
