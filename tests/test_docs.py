@@ -181,3 +181,33 @@ def test_cited_methods_sections_exist():
     assert cited, "no citation of docs/methods.md found"
     missing = {s: where for s, where in cited.items() if s not in headings}
     assert not missing, f"cited sections without a heading in docs/methods.md: {missing}"
+
+
+def _anchor(heading):
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces ->
+    hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_relative_links_resolve():
+    """Every relative link of README.md and docs/*.md names an existing file, and its
+    #anchor a heading of that file."""
+    problems = []
+    for doc in DOCUMENTS:
+        text = open(os.path.join(REPO, doc), encoding="utf-8").read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(REPO, os.path.dirname(doc), path)) if path \
+                else os.path.join(REPO, doc)
+            if not os.path.exists(full):
+                problems.append(f"{doc}: {target}: no such file")
+                continue
+            if anchor and full.endswith(".md"):
+                body = open(full, encoding="utf-8").read()
+                anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", body, flags=re.M)}
+                if anchor not in anchors:
+                    problems.append(f"{doc}: {target}: no heading with that anchor")
+    assert not problems, "\n".join(problems)
