@@ -1,4 +1,4 @@
-"""CMLM-CSE from minilm-l6 on a CPU (the run reported in the README).
+"""CMLM-CSE from minilm-l6 on a CPU (the run reported in docs/results.md).
 
 (extractor, fusion) = (4, 2): the paper's 8-3 on 12 layers keeps two thirds of the encoder
 as the frozen extractor and a fusioner a quarter as deep; on the 6-layer MiniLM that is 4

@@ -1,14 +1,24 @@
 """Training machinery shared by all methods: LR schedules, dev scoring, run-directory state
-(the Keras callbacks built on them are in `tfsent.callbacks`).
+(the Keras callbacks built on them are in `tfsent.callbacks`; selection in
+`tfsent.selection`).
 
 Run directory layout (`output_dir`):
-  checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every steps
-  best/          encoder weights of the best dev score so far + best.json (score, step)
+  config.json    the run's full config (with "method"); a rerun must match it to resume
+  checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every
+                 steps, the last two kept
+  start/         the starting encoder's weights + start.json (its dev score)
+  best/          weights of the best trained dev score so far + best.json (score, step)
   tb/            TensorBoard logs
-  export/<v>/    SavedModel of the best (or final) encoder
-  metrics.json   dev metrics before training, best and final; steps; examples/s
-Every file is written to a temporary name and renamed, so an interrupted run leaves the
-previous state readable and a rerun of the same command resumes.
+  export/<v>/    SavedModel of the exported weights (best, or the start when nothing beat it)
+  export_<format>/<v>/  other formats (export_formats)
+  encoder/       the trained encoder as a tfsent encoder directory (no head on top)
+  .workers/      other workers' private checkpoints under multi-worker training
+  metrics.json   dev metrics before training, best and final; steps; examples/s; export
+Every file is written to a temporary name, flushed and renamed (`tfsent.fsio`), so an
+interrupted run leaves the previous state readable and a rerun of the same command
+resumes. `prepare_run_dir` decides, before anything is written, whether a folder holds
+a new, a resumable or a finished run, and refuses a folder that is not a tfsent run or
+holds a run of another config.
 """
 
 import json
@@ -251,8 +261,9 @@ class RunState:
 
 RUN_CONFIG_FILE = "config.json"
 # What a run writes inside its output_dir (`--overwrite` removes exactly these).
-RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", "exports",
-               ".workers", "metrics.json", RUN_CONFIG_FILE)
+# (`export_<format>/` folders of other export formats are a run's too.)
+RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", ".workers",
+               "metrics.json", RUN_CONFIG_FILE)
 # Fields that change what a run logs or writes after training, not what it trains: a
 # resumed run may change them.
 RESUME_FREE_FIELDS = frozenset({"projector_every", "projector_points", "test_tasks",
@@ -311,7 +322,8 @@ def prepare_run_dir(output_dir, config, overwrite=False):
                           f"(no config.json); a run writes checkpoints, exports and "
                           f"metrics there: choose a new or empty folder")
     if overwrite:
-        for name in RUN_ENTRIES:
+        formats = [n for n in os.listdir(output_dir) if n.startswith("export_")]
+        for name in (*RUN_ENTRIES, *formats):
             path = os.path.join(output_dir, name)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
