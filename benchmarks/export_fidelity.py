@@ -57,7 +57,7 @@ def check_sentences(data_dir):
 
     if data_dir and os.path.exists(os.path.join(data_dir, "STS", "STSBenchmark",
                                                 "sts-test.csv")):
-        from tfsent.evaluation.senteval_data import read_stsbenchmark
+        from tfsent.data.senteval import read_stsbenchmark
 
         a, b, _ = read_stsbenchmark(data_dir, "test")
         return "STS-B test", sorted(set(a) | set(b))
