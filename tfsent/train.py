@@ -16,8 +16,10 @@ import time
 
 from absl import app, flags, logging
 
+from tfsent.methods import help_text as methods_help_text
+
 FLAGS = flags.FLAGS
-flags.DEFINE_string("method", None, "Objective: simcse_unsup, simcse_sup, cmlm_cse, ...")
+flags.DEFINE_string("method", None, methods_help_text())
 flags.DEFINE_string("config", None, "Recipe file (configs/*.py) defining get_config().")
 flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>).")
 flags.DEFINE_multi_string("config_override", [], "FIELD=VALUE (same as --config.FIELD=VALUE).")
@@ -125,23 +127,18 @@ def make_optimizer(config, steps):
 
 
 def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
-    """The training tf.data.Dataset of the method."""
+    """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
+    pipeline `fit` uses too)."""
     from tfsent.data import pipelines
 
-    tokenizer = encoder.tokenizer
+    embed = None
     if spec.data_kind == "embedding_pairs":
-        return _cached_pair_dataset(config, encoder, examples, skip_batches, output_dir)
-    if spec.data_kind == "nli_pairs":
-        return pipelines.nli_pair_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                          skip_batches=skip_batches,
-                                          group_premises=spec.premise_grouped)
-    if spec.data_kind == "triplets":
-        return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                         skip_batches=skip_batches,
-                                         duplicate_free=config.duplicate_free_batches)
-    rate = config.mask_rate if spec.data_kind == "sentences_mlm" else None
-    return pipelines.sentence_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                      skip_batches=skip_batches, mlm_mask_rate=rate)
+        embed = _cached_embedder(config, encoder, output_dir)
+    return pipelines.dataset_for_kind(
+        spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
+        skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
+        duplicate_free=config.get("duplicate_free_batches", False),
+        premise_grouped=spec.premise_grouped, embed=embed)
 
 
 class Run:
@@ -417,42 +414,22 @@ def _choose_export(r):
                   "why": f"no checkpoint beat it ({trained})"}
 
 
-def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
-    """Positive pairs -> the frozen encoder's embeddings (cached on disk) -> batches of
-    {"a": (B, D), "b": (B, D)}."""
-    import numpy as np
-    import tensorflow as tf
-
+def _cached_embedder(config, encoder, output_dir):
+    """`embed(sentences)` of the frozen encoder through the on-disk embedding cache
+    (config.cache_dir, default beside the run directory)."""
     from tfsent.data.cache import cached_embeddings
-    from tfsent.data.pipelines import _check_batch
 
-    _check_batch(len(pairs), config.batch_size, "the positive pairs")
     cache_dir = config.cache_dir or os.path.join(
         os.path.dirname(os.path.abspath(output_dir)), "embedding_cache")
-    sentences = list(dict.fromkeys(s for pair in pairs for s in pair))
-    emb, _ = cached_embeddings(
-        cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
-        lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
-                              normalize=False))
-    index = {s: i for i, s in enumerate(sentences)}
-    a = emb[np.array([index[p[0]] for p in pairs])]
-    b = emb[np.array([index[p[1]] for p in pairs])]
-    # Shuffle indices per epoch and gather whole batches: per-example tf.data work would
-    # cost more than the MLP step itself.
-    table_a, table_b = tf.constant(a), tf.constant(b)
-    n, size = len(pairs), config.batch_size
-    per_epoch = n // size
 
-    def epoch_batches(epoch):
-        perm = tf.random.experimental.stateless_shuffle(
-            tf.range(n), seed=tf.stack([tf.cast(config.seed, tf.int64), epoch]))
-        return tf.data.Dataset.from_tensor_slices(tf.reshape(perm[:per_epoch * size],
-                                                             [per_epoch, size]))
+    def embed(sentences):
+        emb, _ = cached_embeddings(
+            cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
+            lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
+                                     normalize=False))
+        return emb
 
-    ds = tf.data.Dataset.range(2 ** 62).flat_map(epoch_batches).skip(skip_batches)
-    ds = ds.map(lambda idx: {"a": tf.gather(table_a, idx), "b": tf.gather(table_b, idx)},
-                num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return embed
 
 
 def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
