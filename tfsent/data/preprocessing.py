@@ -80,24 +80,32 @@ def is_raw(x):
     return False
 
 
+def _has_dict(structure):
+    if isinstance(structure, dict):
+        return True
+    if isinstance(structure, (list, tuple)):
+        return any(_has_dict(s) for s in structure)
+    return False
+
+
 def check_input(method, x, argument="x"):
     """InputError saying what to pass when `x` is neither raw examples (`is_raw`) nor
-    batches a Keras model takes (a tf.data Dataset, a dict of tensors, a generator...):
-    e.g. a list of numbers, or a Dataset of strings nested in a way no kind reads."""
-    what = WHAT_TO_PASS.get(method.input_kind, "raw examples or tokenized batches")
+    tokenized batches (feature dicts, as `tfsent.data.pipelines` makes): e.g. a list of
+    numbers, a Dataset of plain tensors, or strings nested in a way no kind reads. None
+    and Python generators / Keras PyDatasets pass through to Keras."""
+    what = WHAT_TO_PASS.get(method.input_kind, "raw examples")
+    name = type(method).__name__
+    hint = (f"{name} takes {what}, or batches of tokenized feature dicts from "
+            "tfsent.data.pipelines")
     if isinstance(x, tf.data.Dataset):
-        specs = _dataset_specs(x)
-        if specs and any(s.dtype == tf.string for s in specs):
-            raise InputError(f"{argument}: a tf.data.Dataset with elements {x.element_spec} "
-                             f"is not something {type(method).__name__} reads; pass {what}, "
-                             "or tokenized batches from tfsent.data.pipelines")
-    elif isinstance(x, (list, tuple, np.ndarray)) and len(x) and not isinstance(x, dict):
-        first = x[0]
-        if not isinstance(first, (dict, tf.Tensor, np.ndarray)) or (
-                isinstance(first, np.ndarray) and first.dtype.kind in "USO"):
-            raise InputError(f"{argument}[0] is {type(first).__name__} {first!r:.60}; "
-                             f"{type(method).__name__} takes {what}, or tokenized batches "
-                             "from tfsent.data.pipelines")
+        if not _has_dict(x.element_spec) or any(
+                s.dtype == tf.string for s in tf.nest.flatten(x.element_spec)
+                if isinstance(s, tf.TensorSpec)):
+            raise InputError(f"{argument}: a tf.data.Dataset of {x.element_spec} is neither "
+                             f"raw examples nor tokenized batches; {hint}")
+    elif isinstance(x, (list, tuple, np.ndarray)) and len(x):
+        raise InputError(f"{argument}: a {type(x).__name__} of {type(x[0]).__name__} "
+                         f"({x[0]!r:.60}) is not raw examples; {hint}")
 
 
 def _text(value):
