@@ -36,7 +36,9 @@ class CLSR(SentenceMethod):
         encoder: the frozen base SentenceEncoder (its pooling: `mean` by default, Table 4).
         hidden_dim: width of e's hidden layer (default: the encoder's H; 2H with
             `head_init="identity"`).
-        output_dim: size of e's output and of h (default: H; 768 in the paper).
+        output_dim: size of e's output (default: H; 768 in the paper).
+        projection_dim: size of h's output, the space of the NT-Xent (default:
+            output_dim, as in the paper; SimCLR-style heads often project lower).
         head_init: how e starts: "random" (the paper) or "identity" (e(x) = x at step 0, so
             the run starts from the base encoder's embeddings; `MLPEncoder`).
         temperature: tau (0.1).
@@ -51,7 +53,7 @@ class CLSR(SentenceMethod):
 
     def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,
                  direction_reduction="mean", train_pooling=None, export_pooling=None,
-                 head_init="random", **kwargs):
+                 head_init="random", projection_dim=None, **kwargs):
         pooling = train_pooling or encoder.pooling
         check_export_pooling(pooling, export_pooling)
         super().__init__(encoder, pooling, export_pooling, **kwargs)
@@ -60,6 +62,8 @@ class CLSR(SentenceMethod):
         self.head_init = HEAD_INIT.check("head_init", head_init)
         self.hidden_dim = int(hidden_dim or (2 * dim if head_init == "identity" else dim))
         self.output_dim = int(output_dim or dim)
+        self.projection_dim = checks.COUNT.check("projection_dim", projection_dim or 0) or \
+            self.output_dim
         self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.direction_reduction = DIRECTION_REDUCTION.check("direction_reduction",
                                                              direction_reduction)
@@ -73,7 +77,7 @@ class CLSR(SentenceMethod):
         self.mlp = MLPEncoder(self.hidden_dim, self.output_dim, initializer=self.head_init,
                               name="clsr_encoder")
         self.mlp.build((None, dim))
-        self.projection = keras.layers.Dense(self.output_dim, name="clsr_projection")
+        self.projection = keras.layers.Dense(self.projection_dim, name="clsr_projection")
         self.projection.build((None, self.output_dim))
 
     @property
@@ -108,7 +112,7 @@ class CLSR(SentenceMethod):
         config.update({"hidden_dim": self.hidden_dim, "output_dim": self.output_dim,
                        "temperature": self.temperature,
                        "direction_reduction": self.direction_reduction,
-                       "head_init": self.head_init})
+                       "head_init": self.head_init, "projection_dim": self.projection_dim})
         return config
 
 
@@ -127,6 +131,8 @@ SPEC = MethodSpec(
               doc="size of e's output and of h (0: H)"),
         Field("clsr_head_init", "random", HEAD_INIT, arg="head_init",
               doc="e starts random (the paper) or as the identity"),
+        Field("clsr_projection_dim", 0, checks.COUNT, arg="projection_dim",
+              doc="size of h's output, where the NT-Xent is computed (0: = e's output)"),
         Field("positive_threshold", 4.0, checks.Range(),
               doc="scored pairs at or above this gold score are positives"),
         Field("cache_dir", "", types=(str,),
