@@ -18,7 +18,7 @@ from tfsent.data import preprocessing
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
 from tfsent.grad_cache import FEATURE_KEYS
-from tfsent.matryoshka import MatryoshkaLoss
+from tfsent.matryoshka import MatryoshkaLoss, check_dims
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -167,8 +167,6 @@ class SentenceMethod(keras.Model):
         if head is not None and use_head:
             out = np.array(head(out), np.float32)
         if truncate_dim is not None:
-            from tfsent.matryoshka import check_dims
-
             (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
             out = np.ascontiguousarray(out[:, :truncate_dim])
         if normalize:
