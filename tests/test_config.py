@@ -182,3 +182,12 @@ def test_a_field_of_another_method_says_so():
                                           "simcse_unsup \\(it is one of supcon\\)"):
         build_config(get_method("simcse_unsup").defaults, {}, ["scl_weight=0.1"],
                      method="simcse_unsup")
+
+
+def test_field_help_comes_from_the_spec():
+    from tfsent.config import help_text
+
+    text = help_text("clsr")
+    assert "clsr_head_init = 'identity'  (one of random, identity)" in text  # demo default
+    assert "batch_size = 64  (an integer >= 1)" in text
+    assert "scl_weight" not in text and "scl_weight" in help_text()

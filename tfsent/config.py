@@ -230,10 +230,12 @@ def build_config(method_defaults, recipe=None, overrides=(), method=None):
 def validate(config, method=None):
     """Checks every field's type and value with the check of the constructor argument it
     feeds (`tfsent.checks`, shared with the constructors), so a config that passes here
-    builds; `method` (a registry name) adds its spec's validation hook. Called once by
+    builds; `method` (a registry name) checks its spec's fields and runs its validation
+    hook (without `method`: every method's field present in the config). Called once by
     `build_config`, before any data is read or model built. Raises ConfigError naming
     the field."""
-    for name, field in fields_of(method, config).items():
+    run_fields = RUN_FIELD if method is not None else fields_of(None, config)
+    for name, field in run_fields.items():
         if name in config:
             field.validate(config[name])
     if config.steps == 0 and config.epochs == 0:
@@ -245,15 +247,18 @@ def validate(config, method=None):
 
     if "sentence_transformers" in publish.export_formats(config.export_formats):
         publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
-    if method is not None and get_method(method).validate_hook is not None:
-        get_method(method).validate_hook(config)
+    if method is not None:
+        get_method(method).validate(config)  # its fields, then its validation hook
 
 
 def help_text(method=None):
-    """The fields (run fields, and `method`'s or every method's) with default and help."""
+    """The fields (run fields, and `method`'s or every method's) with default (`method`'s
+    run default), accepted values and help, one per line."""
+    defaults = dict(BASE_DEFAULTS, **(get_method(method).defaults if method else {}))
     lines = []
     for name, field in fields_of(method).items():
         check = field.check.describe() if isinstance(
             field.check, (checks.Range, checks.Choices)) else field.type_text()
-        lines.append(f"  {name} = {field.default!r}  ({check}) {field.doc}")
+        lines.append(f"  {name} = {defaults.get(name, field.default)!r}  ({check}) "
+                     f"{field.doc}")
     return "\n".join(lines)
