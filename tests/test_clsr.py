@@ -203,3 +203,28 @@ def test_demo_positive_pairs_leave_the_demo_dev_set_out():
     assert not [p for p in pairs if frozenset(p) in dev]
     triplets = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)
     assert pairs == [(p, e) for p, e, _ in triplets]
+
+
+def test_projection_dim_sets_the_loss_space_from_the_config():
+    """clsr_projection_dim (0: e's output size) sizes h, the space of the NT-Xent; the
+    representation (e's output) keeps its size; the field is checked like the argument."""
+    import re
+
+    import pytest
+
+    from tfsent.config import build_config
+    from tfsent.methods.clsr import SPEC
+
+    enc = tiny_encoder(TINY_VOCAB, hidden_dim=16)
+    config = build_config(SPEC.defaults, {}, ["clsr_projection_dim=4"], method="clsr")
+    model = SPEC.build(enc, config)
+    assert model.projection.kernel.shape == (16, 4) and model.mlp.output_dim == 16
+    rng = np.random.default_rng(0)
+    batch = {k: tf.constant(rng.normal(size=(6, 16)).astype(np.float32)) for k in "ab"}
+    loss, _ = model.compute_losses(batch)
+    assert np.isfinite(float(loss))
+    assert CLSR.from_config(model.get_config()).projection.kernel.shape == (16, 4)
+    default = SPEC.build(enc, build_config(SPEC.defaults, {}, method="clsr"))
+    assert default.projection.kernel.shape == (16, 16)  # 0: the paper's h, output size
+    with pytest.raises(ConfigError, match=re.escape("clsr_projection_dim must be an integer")):
+        build_config(SPEC.defaults, {}, ["clsr_projection_dim=-1"], method="clsr")

@@ -132,3 +132,62 @@ def test_validation_runs_before_data_or_model():
 
     with pytest.raises(ConfigError, match=re.escape("dropout_rate_a must be in [0, 1)")):
         resolve_config("scd", None, ["dropout_rate_a=1.0", "train_data=/nonexistent.txt"])
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("export_if_worse", "false", "a boolean"),     # the string "false" counted as true
+    ("jit_compile", 0, "a boolean"),
+    ("batch_size", "64", "an integer"),             # a string where a number is expected
+    ("learning_rate", "3e-5", "a number"),
+    ("encoder", 5, "a string"),                     # a number where a string is expected
+    ("export_pooling", 1, "a string or None"),
+    ("temperature", "0.05", "a number"),            # a method field
+    ("tie_mlm_embeddings", "true", "a boolean"),
+])
+def test_recipe_values_are_type_checked(tmp_path, field, value, expected):
+    """A recipe value of the wrong type is a ConfigError naming the field and the file."""
+    path = tmp_path / "recipe.py"
+    path.write_text(f"def get_config():\n    return {{'method': 'cmlm_cse', "
+                    f"{field!r}: {value!r}}}\n")
+    from tfsent.train import resolve_config
+
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + f".*{field} must be "
+                                          + re.escape(expected)):
+        resolve_config("cmlm_cse", str(path))
+
+
+def test_recipe_numbers_of_either_kind_still_pass(tmp_path):
+    path = tmp_path / "recipe.py"
+    path.write_text("def get_config():\n    return {'epochs': 1, 'steps': 0, "
+                    "'temperature': 1, 'export_if_worse': True, 'export_pooling': None}\n")
+    from tfsent.train import resolve_config
+
+    config = resolve_config("simcse_unsup", str(path))
+    assert (config.epochs, config.temperature, config.export_if_worse) == (1, 1, True)
+    # an override of a float field set to an int by the recipe parses as a float
+    config = resolve_config("simcse_unsup", str(path), ["temperature=0.5"])
+    assert config.temperature == 0.5
+
+
+def test_method_help_lists_every_method():
+    from tfsent.methods import help_text
+
+    text = help_text()
+    for name, spec in REGISTRY.items():
+        assert f"{name}: {spec.doc}" in text
+
+
+def test_a_field_of_another_method_says_so():
+    with pytest.raises(ConfigError, match="'scl_weight' is not a field of method "
+                                          "simcse_unsup \\(it is one of supcon\\)"):
+        build_config(get_method("simcse_unsup").defaults, {}, ["scl_weight=0.1"],
+                     method="simcse_unsup")
+
+
+def test_field_help_comes_from_the_spec():
+    from tfsent.config import help_text
+
+    text = help_text("clsr")
+    assert "clsr_head_init = 'identity'  (one of random, identity)" in text  # demo default
+    assert "batch_size = 64  (an integer >= 1)" in text
+    assert "scl_weight" not in text and "scl_weight" in help_text()

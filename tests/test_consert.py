@@ -12,7 +12,7 @@ from tfsent.testing import tiny_encoder
 from tfsent.errors import ConfigError
 from tfsent.layers import augment as A
 from tfsent.methods.base import concat_features
-from tfsent.methods.consert import ConSERT, registry_entries
+from tfsent.methods.consert import SPECS, ConSERT
 
 # Padded batch: 7, 4 and 10 real tokens out of 10.
 MASK = np.array([[1] * 7 + [0] * 3, [1] * 4 + [0] * 6, [1] * 10], np.int32)
@@ -311,32 +311,45 @@ def test_joint_loss_is_ce_plus_alpha_con_and_sup_is_ce():
 def test_registry_entries_build_from_config():
     from tfsent.config import BASE_DEFAULTS, build_config
 
-    entries = {e["name"]: e for e in registry_entries()}
-    assert set(entries) == {"consert", "consert_joint", "consert_sup"}
-    assert entries["consert"]["data_kind"] == "sentences"
-    assert entries["consert_joint"]["data_kind"] == "nli_pairs"
-    assert entries["consert_joint"]["defaults"]["train_data"] == "demo_nli"
+    specs = {spec.name: spec for spec in SPECS}
+    assert set(specs) == {"consert", "consert_joint", "consert_sup"}
+    assert specs["consert"].data_kind == "sentences"
+    assert specs["consert_joint"].data_kind == "nli_pairs"
+    assert specs["consert_joint"].defaults["train_data"] == "demo_nli"
     # The unsupervised demo rate (1e-6) is the CPU demo's (README, "No-flag runs"); the
     # reference's BERT-base rate is in configs/consert_unsup.py.
-    d = entries["consert"]["defaults"]
+    d = specs["consert"].defaults
     assert (d["view1_augmentation"], d["feature_cutoff_rate"], d["view2_augmentation"],
             d["temperature"], d["batch_size"], d["learning_rate"], d["warmup_ratio"],
             d["pooling"]) == ("feature_cutoff", 0.2, "shuffle", 0.1, 32, 1e-6, 0.1, "mean")
     # The supervised modes follow the reference's joint script.
-    j = entries["consert_joint"]["defaults"]
+    j = specs["consert_joint"].defaults
     assert (j["view1_augmentation"], j["view2_augmentation"], j["token_cutoff_rate"],
             j["ce_max_feature"], j["encoder_dropout"], j["learning_rate"]) == (
         "none", "token_cutoff", 0.1, True, None, 2e-5)
-    for e in entries.values():
-        added = set(e["defaults"]) - {"pooling", "batch_size", "learning_rate",
+    for spec in specs.values():
+        added = set(spec.defaults) - {"pooling", "batch_size", "learning_rate",
                                       "warmup_ratio", "train_data"}
         assert not added & set(BASE_DEFAULTS), added & set(BASE_DEFAULTS)
-        config = build_config(e["defaults"], overrides=["view2_augmentation=token_cutoff",
+        config = build_config(spec.defaults, overrides=["view2_augmentation=token_cutoff",
                                                         "direction_reduction=mean"],
-                              method=e["name"])
-        model = e["build"](_encoder(), config)
+                              method=spec.name)
+        model = spec.build(_encoder(), config)
         assert model.direction_reduction == "mean"
-        assert model.aug2.rate == e["defaults"]["token_cutoff_rate"]
+        assert model.aug2.rate == spec.defaults["token_cutoff_rate"]
+
+
+def test_matryoshka_wraps_the_views_nt_xent():
+    """Matryoshka composes with ConSERT: the unsup objective is the weighted sum of the
+    NT-Xent of the views' prefixes; sup mode (no embedding loss) refuses it."""
+    model = ConSERT(_encoder(), matryoshka_dims=(16, 4), matryoshka_weights=(1.0, 0.5))
+    rng = np.random.default_rng(0)
+    z1, z2 = (tf.constant(rng.normal(size=(6, 16)).astype(np.float32)) for _ in range(2))
+    want = sum(w * float(losses.nt_xent(z1[:, :d], z2[:, :d], 0.1, "sum"))
+               for d, w in ((16, 1.0), (4, 0.5)))
+    assert float(model.contrastive_loss(z1, z2)) == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ConfigError, match="mode 'sup'.*cannot take a Matryoshka loss"):
+        ConSERT(_encoder(), mode="sup", matryoshka_dims=(16, 4))
 
 
 # --------------------------------------------------------------------------------------

@@ -281,3 +281,77 @@ def test_encoder_save_is_keras_save(tmp_path):
     enc.save_encoder_dir(str(tmp_path / "dir"))
     np.testing.assert_allclose(load_encoder(str(tmp_path / "dir")).encode(PROBE),
                                enc.encode(PROBE), atol=1e-6)
+
+
+def _first_step_loss(seed):
+    """The first fit step's loss of a dropout-free supervised SimCSE (so it depends only
+    on which triplets the shuffled, duplicate-free batch holds), after
+    `keras.utils.set_random_seed(seed)`."""
+    from tfsent import methods
+
+    model = methods.SimCSE(tiny_encoder(TINY_VOCAB, num_layers=1, max_seq_length=12, seed=3,
+                                        dropout=0.0), supervised=True, encoder_dropout=0.0)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    keras.utils.set_random_seed(seed)
+    return model.fit(TRIPLETS, batch_size=8, epochs=1, steps_per_epoch=1,
+                     verbose=0).history["loss"][0]
+
+
+def test_fit_shuffles_with_the_users_seed():
+    """fit's shuffle follows keras.utils.set_random_seed (the duplicate-free triplet and
+    NLI batches used seed 0 always): the same seed gives the same first batch, another
+    seed another batch."""
+    assert _first_step_loss(1) == pytest.approx(_first_step_loss(1), rel=1e-6)
+    assert _first_step_loss(1) != pytest.approx(_first_step_loss(2), rel=1e-4)
+
+
+DICT_ROWS = {
+    "triplets": [{"anchor": a, "positive": p, "negative": n} for a, p, n in TRIPLETS],
+    "nli_pairs": [{"premise": p, "hypothesis": h, "label": y} for p, h, y in NLI_ROWS],
+}
+
+
+def _string_dataset(rows, batch):
+    """A tf.data.Dataset of the rows (strings, tuples or dicts), batched by `batch` or not."""
+    if isinstance(rows[0], dict):
+        ds = tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in rows[0]})
+    elif isinstance(rows[0], tuple):
+        ds = tf.data.Dataset.from_tensor_slices(tuple(list(c) for c in zip(*rows)))
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(rows)
+    return ds.batch(batch) if batch else ds
+
+
+@pytest.mark.parametrize("name,rows", [
+    ("simcse_unsup", "list"), ("simcse_sup", "list"), ("simcse_sup", "dicts"),
+    ("supcon", "dicts"), ("cmlm_cse", "list"), ("clsr", "list")])
+@pytest.mark.parametrize("batch", [0, 8])
+def test_fit_and_evaluate_on_a_dataset_of_strings(name, rows, batch):
+    """What Keras users pass: a tf.data.Dataset of raw strings (or rows of them, tuples or
+    dicts), batched or not, is tokenized inside the pipeline like a list (it failed with
+    "argument of type 'SymbolicTensor' is not iterable")."""
+    model = _build(name)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    raw = DICT_ROWS[model.input_kind] if rows == "dicts" else RAW[model.input_kind]
+    ds = _string_dataset(raw, batch)
+    history = model.fit(ds, batch_size=None if batch else 8, epochs=1, steps_per_epoch=2,
+                        validation_data=_string_dataset(raw[:16], batch), verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert np.isfinite(history.history["val_loss"]).all()
+    result = model.evaluate(ds, batch_size=None if batch else 8, verbose=0,
+                            return_dict=True)
+    assert all(np.isfinite(v) for v in result.values())
+
+
+def test_anything_else_says_what_to_pass():
+    model = _build("simcse_sup")
+    model.compile(optimizer="adamw")
+    with pytest.raises(Exception, match=r"neither raw examples nor tokenized batches.*"
+                                        r"\(anchor, positive, negative\)"):
+        model.fit(tf.data.Dataset.from_tensor_slices(np.zeros((16, 4), np.float32)),
+                  verbose=0)
+    with pytest.raises(Exception, match=r"x: a list of int .*is not raw examples"):
+        model.fit(list(range(16)), batch_size=8, verbose=0)
+    with pytest.raises(Exception, match="neither raw examples nor tokenized batches"):
+        model.evaluate(tf.data.Dataset.from_tensor_slices(
+            [[["a", "b"]]] * 16), verbose=0)  # strings nested too deep

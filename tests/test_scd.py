@@ -13,10 +13,11 @@ from conftest import TINY_VOCAB
 from tfsent.config import BASE_DEFAULTS, build_config
 from tfsent.data import pipelines
 from tfsent.encoders import DROPOUT_SITES
+from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
 from tfsent.layers.projector import Projector
 from tfsent.losses import scd_loss
-from tfsent.methods.scd import SCD, registry_entry
+from tfsent.methods.scd import SCD, SPEC
 
 SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
          "a child reads a book", "the cat sleeps", "a man rides a red bike",
@@ -335,19 +336,28 @@ def test_fit_with_xla_logs_the_three_metrics():
 
 
 def test_registry_entry_builds_from_a_run_config():
-    entry = registry_entry()
-    assert entry["name"] == "scd" and entry["data_kind"] == "sentences"
+    assert SPEC.name == "scd" and SPEC.data_kind == "sentences"
     # the base fields SCD overrides on purpose; every other default is SCD's own
-    new_fields = set(entry["defaults"]) - {"pooling", "eval_data", "temperature",
-                                           "divergence_drop"}
+    new_fields = set(SPEC.defaults) - {"pooling", "eval_data", "divergence_drop",
+                                       "learning_rate", "steps", "eval_every"}
     assert not new_fields & set(BASE_DEFAULTS)
-    config = build_config(entry["defaults"], {}, ["projector_width=8", "scd_lambda=0.02"])
-    model = entry["build"](_encoder(), config)
+    config = build_config(SPEC.defaults, {}, ["projector_width=8", "scd_lambda=0.02",
+                                              "pooling=cls_before_pooler"], method="scd")
+    model = SPEC.build(_encoder(), config)
     assert isinstance(model, SCD)
     assert (model.dropout_rate_a, model.dropout_rate_b) == (0.05, 0.15)
-    assert model.lambd == 0.02 and model.projector.width == 8
+    assert model.lambd == 0.02 and model.projector.width == 8 and model.alpha == 0.1
     assert model.train_pooling == model.export_pooling == "cls_before_pooler"
     assert config.get("divergence_drop") == 5.0
+
+
+def test_matryoshka_is_a_clear_error():
+    """SCD's loss goes through its projector: no Matryoshka, said clearly by the
+    constructor and by the config."""
+    with pytest.raises(ConfigError, match="SCD cannot take a Matryoshka loss"):
+        SCD(_encoder(), matryoshka_dims=(16, 8), projector_width=8)
+    with pytest.raises(ConfigError, match="'matryoshka_dims' is not a field of method scd"):
+        build_config(SPEC.defaults, {}, ["matryoshka_dims=16,8"], method="scd")
 
 
 def test_get_config_round_trips():

@@ -242,3 +242,20 @@ def test_capped_scl_matches_the_paper_and_works_before_compile():
     model.max_negatives = 3
     objective, logs = model.compute_losses(_batch(model), training=True)
     assert np.isfinite(float(objective)) and np.isfinite(float(logs["scl_loss"]))
+
+
+def test_matryoshka_wraps_the_scl_term():
+    """Matryoshka composes with SupCon-SBERT: its SCL is the weighted sum of the SCL of
+    the embeddings' prefixes (the CE head still sees the full embedding)."""
+    plain = _model(1.0)
+    nested = SupConSBERT(plain.encoder, scl_weight=1.0, temperature=1.0,
+                         matryoshka_dims=(16, 4), matryoshka_weights=(1.0, 0.5))
+    batch = _batch(plain)
+    u, v = plain.embed_parts(batch, training=False)
+    meta = [batch["label"], batch["premise_id"], batch["valid"]]
+    label, pid, valid = (np.asarray(m, np.float32) for m in meta)
+    want = sum(w * float(plain.scl(u[:, :d], v[:, :d], label, pid, valid))
+               for d, w in ((16, 1.0), (4, 0.5)))
+    _, logs = nested.compute_losses(batch, training=False)
+    assert float(logs["scl_loss"]) == pytest.approx(want, rel=1e-5)
+    assert nested.get_config()["matryoshka_dims"] == [16, 4]

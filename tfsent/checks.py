@@ -68,9 +68,106 @@ COUNT = Range(0, integer=True)                                  # >= 0 (0: off /
 SIZE = Range(1, integer=True)                                   # >= 1
 
 
+class Choices:
+    """A fixed set of accepted values (e.g. pooling names); `check` like `Range.check`."""
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def describe(self):
+        """"one of a, b, c"."""
+        return f"one of {', '.join(map(str, self.values))}"
+
+    def contains(self, value):
+        """True if `value` is one of the values."""
+        return value in self.values
+
+    def check(self, name, value):
+        """Returns `value`, or raises ConfigError naming `name`."""
+        if value not in self.values:
+            raise ConfigError(f"{name} must be {self.describe()}, got {value!r}")
+        return value
+
+
 def one_of(name, value, choices):
     """Returns `value` if it is one of `choices`, else raises ConfigError naming `name`."""
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(map(str, choices))}, "
-                          f"got {value!r}")
-    return value
+    return Choices(choices).check(name, value)
+
+
+# The kinds of value a config field holds, as a recipe must give them.
+_TYPE_TEXT = {bool: "a boolean (True/False)", int: "an integer", float: "a number",
+              str: "a string", dict: "a dict", tuple: "a list"}
+
+
+def _has_type(value, kind):
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind is tuple:
+        return isinstance(value, (list, tuple))
+    return isinstance(value, kind)
+
+
+class Field:
+    """A run-config field: its default, the Python type(s) a value must have, the check of
+    its value, and (for a method's field) the constructor argument it feeds.
+
+    Args:
+        name: the config field (`--config.NAME`).
+        default: its default.
+        check: a `Range`, `Choices` or a function `(name, value)` raising ConfigError
+            (None: any value of the right type).
+        types: accepted types among bool, int, float (any real number), str, dict, tuple
+            (a list or tuple); default: from `check` (a Range: int or float; Choices: the
+            choices' type) or else from `default`.
+        optional: None is accepted too.
+        arg: the constructor argument it feeds (methods; None: read by the run itself).
+        doc: one line of help.
+    """
+
+    def __init__(self, name, default, check=None, types=None, optional=False, arg=None,
+                 doc=""):
+        self.name = name
+        self.default = default
+        self.check = check
+        if types is None:
+            if isinstance(check, Range):
+                types = (int,) if check.integer else (float,)
+            elif isinstance(check, Choices) and all(isinstance(v, str) for v in check.values):
+                types = (str,)
+            elif default is not None:
+                types = (float,) if type(default) is float else (type(default),)
+        self.types = tuple(types or ())
+        self.optional = optional or default is None
+        self.arg = arg
+        self.doc = doc
+
+    def type_text(self):
+        """What a value must be, e.g. "a number" or "a string or None"."""
+        text = " or ".join(_TYPE_TEXT.get(t, t.__name__) for t in self.types)
+        return f"{text} or None" if self.optional else text
+
+    def check_type(self, value, where=None):
+        """Raises ConfigError (naming the field and `where`, e.g. the recipe file) when
+        `value` is not of the field's type: a string "false" for a boolean, a number for a
+        string, a string for a number."""
+        if value is None and self.optional:
+            return
+        if self.types and not any(_has_type(value, t) for t in self.types):
+            got = f"the string {value!r}" if isinstance(value, str) else \
+                f"{type(value).__name__} {value!r}"
+            place = f"{where}: " if where else ""
+            raise ConfigError(f"{place}{self.name} must be {self.type_text()}, got {got}")
+
+    def validate(self, value, where=None):
+        """Type check, then the value check; ConfigError naming the field."""
+        self.check_type(value, where)
+        if value is None and self.optional:
+            return
+        if isinstance(self.check, (Range, Choices)):
+            self.check.check(self.name, value)
+        elif self.check is not None:
+            self.check(self.name, value)

@@ -10,7 +10,12 @@ import ast
 import importlib.util
 import os
 
+from tfsent import checks
+from tfsent.checks import Field
+from tfsent.distribute import STRATEGIES
+from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError
+from tfsent.methods import REGISTRY, get_method
 
 
 class Config(dict):
@@ -26,59 +31,97 @@ class Config(dict):
         self[name] = value
 
 
-BASE_DEFAULTS = {
+# The run fields: name, default, check (`tfsent.checks`; shared with the constructors
+# that take the same value) and a help line. A method's own fields come from its
+# `MethodSpec` (tfsent/methods/<name>.py).
+_POOLING = checks.Choices(POOLINGS)
+RUN_FIELDS = [
     # Encoder and pooling.
-    "encoder": "minilm-l6",        # preset name, checkpoint dir, tfsent dir or minilm-l6
-    "pooling": "mean",             # pooling inside the loss
-    "export_pooling": None,        # pooling of the exported model (None: = pooling)
-    "max_seq_length": 32,          # training truncation length
-    "eval_max_seq_length": 256,    # truncation for dev/test evaluation and the export
-    "export_formats": "saved_model",  # also write: sentence_transformers,huggingface,keras_hub
-                                   # (comma-separated; the SavedModel is always written)
+    Field("encoder", "minilm-l6", types=(str,),
+          doc="preset name, checkpoint dir, tfsent dir or minilm-l6"),
+    Field("pooling", "mean", _POOLING, doc="pooling inside the loss"),
+    Field("export_pooling", None, _POOLING, types=(str,),
+          doc="pooling of the exported model (None: = pooling)"),
+    Field("max_seq_length", 32, checks.Range(4, integer=True), doc="training truncation length"),
+    Field("eval_max_seq_length", 256, checks.Range(2, integer=True),
+          doc="truncation for dev/test evaluation and the export"),
+    Field("export_formats", "saved_model", types=(str,),
+          doc="also write: sentence_transformers,huggingface,keras_hub (comma-separated; "
+              "the SavedModel is always written)"),
     # Data.
-    "train_data": "demo",          # demo | demo_nli | text file | NLI source | tfds:NAME
-    "train_split": "train",        # split for NLI directories / TFDS
-    "batch_size": 32,              # global batch (all replicas)
-    "steps": 150,                  # total optimizer steps (0: derive from epochs)
-    "epochs": 0.0,                 # passes over the training data (used when steps == 0)
+    Field("train_data", "demo", types=(str,),
+          doc="demo | demo_nli | text file | NLI source | tfds:NAME"),
+    Field("train_split", "train", types=(str,), doc="split for NLI directories / TFDS"),
+    Field("batch_size", 32, checks.SIZE, doc="global batch (all replicas)"),
+    Field("steps", 150, checks.COUNT, doc="total optimizer steps (0: derive from epochs)"),
+    Field("epochs", 0.0, checks.NON_NEGATIVE,
+          doc="passes over the training data (used when steps == 0)"),
     # Optimizer: AdamW (or LARS), linear warmup then linear/cosine decay (or constant).
-    "optimizer": "adamw",          # adamw | lars
-    "learning_rate": 3e-5,
-    "lr_schedule": "linear",       # linear | cosine | constant
-    "warmup_ratio": 0.0,
-    "weight_decay": 0.0,
-    "clip_norm": 0.0,              # global gradient-norm clipping (0: off)
-    "grad_cache_chunk": 0,         # GradCache: embed in chunks of N sentences per replica (0: off)
-    "max_grad_norm": 1e6,          # stop the run when the gradient norm exceeds this (0: off)
+    Field("optimizer", "adamw", checks.Choices(("adamw", "lars")), doc="adamw | lars"),
+    Field("learning_rate", 3e-5, checks.POSITIVE, doc="peak learning rate"),
+    Field("lr_schedule", "linear", checks.Choices(("linear", "cosine", "constant")),
+          doc="linear | cosine | constant"),
+    Field("warmup_ratio", 0.0, checks.UNIT_INTERVAL, doc="share of the steps warming up"),
+    Field("weight_decay", 0.0, checks.NON_NEGATIVE, doc="decoupled weight decay"),
+    Field("clip_norm", 0.0, checks.NON_NEGATIVE,
+          doc="global gradient-norm clipping (0: off)"),
+    Field("grad_cache_chunk", 0, checks.COUNT,
+          doc="GradCache: embed in chunks of N sentences per replica (0: off)"),
+    Field("max_grad_norm", 1e6, checks.NON_NEGATIVE,
+          doc="stop the run when the gradient norm exceeds this (0: off)"),
     # Model selection on a dev set.
-    "eval_data": "demo",           # demo | stsb | sickr | scored-pair .tsv
-    "eval_data_dir": "",           # SentEval layout dir (needed by stsb / sickr / test_tasks)
-    "eval_every": 50,              # steps between dev evaluations and checkpoints
-    "test_tasks": "",              # after training: evaluate these tasks (needs eval_data_dir)
-    "projector_every": 5,          # TensorBoard projector snapshot every N evaluations (0: off)
-    "projector_points": 1000,      # dev sentences in each projector snapshot
-    "report_geometry": False,      # alignment/uniformity before and after (needs eval_data_dir)
-    "first_eval_step": 10,         # an early dev evaluation at this step when < eval_every (0: off)
-    "export_if_worse": False,      # export the best checkpoint even if the start scored higher
+    Field("eval_data", "demo", types=(str,), doc="demo | stsb | sickr | scored-pair .tsv"),
+    Field("eval_data_dir", "", types=(str,),
+          doc="SentEval layout dir (needed by stsb / sickr / test_tasks)"),
+    Field("eval_every", 50, checks.SIZE, doc="steps between dev evaluations and checkpoints"),
+    Field("test_tasks", "", types=(str,),
+          doc="after training: evaluate these tasks (needs eval_data_dir)"),
+    Field("projector_every", 5, checks.COUNT,
+          doc="TensorBoard projector snapshot every N evaluations (0: off)"),
+    Field("projector_points", 1000, checks.SIZE, doc="dev sentences in each projector snapshot"),
+    Field("report_geometry", False,
+          doc="alignment/uniformity before and after (needs eval_data_dir)"),
+    Field("first_eval_step", 10, checks.COUNT,
+          doc="an early dev evaluation at this step when < eval_every (0: off)"),
+    Field("export_if_worse", False,
+          doc="export the best checkpoint even if the start scored higher"),
     # Divergence guard (tfsent.callbacks.DivergenceGuard; 0 turns a criterion off).
-    "divergence_drop": 10.0,       # stop when dev Spearman falls this far below the best/start
-    "collapse_cosine_rise": 0.3,   # ... or the random-pair cosine rises this far above its start
-    "collapse_uniformity_ratio": 0.75,  # ... or uniformity loses this share of its start
+    Field("divergence_drop", 10.0, checks.NON_NEGATIVE,
+          doc="stop when dev Spearman falls this far below the best/start"),
+    Field("collapse_cosine_rise", 0.3, checks.NON_NEGATIVE,
+          doc="... or the random-pair cosine rises this far above its start"),
+    Field("collapse_uniformity_ratio", 0.75, checks.RATE,
+          doc="... or uniformity loses this share of its start"),
     # Execution.
-    "strategy": "auto",            # auto | one_device | mirrored | multi_worker | tpu
-    "tpu": "",
-    "cpu_replicas": 0,             # split the CPU into N logical devices (0: off); test
-                                   # distributed runs on one machine with strategy=mirrored
-    "mixed_precision": "",         # "" | mixed_bfloat16 | mixed_float16
-    "loss_scale": 32768.0,         # mixed_float16: the LossScaleOptimizer's initial (dynamic) scale
-    "jit_compile": True,           # XLA (switched off for multi-replica CPU runs)
-    "steps_per_execution": 1,      # train steps per tf.function call (raise for tiny models)
-    "seed": 0,
-}
+    Field("strategy", "auto", checks.Choices(STRATEGIES),
+          doc="auto | one_device | mirrored | multi_worker | tpu"),
+    Field("tpu", "", types=(str,), doc="TPU address"),
+    Field("cpu_replicas", 0, checks.COUNT,
+          doc="split the CPU into N logical devices (0: off); test distributed runs on one "
+              "machine with strategy=mirrored"),
+    Field("mixed_precision", "", checks.Choices(("", "mixed_bfloat16", "mixed_float16")),
+          doc='"" | mixed_bfloat16 | mixed_float16'),
+    Field("loss_scale", 32768.0, checks.POSITIVE,
+          doc="mixed_float16: the LossScaleOptimizer's initial (dynamic) scale"),
+    Field("jit_compile", True, doc="XLA (switched off for multi-replica CPU runs)"),
+    Field("steps_per_execution", 1, checks.SIZE,
+          doc="train steps per tf.function call (raise for tiny models)"),
+    Field("seed", 0, checks.Range(integer=True), doc="seed of initialisation, data, views"),
+]
+RUN_FIELD = {f.name: f for f in RUN_FIELDS}
+BASE_DEFAULTS = {f.name: f.default for f in RUN_FIELDS}
+
+
+class Recipe(dict):
+    """A recipe's fields (a dict) and the file they came from (`path`, for errors)."""
+
+    def __init__(self, fields, path=None):
+        super().__init__(fields)
+        self.path = path
 
 
 def load_recipe(path):
-    """Executes a recipe file and returns its `get_config()` dict."""
+    """Executes a recipe file and returns its `get_config()` dict (a `Recipe`)."""
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     spec = importlib.util.spec_from_file_location("tfsent_recipe", path)
@@ -92,29 +135,32 @@ def load_recipe(path):
     recipe = module.get_config()
     if not isinstance(recipe, dict):
         raise ConfigError(f"{path}: get_config() must return a dict")
-    return dict(recipe)
+    return Recipe(recipe, path)
 
 
-def _parse_value(field, text, current):
-    """Parses an override string to the type of the current value."""
-    if isinstance(current, bool):
+def _parse_value(field, text, current, types=()):
+    """Parses an override string to the field's type (`types`, else the current value's)."""
+    kind = types[0] if len(types) == 1 else type(current)
+    if kind is bool:
         low = text.lower()
         if low in ("1", "true", "yes", "on"):
             return True
         if low in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"--config.{field}: expected a boolean, got {text!r}")
-    if isinstance(current, int):
+    if kind is int:
         try:
             return int(text)
         except ValueError:
             raise ConfigError(f"--config.{field}: expected an integer, got {text!r}") from None
-    if isinstance(current, float):
+    if kind is float:
         try:
             return float(text)
         except ValueError:
             raise ConfigError(f"--config.{field}: expected a number, got {text!r}") from None
-    if isinstance(current, str):
+    if kind is str:
+        if current is None and text.lower() == "none":  # an optional string set back to None
+            return None
         return text
     # None or containers: a Python literal if it parses, else the string.
     if text.lower() == "none":
@@ -125,121 +171,94 @@ def _parse_value(field, text, current):
         return text
 
 
+def fields_of(method=None, config=None):
+    """{name: Field} of the run fields and of `method`'s fields (no method: every method's
+    field present in `config`, for configs built without naming the method)."""
+    fields = dict(RUN_FIELD)
+    if method is not None:
+        fields.update((f.name, f) for f in get_method(method).fields)
+        return fields
+    for spec in REGISTRY.values():
+        for f in spec.fields:
+            if config is None or f.name in config:
+                fields.setdefault(f.name, f)
+    return fields
+
+
+def _unknown_field(field, method, known, where):
+    """ConfigError for a field the config does not have, saying which methods have it."""
+    owners = sorted(name for name, spec in REGISTRY.items() if spec.field(field) is not None)
+    if owners:
+        return ConfigError(f"{where}: {field!r} is not a field of method {method or '?'} "
+                           f"(it is one of {', '.join(owners)})")
+    return ConfigError(f"{where}: unknown field {field!r}; known: {sorted(known)}")
+
+
 def build_config(method_defaults, recipe=None, overrides=(), method=None):
     """Merges defaults, a recipe dict and `FIELD=VALUE` override strings into a Config,
-    validated (`validate`; `method` adds the checks that depend on the method)."""
+    validated (`validate`; `method` adds the checks of the method's spec). A recipe value
+    of the wrong type (the string "false" for a boolean, a number for a string) is a
+    ConfigError naming the field and the recipe file."""
     config = Config(BASE_DEFAULTS)
     config.update(method_defaults)
+    fields = fields_of(method, config)
+    path = getattr(recipe, "path", None)
+    where = f"recipe {path}" if path else "recipe"
     for key, value in (recipe or {}).items():
-        if key not in config and key != "method":
-            raise ConfigError(f"recipe sets unknown field {key!r}; known: {sorted(config)}")
+        if key == "method":  # which method the recipe was written for (kept, unchecked)
+            config[key] = value
+            continue
+        if key not in config:
+            raise _unknown_field(key, method, config, where)
+        if key in fields:
+            fields[key].check_type(value, where)
         config[key] = value
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--config.{item}: expected --config.FIELD=VALUE")
         field, text = item.split("=", 1)
         if field not in config:
-            raise ConfigError(f"--config.{field}: unknown field; known: {sorted(config)}")
-        config[field] = _parse_value(field, text, config[field])
+            raise _unknown_field(field, method, config, f"--config.{field}")
+        types = fields[field].types if field in fields else ()
+        config[field] = _parse_value(field, text, config[field], types)
+        if field in fields:
+            fields[field].check_type(config[field], f"--config.{field}")
     validate(config, method)
     return config
 
 
-def _field_ranges():
-    """Field -> the `tfsent.checks` range its constructor argument is checked with."""
-    from tfsent import checks as c
-
-    return {
-        # Run fields.
-        "batch_size": c.SIZE, "max_seq_length": c.Range(4, integer=True),
-        "eval_max_seq_length": c.Range(2, integer=True), "steps": c.COUNT,
-        "epochs": c.NON_NEGATIVE, "learning_rate": c.POSITIVE,
-        "warmup_ratio": c.UNIT_INTERVAL, "weight_decay": c.NON_NEGATIVE,
-        "clip_norm": c.NON_NEGATIVE, "grad_cache_chunk": c.COUNT,
-        "max_grad_norm": c.NON_NEGATIVE, "eval_every": c.SIZE, "projector_every": c.COUNT,
-        "projector_points": c.SIZE, "cpu_replicas": c.COUNT, "steps_per_execution": c.SIZE,
-        "seed": c.Range(integer=True), "loss_scale": c.POSITIVE,
-        # Dev selection and the divergence guard (0: off).
-        "first_eval_step": c.COUNT, "divergence_drop": c.NON_NEGATIVE,
-        "collapse_cosine_rise": c.NON_NEGATIVE, "collapse_uniformity_ratio": c.RATE,
-        # Method fields (present in a method's defaults).
-        "temperature": c.POSITIVE, "hard_negative_weight": c.Range(),
-        "mask_rate": c.OPEN_RATE, "mlm_weight": c.NON_NEGATIVE,
-        "contrastive_weight": c.NON_NEGATIVE, "extractor_layers": c.SIZE,
-        "fusion_layers": c.SIZE, "scl_weight": c.UNIT_INTERVAL, "max_positives": c.COUNT,
-        "max_negatives": c.COUNT, "clsr_hidden_dim": c.COUNT, "clsr_output_dim": c.COUNT,
-        "positive_threshold": c.Range(), "dropout_rate_a": c.RATE, "dropout_rate_b": c.RATE,
-        "scd_alpha": c.NON_NEGATIVE, "scd_beta": c.NON_NEGATIVE, "scd_lambda": c.NON_NEGATIVE,
-        "projector_width": c.SIZE, "token_cutoff_rate": c.RATE,
-        "feature_cutoff_rate": c.RATE, "aug_dropout_rate": c.RATE,
-        "adversarial_epsilon": c.NON_NEGATIVE, "consert_alpha": c.NON_NEGATIVE,
-    }
-
-
-def _field_choices():
-    """Field -> the values its constructor accepts."""
-    from tfsent.distribute import STRATEGIES
-    from tfsent.encoders.pooling import POOLINGS
-    from tfsent.layers.augment import AUGMENTATIONS
-    from tfsent.layers.heads import MLPEncoder
-    from tfsent.methods.consert import DIRECTION_REDUCTIONS
-    from tfsent.methods.supcon import SIMILARITIES
-
-    return {
-        "lr_schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "lars"),
-        "mixed_precision": ("", "mixed_bfloat16", "mixed_float16"), "strategy": STRATEGIES,
-        "pooling": POOLINGS, "similarity": SIMILARITIES,
-        "direction_reduction": DIRECTION_REDUCTIONS, "view1_augmentation": AUGMENTATIONS,
-        "view2_augmentation": AUGMENTATIONS, "clsr_head_init": MLPEncoder.INITIALIZERS,
-    }
-
-
 def validate(config, method=None):
-    """Checks every field with the range or choices of the constructor argument it feeds
-    (`tfsent.checks`, shared with the constructors), so a config that passes here builds;
-    `method` (a registry name) adds the checks that depend on the method. Called once by
+    """Checks every field's type and value with the check of the constructor argument it
+    feeds (`tfsent.checks`, shared with the constructors), so a config that passes here
+    builds; `method` (a registry name) checks its spec's fields and runs its validation
+    hook (without `method`: every method's field present in the config). Called once by
     `build_config`, before any data is read or model built. Raises ConfigError naming
     the field."""
-    from tfsent import checks
-    from tfsent.encoders.model import resolve_dropout_rates
-
-    for name, allowed in _field_ranges().items():
+    run_fields = RUN_FIELD if method is not None else fields_of(None, config)
+    for name, field in run_fields.items():
         if name in config:
-            allowed.check(name, config[name])
-    for name, choices in _field_choices().items():
-        if name in config:
-            checks.one_of(name, config[name], choices)
-    if config.export_pooling is not None:
-        checks.one_of("export_pooling", config.export_pooling, _field_choices()["pooling"])
+            field.validate(config[name])
     if config.steps == 0 and config.epochs == 0:
         raise ConfigError("set steps > 0, or steps = 0 and epochs > 0")
     if config.eval_every % config.steps_per_execution:
         raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
                           f"eval_every ({config.eval_every})")
-    if "encoder_dropout" in config:
-        try:
-            resolve_dropout_rates(config.encoder_dropout, 0.0)
-        except ConfigError as e:
-            raise ConfigError(f"encoder_dropout: {e}") from None
-    from tfsent import publish
+    from tfsent import publish  # its exporters import optional packages
 
     if "sentence_transformers" in publish.export_formats(config.export_formats):
         publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
     if method is not None:
-        _validate_for_method(config, method)
+        get_method(method).validate(config)  # its fields, then its validation hook
 
 
-def _validate_for_method(config, method):
-    """The checks that depend on the method (the same functions its constructor calls)."""
-    if "view1_augmentation" in config:  # ConSERT: adversarial views need the CE loss
-        from tfsent.layers.augment import check_augmentation
-
-        for name in ("view1_augmentation", "view2_augmentation"):
-            try:
-                check_augmentation(config[name], supervised=method != "consert")
-            except ConfigError as e:
-                raise ConfigError(f"{name}: {e}") from None
-    if method == "clsr":
-        from tfsent.methods.clsr import check_export_pooling
-
-        check_export_pooling(config.pooling, config.export_pooling)
+def help_text(method=None):
+    """The fields (run fields, and `method`'s or every method's) with default (`method`'s
+    run default), accepted values and help, one per line."""
+    defaults = dict(BASE_DEFAULTS, **(get_method(method).defaults if method else {}))
+    lines = []
+    for name, field in fields_of(method).items():
+        check = field.check.describe() if isinstance(
+            field.check, (checks.Range, checks.Choices)) else field.type_text()
+        lines.append(f"  {name} = {defaults.get(name, field.default)!r}  ({check}) "
+                     f"{field.doc}")
+    return "\n".join(lines)

@@ -4,10 +4,16 @@ A Matryoshka objective applies a loss to nested prefixes of the embedding and su
 `L = sum_k w_k * loss(z[:, :d_k], ...)`, so that the first d_k dimensions alone are a good
 embedding; truncation happens before the loss's own normalisation. At inference the
 embedding is cut to a size (`truncate_dim`) and then normalised.
+
+`MatryoshkaLoss` wraps any loss of sentence embeddings (as sentence-transformers'
+MatryoshkaLoss wraps any loss): every `SentenceMethod` takes `matryoshka_dims` /
+`matryoshka_weights` and applies the wrapper to its embedding loss (`embedding_loss`);
+a method whose loss is not computed from the embeddings alone raises ConfigError.
 """
 
 import tensorflow as tf
 
+from tfsent.checks import Field
 from tfsent.errors import ConfigError
 
 
@@ -77,3 +83,53 @@ def nested_loss(loss_fn, embeddings, dims, weights):
         if weight:
             total += weight * loss_fn(*[z[:, :dim] for z in embeddings])
     return tf.convert_to_tensor(total, tf.float32)
+
+
+class MatryoshkaLoss:
+    """A loss of sentence embeddings applied to nested prefixes and summed:
+    `loss(loss_fn, embeddings) = sum_k w_k * loss_fn(*[z[:, :d_k] for z in embeddings])`.
+
+    Args:
+        dims: nested sizes, largest first (a sequence or "384,128,64"; `check_dims`).
+        weights: a weight per size (None / "": all 1; `parse_weights`).
+        embedding_dim: the embedding width the sizes must fit (None: not checked).
+    """
+
+    def __init__(self, dims, weights=None, embedding_dim=None):
+        self.dims = check_dims(dims, embedding_dim, "matryoshka_dims")
+        self.weights = parse_weights(weights, len(self.dims))
+
+    @classmethod
+    def from_args(cls, dims, weights, embedding_dim):
+        """The wrapper of a method's `matryoshka_dims` / `matryoshka_weights` arguments, or
+        None when `dims` is unset (weights without sizes are a ConfigError)."""
+        if dims:
+            return cls(dims, weights, embedding_dim)
+        if weights:
+            raise ConfigError("matryoshka_weights is set but matryoshka_dims is not")
+        return None
+
+    def __call__(self, loss_fn, embeddings):
+        """The weighted sum of `loss_fn` over the prefixes of `embeddings` (a list)."""
+        return nested_loss(loss_fn, embeddings, self.dims, self.weights)
+
+
+def _check_dims_field(name, value):
+    if value:
+        check_dims(value, None, name)
+
+
+def _check_weights_field(name, value):
+    if value:
+        items = value.split(",") if isinstance(value, str) else list(value)
+        parse_weights(value, len(items), name)
+
+
+def config_fields():
+    """The run-config fields of the wrapper, for the specs of methods that take it:
+    matryoshka_dims "" (off) or nested sizes, largest first ("384,256,128,64,32");
+    matryoshka_weights "" (all 1) or one weight per size."""
+    return [Field("matryoshka_dims", "", _check_dims_field, types=(str, tuple),
+                  arg="matryoshka_dims", doc="Matryoshka sizes, largest first (\"\": off)"),
+            Field("matryoshka_weights", "", _check_weights_field, types=(str, tuple),
+                  arg="matryoshka_weights", doc="a loss weight per Matryoshka size")]

@@ -20,21 +20,27 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from tfsent import cli, distribute
+from tfsent.config import build_config, load_recipe
+from tfsent.data import pipelines, readers
+from tfsent.data.cache import cached_embeddings
+from tfsent.encoders import load_encoder
 from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
                               RunCheckpoint, STSDevEvaluation, Throughput)
-from tfsent.data.readers import read_dev_pairs, read_nli_pairs
 from tfsent.errors import ConfigError, TrainingError
 from tfsent.evaluation import align_uniform
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
+from tfsent.optimizers import LARS
+from tfsent.methods import help_text as methods_help_text
 from tfsent.publish import export_run_formats
 from tfsent.saved_model import export_encoder
 from tfsent.selection import BestEncoderKeeper, choose_export, dev_name
-from tfsent.training import (RunState, _write_json_atomic, prepare_run_dir, read_json,
-                             run_finished, sts_dev_score)
+from tfsent.training import (RunState, WarmupCosineDecay, WarmupLinearDecay,
+                             _write_json_atomic, prepare_run_dir, read_json, run_finished,
+                             sts_dev_score)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("method", None, "Objective: simcse_unsup, simcse_sup, cmlm_cse, ...")
+flags.DEFINE_string("method", None, methods_help_text())
 flags.DEFINE_string("config", None, "Recipe file (configs/*.py) defining get_config().")
 flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>). A folder "
                     "holding an unfinished run with the same config resumes it; one with "
@@ -57,9 +63,6 @@ def split_config_overrides(argv):
 
 def resolve_config(method, recipe_path=None, overrides=()):
     """The run config of `method`: defaults < recipe < overrides."""
-    from tfsent.config import build_config, load_recipe
-    from tfsent.methods import get_method
-
     spec = get_method(method)
     recipe = load_recipe(recipe_path) if recipe_path else {}
     if recipe.get("method", method) != method:
@@ -80,8 +83,6 @@ def total_steps(config, n_examples):
 
 def load_training_data(spec, config):
     """Reads the method's training data; returns (examples, kind)."""
-    from tfsent.data import readers
-
     source = config.train_data
     if spec.data_kind == "embedding_pairs":
         return readers.read_positive_pairs(source, config.eval_data_dir,
@@ -97,8 +98,6 @@ def load_training_data(spec, config):
 def build_model(spec, config, steps, jit):
     """(encoder, compiled method model, built optimizer) from a run config; call it inside
     the strategy's scope."""
-    from tfsent.encoders import load_encoder
-
     if config.grad_cache_chunk and jit:
         # XLA compiles GradCache's tf.while_loop, but on CPU it ran it 4.4x slower than TF's
         # executor and with more memory (minilm-l6, batch 256 in chunks of 64: 44.4 vs 10.0
@@ -120,11 +119,6 @@ def build_model(spec, config, steps, jit):
 
 def make_optimizer(config, steps):
     """AdamW (default) or LARS with the configured warmup + linear/cosine/constant schedule."""
-    import keras
-
-    from tfsent.optimizers import LARS
-    from tfsent.training import WarmupCosineDecay, WarmupLinearDecay
-
     warmup = int(round(config.warmup_ratio * steps))
     if config.lr_schedule == "cosine":
         schedule = WarmupCosineDecay(config.learning_rate, steps, warmup)
@@ -146,23 +140,16 @@ def make_optimizer(config, steps):
 
 
 def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
-    """The training tf.data.Dataset of the method."""
-    from tfsent.data import pipelines
-
-    tokenizer = encoder.tokenizer
+    """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
+    pipeline `fit` uses too)."""
+    embed = None
     if spec.data_kind == "embedding_pairs":
-        return _cached_pair_dataset(config, encoder, examples, skip_batches, output_dir)
-    if spec.data_kind == "nli_pairs":
-        return pipelines.nli_pair_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                          skip_batches=skip_batches,
-                                          group_premises=spec.premise_grouped)
-    if spec.data_kind == "triplets":
-        return pipelines.triplet_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                         skip_batches=skip_batches,
-                                         duplicate_free=config.duplicate_free_batches)
-    rate = config.mask_rate if spec.data_kind == "sentences_mlm" else None
-    return pipelines.sentence_dataset(examples, tokenizer, config.batch_size, config.seed,
-                                      skip_batches=skip_batches, mlm_mask_rate=rate)
+        embed = _cached_embedder(config, encoder, output_dir)
+    return pipelines.dataset_for_kind(
+        spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
+        skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
+        duplicate_free=config.get("duplicate_free_batches", False),
+        premise_grouped=spec.premise_grouped, embed=embed)
 
 
 class Run:
@@ -240,7 +227,7 @@ def resolve_run(r):
         raise ConfigError(f"train_data={config.train_data!r} holds no training examples "
                           f"for {r.method} (data kind {r.spec.data_kind})")
     r.steps = total_steps(config, len(r.examples))
-    r.dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
+    r.dev_pairs = readers.read_dev_pairs(config.eval_data, config.eval_data_dir)
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
@@ -393,7 +380,7 @@ def finalize_run(r, nan_guard, guard):
     if config.get("report_geometry") and config.eval_data_dir:
         metrics["geometry_after"] = _geometry(r.model, config, use_head=head is not None)
     if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
-        rows = read_nli_pairs(config.train_data, config.nli_eval_split)
+        rows = readers.read_nli_pairs(config.train_data, config.nli_eval_split)
         acc = r.model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
         metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
         logging.info("NLI accuracy on %s (%s): %.2f", config.train_data,
@@ -405,42 +392,20 @@ def finalize_run(r, nan_guard, guard):
     return metrics
 
 
-def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
-    """Positive pairs -> the frozen encoder's embeddings (cached on disk) -> batches of
-    {"a": (B, D), "b": (B, D)}."""
-    import numpy as np
-    import tensorflow as tf
-
-    from tfsent.data.cache import cached_embeddings
-    from tfsent.data.pipelines import _check_batch
-
-    _check_batch(len(pairs), config.batch_size, "the positive pairs")
+def _cached_embedder(config, encoder, output_dir):
+    """`embed(sentences)` of the frozen encoder through the on-disk embedding cache
+    (config.cache_dir, default beside the run directory)."""
     cache_dir = config.cache_dir or os.path.join(
         os.path.dirname(os.path.abspath(output_dir)), "embedding_cache")
-    sentences = list(dict.fromkeys(s for pair in pairs for s in pair))
-    emb, _ = cached_embeddings(
-        cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
-        lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
-                              normalize=False))
-    index = {s: i for i, s in enumerate(sentences)}
-    a = emb[np.array([index[p[0]] for p in pairs])]
-    b = emb[np.array([index[p[1]] for p in pairs])]
-    # Shuffle indices per epoch and gather whole batches: per-example tf.data work would
-    # cost more than the MLP step itself.
-    table_a, table_b = tf.constant(a), tf.constant(b)
-    n, size = len(pairs), config.batch_size
-    per_epoch = n // size
 
-    def epoch_batches(epoch):
-        perm = tf.random.experimental.stateless_shuffle(
-            tf.range(n), seed=tf.stack([tf.cast(config.seed, tf.int64), epoch]))
-        return tf.data.Dataset.from_tensor_slices(tf.reshape(perm[:per_epoch * size],
-                                                             [per_epoch, size]))
+    def embed(sentences):
+        emb, _ = cached_embeddings(
+            cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
+            lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
+                                     normalize=False))
+        return emb
 
-    ds = tf.data.Dataset.range(2 ** 62).flat_map(epoch_batches).skip(skip_batches)
-    ds = ds.map(lambda idx: {"a": tf.gather(table_a, idx), "b": tf.gather(table_b, idx)},
-                num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return embed
 
 
 def _stop_diverged(state, metrics, metrics_path, failed_step, reason):

@@ -213,3 +213,71 @@ def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0,
                 "valid": tf.cast(idx >= 0, tf.float32)}
 
     return ds.map(load, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+
+def embedding_pair_dataset(pairs, embed, batch_size, seed=0, shuffle=True, repeat=True,
+                           skip_batches=0):
+    """Positive (sentence_a, sentence_b) pairs -> batches of the frozen encoder's
+    embeddings `{"a": (B, D), "b": (B, D)}` (CLSR).
+
+    `embed(sentences) -> (N, D)` embeds each distinct sentence once (the CLI's embeds
+    through the on-disk cache of `tfsent.data.cache`). Repeating: whole batches gathered
+    from a new stateless permutation per epoch (per-example tf.data work would cost more
+    than the MLP step itself); not repeating: one epoch per iteration of the dataset."""
+    _check_batch(len(pairs), batch_size, "the positive pairs")
+    sentences = list(dict.fromkeys(s for pair in pairs for s in pair))
+    emb = np.asarray(embed(sentences), np.float32)
+    index = {s: i for i, s in enumerate(sentences)}
+    table_a = tf.constant(emb[np.array([index[p[0]] for p in pairs])])
+    table_b = tf.constant(emb[np.array([index[p[1]] for p in pairs])])
+    n = len(pairs)
+    per_epoch = n // batch_size
+    if repeat:
+        def epoch_batches(epoch):
+            perm = tf.range(n)
+            if shuffle:
+                perm = tf.random.experimental.stateless_shuffle(
+                    perm, seed=tf.stack([tf.cast(seed, tf.int64), epoch]))
+            return tf.data.Dataset.from_tensor_slices(
+                tf.reshape(perm[:per_epoch * batch_size], [per_epoch, batch_size]))
+
+        ds = tf.data.Dataset.range(2 ** 62).flat_map(epoch_batches).skip(skip_batches)
+    else:
+        ds = tf.data.Dataset.range(n)
+        if shuffle:
+            ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.batch(batch_size, drop_remainder=True).skip(skip_batches)
+    ds = ds.map(lambda idx: {"a": tf.gather(table_a, idx), "b": tf.gather(table_b, idx)},
+                num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE)
+
+
+def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                     skip_batches=0, mask_rate=None, duplicate_free=False,
+                     premise_grouped=False, embed=None):
+    """The training pipeline of a data kind, used by both the CLI (`tfsent.train`) and
+    `fit` / `evaluate` on raw examples (`tfsent.data.preprocessing`).
+
+    kind: "sentences" (strings), "sentences_mlm" (strings, masked at `mask_rate`),
+    "triplets" ((anchor, positive, negative...) rows; `duplicate_free` batches),
+    "nli_pairs" ((premise, hypothesis, label) rows; `premise_grouped` batches) or
+    "embedding_pairs" ((sentence_a, sentence_b) rows embedded by `embed`).
+    `repeat=False`: one epoch per iteration (Keras' epochs); `skip_batches` fast-forwards
+    a resumed run. NLI batches are always shuffled (grouping draws the order)."""
+    if kind in ("sentences", "sentences_mlm"):
+        return sentence_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                                repeat=repeat, skip_batches=skip_batches,
+                                mlm_mask_rate=mask_rate if kind == "sentences_mlm" else None)
+    if kind == "triplets":
+        return triplet_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                               repeat=repeat, skip_batches=skip_batches,
+                               duplicate_free=duplicate_free)
+    if kind == "nli_pairs":
+        return nli_pair_dataset(examples, tokenizer, batch_size, seed,
+                                skip_batches=skip_batches, group_premises=premise_grouped,
+                                repeat=repeat)
+    if kind == "embedding_pairs":
+        return embedding_pair_dataset(examples, embed, batch_size, seed, shuffle=shuffle,
+                                      repeat=repeat, skip_batches=skip_batches)
+    raise ConfigError(f"unknown data kind {kind!r}; one of sentences, sentences_mlm, "
+                      "triplets, nli_pairs, embedding_pairs")

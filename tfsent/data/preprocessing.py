@@ -13,9 +13,12 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
   embedding_pairs  (sentence_a, sentence_b) positive pairs    -> the frozen encoder's
                                                                  embeddings {"a", "b"}
 
-A tf.data Dataset of unbatched string elements (a scalar string, or a tuple of strings)
-is raw too. Batches drop the remainder (static shapes for XLA and replicas); tokenization
-runs after batching, inside the pipeline, as in `tfsent.data.pipelines`.
+Rows may also be dicts (anchor/positive/negative, premise/hypothesis/label,
+sentence_a/sentence_b). A tf.data Dataset of such elements (strings, tuples or dicts of
+strings; an NLI label may be an integer), batched or not, is raw too: it is read whole
+and goes through the same pipeline as a list. Batches drop the remainder (static shapes
+for XLA and replicas); tokenization runs after batching, inside the pipeline
+(`tfsent.data.pipelines.dataset_for_kind`, the CLI's pipeline).
 """
 
 import numpy as np
@@ -27,33 +30,124 @@ from tfsent.errors import ConfigError, InputError
 _LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 
+# The columns of a row given as a dict, per kind.
+ROW_KEYS = {"triplets": ("anchor", "positive", "negative"),
+            "nli_pairs": ("premise", "hypothesis", "label"),
+            "embedding_pairs": ("sentence_a", "sentence_b")}
+WHAT_TO_PASS = {
+    "sentences": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
+    "sentences_mlm": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
+    "triplets": "(anchor, positive, negative) string rows, as tuples or dicts with keys "
+                "anchor/positive/negative (a list or a tf.data.Dataset, batched or not)",
+    "nli_pairs": "(premise, hypothesis, label) rows, as tuples or dicts with keys "
+                 "premise/hypothesis/label (a list or a tf.data.Dataset, batched or not)",
+    "embedding_pairs": "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, "
+                       "batched or not)",
+}
+
+
+def _is_text(value):
+    return isinstance(value, (str, bytes))
+
+
+def _dataset_specs(x):
+    """The flat TensorSpecs of a Dataset's elements (None if any is not a TensorSpec)."""
+    specs = tf.nest.flatten(x.element_spec)
+    if not specs or not all(isinstance(s, tf.TensorSpec) for s in specs):
+        return None
+    return specs
+
+
 def is_raw(x):
-    """True for raw examples: a list/tuple/array of strings or of string tuples, or a
-    tf.data Dataset whose elements are (tuples of) scalar strings."""
+    """True for raw examples: a list/tuple/array of strings or of string rows (tuples or
+    dicts), or a tf.data Dataset, batched or not, whose elements are strings or rows of
+    strings (an NLI label may be an integer)."""
     if isinstance(x, tf.data.Dataset):
-        specs = tf.nest.flatten(x.element_spec)
-        return bool(specs) and all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string
-                                   and s.shape.rank == 0 for s in specs)
+        specs = _dataset_specs(x)
+        if specs is None or not any(s.dtype == tf.string for s in specs):
+            return False
+        ranks = {s.shape.rank for s in specs}
+        return len(ranks) == 1 and ranks.pop() in (0, 1) and all(
+            s.dtype == tf.string or s.dtype.is_integer for s in specs)
     if isinstance(x, np.ndarray):
-        return x.dtype.kind in "USO" and x.size > 0 and isinstance(x.flat[0], (str, bytes))
+        return x.dtype.kind in "USO" and x.size > 0 and _is_text(x.flat[0])
     if isinstance(x, (list, tuple)) and x:
         first = x[0]
-        return isinstance(first, str) or (isinstance(first, (list, tuple)) and bool(first)
-                                           and isinstance(first[0], str))
+        if isinstance(first, dict):
+            return any(_is_text(v) for v in first.values())
+        return _is_text(first) or (isinstance(first, (list, tuple)) and bool(first)
+                                   and _is_text(first[0]))
     return False
 
 
-def _materialize(x):
-    """A Dataset of string elements -> a list of str / tuples of str."""
+def _has_dict(structure):
+    if isinstance(structure, dict):
+        return True
+    if isinstance(structure, (list, tuple)):
+        return any(_has_dict(s) for s in structure)
+    return False
+
+
+def check_input(method, x, argument="x"):
+    """InputError saying what to pass when `x` is neither raw examples (`is_raw`) nor
+    tokenized batches (feature dicts, as `tfsent.data.pipelines` makes): e.g. a list of
+    numbers, a Dataset of plain tensors, or strings nested in a way no kind reads. None
+    and Python generators / Keras PyDatasets pass through to Keras."""
+    what = WHAT_TO_PASS.get(method.input_kind, "raw examples")
+    name = type(method).__name__
+    hint = (f"{name} takes {what}, or batches of tokenized feature dicts from "
+            "tfsent.data.pipelines")
+    if isinstance(x, tf.data.Dataset):
+        if not _has_dict(x.element_spec) or any(
+                s.dtype == tf.string for s in tf.nest.flatten(x.element_spec)
+                if isinstance(s, tf.TensorSpec)):
+            raise InputError(f"{argument}: a tf.data.Dataset of {x.element_spec} is neither "
+                             f"raw examples nor tokenized batches; {hint}")
+    elif isinstance(x, (list, tuple, np.ndarray)) and len(x):
+        raise InputError(f"{argument}: a {type(x).__name__} of {type(x[0]).__name__} "
+                         f"({x[0]!r:.60}) is not raw examples; {hint}")
+
+
+def _text(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _row(element, keys):
+    """A string, or a row (tuple) from a tuple / list / dict element (`keys`: dict order)."""
+    if isinstance(element, dict):
+        if keys is not None and set(keys) <= set(element):
+            return tuple(_text(element[k]) for k in keys)
+        return tuple(_text(v) for v in element.values())
+    if isinstance(element, (list, tuple, np.ndarray)):
+        return tuple(_text(v) for v in element)
+    return _text(element)
+
+
+def _materialize(x, kind):
+    """Raw examples -> a list of str / row tuples. A Dataset (batched or not) is read
+    whole: its batches are split into rows, dict elements become rows in `ROW_KEYS`
+    order."""
+    keys = ROW_KEYS.get(kind)
     if not isinstance(x, tf.data.Dataset):
-        return [tuple(e) if isinstance(e, (list, tuple, np.ndarray)) else e for e in x]
+        return [_row(e, keys) for e in x]
+    if tf.nest.flatten(x.element_spec)[0].shape.rank == 1:
+        x = x.unbatch()
     rows = []
     for element in x.as_numpy_iterator():
-        if isinstance(element, tuple):
-            rows.append(tuple(v.decode("utf-8", "replace") for v in element))
-        else:
-            rows.append(element.decode("utf-8", "replace"))
+        row = _row(element, keys)
+        rows.append(tuple(v.item() if isinstance(v, np.generic) else v for v in row)
+                    if isinstance(row, tuple) else row)
     return rows
+
+
+def _first_batch_size(x):
+    """The number of rows in a batched Dataset's first batch (None if not batched)."""
+    if not isinstance(x, tf.data.Dataset) or \
+            tf.nest.flatten(x.element_spec)[0].shape.rank != 1:
+        return None
+    for batch in x.take(1):
+        return int(tf.shape(tf.nest.flatten(batch)[0])[0])
+    return None
 
 
 def _check_rows(rows, width, what, argument):
@@ -65,45 +159,49 @@ def _check_rows(rows, width, what, argument):
             raise InputError(f"{argument}[{i}] = {row!r:.80}: {what}")
 
 
+def default_batch_size(x, fallback=32):
+    """A batched Dataset's own batch size, else `fallback`."""
+    return _first_batch_size(x) or fallback
+
+
 def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
-    """The batched, tokenized tf.data pipeline of `method` over raw examples `x`."""
+    """The batched, tokenized tf.data pipeline of `method` over raw examples `x`
+    (`tfsent.data.pipelines.dataset_for_kind`, the CLI's pipeline, one epoch per
+    iteration)."""
     kind = method.input_kind
     tokenizer = method.encoder.tokenizer
     if tokenizer is None:
         raise ConfigError(f"{argument}: raw examples need the encoder's tokenizer, and this "
                           "encoder has none; pass tokenized batches")
-    rows = _materialize(x)
+    rows = _materialize(x, kind)
     if len(rows) < batch_size:
         raise ConfigError(f"{argument} has {len(rows)} examples, fewer than one batch "
                           f"(batch_size={batch_size}); lower the batch size")
+    embed = None
     if kind in ("sentences", "sentences_mlm"):
         _check_rows(rows, None, "expected a string (one sentence per example)", argument)
-        rate = getattr(method, "mask_rate", None) if kind == "sentences_mlm" else None
-        return pipelines.sentence_dataset(rows, tokenizer, batch_size, seed, shuffle=shuffle,
-                                          repeat=False, mlm_mask_rate=rate)
-    if kind == "triplets":
+    elif kind == "triplets":
         width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
         _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "
                     "(anchor, positive, neg1..negN) all of the first row's width", argument)
-        # Training batches (shuffled) are duplicate-free unless the method says otherwise.
-        dedupe = shuffle and getattr(method, "duplicate_free_batches", True)
-        return pipelines.triplet_dataset(rows, tokenizer, batch_size, seed, shuffle=shuffle,
-                                         repeat=False, duplicate_free=dedupe)
-    if kind == "nli_pairs":
+    elif kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)
         rows = [(p, h, _label(label, i, argument)) for i, (p, h, label) in enumerate(rows)]
-        return pipelines.nli_pair_dataset(rows, tokenizer, batch_size, seed, repeat=False,
-                                          group_premises=method.premise_grouped)
-    if kind == "embedding_pairs":
+    elif kind == "embedding_pairs":
         _check_rows(rows, 2, "expected (sentence_a, sentence_b) positive pairs", argument)
-        a = method.encoder.encode([r[0] for r in rows], verbose=0)
-        b = method.encoder.encode([r[1] for r in rows], verbose=0)
-        ds = tf.data.Dataset.from_tensor_slices({"a": a, "b": b})
-        if shuffle:
-            ds = ds.shuffle(len(rows), seed=seed)
-        return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    raise ConfigError(f"{type(method).__name__}.input_kind {kind!r} has no raw-example "
-                      "pipeline")
+
+        def embed(sentences):
+            return method.encoder.encode(sentences, verbose=0, normalize=False,
+                                         pooling=method.train_pooling)
+    else:
+        raise ConfigError(f"{type(method).__name__}.input_kind {kind!r} has no raw-example "
+                          "pipeline")
+    # Training batches (shuffled) are duplicate-free unless the method says otherwise.
+    duplicate_free = shuffle and getattr(method, "duplicate_free_batches", True)
+    return pipelines.dataset_for_kind(
+        kind, rows, tokenizer, batch_size, seed, shuffle=shuffle, repeat=False,
+        mask_rate=getattr(method, "mask_rate", None), duplicate_free=duplicate_free,
+        premise_grouped=method.premise_grouped, embed=embed)
 
 
 def _label(label, i, argument):

@@ -13,7 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfsent import grad_cache
+from tfsent.checks import Field
+from tfsent.data import preprocessing
+from tfsent.encoders.model import resolve_dropout_rates
+from tfsent.errors import ConfigError
 from tfsent.grad_cache import FEATURE_KEYS
+from tfsent.matryoshka import MatryoshkaLoss, check_dims
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -43,11 +48,17 @@ class SentenceMethod(keras.Model):
     the training loss); `fit`, `evaluate` take raw strings (`input_kind` says which
     examples) and tokenize them in the tf.data pipeline with the encoder's tokenizer.
 
+    Matryoshka (`matryoshka_dims`): `tfsent.matryoshka.MatryoshkaLoss` wraps the method's
+    embedding loss (`embedding_loss`: the term computed from sentence embeddings alone);
+    a method without one (`supports_matryoshka` False) raises ConfigError.
+
     Args:
         encoder: a `tfsent.encoders.SentenceEncoder`.
         train_pooling: pooling used in the loss (default: the encoder's).
         export_pooling: pooling the exported model carries (default: train_pooling).
         grad_cache_chunk: GradCache chunk size in sentences per replica (0: off).
+        matryoshka_dims: nested sizes, largest first (None: the plain loss).
+        matryoshka_weights: a weight per size (default all 1).
     """
 
     metric_names = ("loss",)
@@ -57,6 +68,9 @@ class SentenceMethod(keras.Model):
     input_kind = "sentences"
     # nli_pairs only: premise-grouped batches (SupCon-SBERT) or ordinary shuffled ones.
     premise_grouped = False
+    # The loss has a term computed from sentence embeddings alone (`embedding_loss`), so
+    # Matryoshka can wrap it.
+    supports_matryoshka = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -76,8 +90,17 @@ class SentenceMethod(keras.Model):
         return cls(loaded, **kwargs)
 
     def __init__(self, encoder, train_pooling=None, export_pooling=None, grad_cache_chunk=0,
-                 **kwargs):
+                 matryoshka_dims=None, matryoshka_weights=None, **kwargs):
         super().__init__(**kwargs)
+        self.matryoshka = MatryoshkaLoss.from_args(matryoshka_dims, matryoshka_weights,
+                                                   encoder.hidden_dim)
+        if self.matryoshka is not None and not self.supports_matryoshka:
+            raise ConfigError(
+                f"matryoshka_dims: {type(self).__name__}{self._matryoshka_refusal()} cannot "
+                "take a Matryoshka loss: its loss is not computed from sentence embeddings "
+                "alone (a head or projector needs the full embedding); unset "
+                "matryoshka_dims (SimCSE, CMLM-CSE, ConSERT unsup/joint and SupCon-SBERT "
+                "take it)")
         self.encoder = encoder
         self.grad_cache_chunk = 0
         self.set_grad_cache(grad_cache_chunk)
@@ -91,6 +114,27 @@ class SentenceMethod(keras.Model):
         # Every variable lives in already-built sublayers (subclasses build theirs in
         # __init__), so Keras must not try to build the model by calling it on a batch.
         self.built = True
+
+    def _matryoshka_refusal(self):
+        """Detail for the Matryoshka ConfigError (e.g. a mode); empty by default."""
+        return ""
+
+    @property
+    def matryoshka_dims(self):
+        """The Matryoshka sizes (a tuple), or None without Matryoshka."""
+        return self.matryoshka.dims if self.matryoshka is not None else None
+
+    @property
+    def matryoshka_weights(self):
+        """The Matryoshka loss weights (a tuple), or None without Matryoshka."""
+        return self.matryoshka.weights if self.matryoshka is not None else None
+
+    def embedding_loss(self, loss_fn, embeddings):
+        """`loss_fn(*embeddings)`, or with `matryoshka_dims` the weighted sum of `loss_fn`
+        over the embeddings' nested prefixes (`tfsent.matryoshka.MatryoshkaLoss`)."""
+        if self.matryoshka is None:
+            return loss_fn(*embeddings)
+        return self.matryoshka(loss_fn, list(embeddings))
 
     @property
     def metrics(self):
@@ -123,8 +167,6 @@ class SentenceMethod(keras.Model):
         if head is not None and use_head:
             out = np.array(head(out), np.float32)
         if truncate_dim is not None:
-            from tfsent.matryoshka import check_dims
-
             (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
             out = np.ascontiguousarray(out[:, :truncate_dim])
         if normalize:
@@ -157,8 +199,6 @@ class SentenceMethod(keras.Model):
 
     def set_grad_cache(self, chunk):
         """Turns GradCache on with `chunk` sentences per encoder pass (0 turns it off)."""
-        from tfsent.errors import ConfigError
-
         if not isinstance(chunk, int) or chunk < 0:
             raise ConfigError(f"grad_cache_chunk must be an integer >= 0, got {chunk!r}")
         if chunk and not self.supports_grad_cache:
@@ -195,8 +235,6 @@ class SentenceMethod(keras.Model):
                 weighted_metrics=None, **kwargs):
         """`keras.Model.compile` without `loss` / `metrics`: the objective is built in and
         logs its own parts (`metric_names`); passing either is an error, not ignored."""
-        from tfsent.errors import ConfigError
-
         for name, value in (("loss", loss), ("loss_weights", loss_weights),
                             ("metrics", metrics), ("weighted_metrics", weighted_metrics)):
             if value is not None and not (isinstance(value, (list, tuple, dict))
@@ -218,25 +256,31 @@ class SentenceMethod(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *, validation_data=None,
             shuffle=True, validation_batch_size=None, **kwargs):
-        """`keras.Model.fit`, also on raw examples (`input_kind`): a list (or a tf.data
-        Dataset of unbatched elements) of strings, triplets or NLI rows, batched by
-        `batch_size` (default 32) and tokenized in the tf.data pipeline. `validation_data`
-        may be raw too. Pre-tokenized datasets pass through unchanged."""
-        from tfsent.data import preprocessing
-
-        raw_batch_size = batch_size or 32
+        """`keras.Model.fit`, also on raw examples (`input_kind`): a list, or a tf.data
+        Dataset (batched or not), of strings, triplets or NLI rows (tuples or dicts),
+        batched by `batch_size` (default: a batched Dataset's own, else 32) and tokenized
+        in the tf.data pipeline (`tfsent.data.pipelines.dataset_for_kind`, the CLI's).
+        The shuffle seed comes from NumPy's global generator, which
+        `keras.utils.set_random_seed` seeds. `validation_data` may be raw too.
+        Pre-tokenized datasets pass through unchanged; anything else is an InputError
+        saying what to pass."""
         if preprocessing.is_raw(x):
-            x = preprocessing.dataset_for(self, x, raw_batch_size, shuffle=shuffle,
-                                          argument="x")
-            batch_size = None
             if y is not None:
-                from tfsent.errors import ConfigError
-
                 raise ConfigError("fit(y=...): tfsent methods take no targets; labels of "
                                   "NLI rows go inside x")
+            raw_batch_size = batch_size or preprocessing.default_batch_size(x)
+            seed = int(np.random.randint(0, 2 ** 31 - 1))  # keras.utils.set_random_seed
+            x = preprocessing.dataset_for(self, x, raw_batch_size, shuffle=shuffle,
+                                          seed=seed, argument="x")
+            batch_size = None
+        else:
+            preprocessing.check_input(self, x, "x")
+            raw_batch_size = batch_size or 32
         if validation_data is not None and preprocessing.is_raw(validation_data):
             validation_data = preprocessing.dataset_for(
-                self, validation_data, validation_batch_size or raw_batch_size,
+                self, validation_data,
+                validation_batch_size or preprocessing.default_batch_size(
+                    validation_data, raw_batch_size),
                 shuffle=False, argument="validation_data")
         if isinstance(x, tf.data.Dataset):
             shuffle = False  # a dataset shuffles itself (Keras would only warn)
@@ -247,12 +291,13 @@ class SentenceMethod(keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         """`keras.Model.evaluate` (the objective's losses on held-out batches), also on raw
         examples like `fit`."""
-        from tfsent.data import preprocessing
-
         if preprocessing.is_raw(x):
-            x = preprocessing.dataset_for(self, x, batch_size or 32, shuffle=False,
-                                          argument="x")
+            x = preprocessing.dataset_for(
+                self, x, batch_size or preprocessing.default_batch_size(x), shuffle=False,
+                argument="x")
             batch_size = None
+        else:
+            preprocessing.check_input(self, x, "x")
         return super().evaluate(x, y, batch_size=batch_size, **kwargs)
 
     def test_step(self, data):
@@ -323,15 +368,36 @@ class SentenceMethod(keras.Model):
         return results
 
     def get_config(self):
-        return {"encoder": keras.saving.serialize_keras_object(self.encoder),
-                "train_pooling": self.train_pooling, "export_pooling": self.export_pooling,
-                "grad_cache_chunk": self.grad_cache_chunk}
+        config = {"encoder": keras.saving.serialize_keras_object(self.encoder),
+                  "train_pooling": self.train_pooling, "export_pooling": self.export_pooling,
+                  "grad_cache_chunk": self.grad_cache_chunk}
+        if self.supports_matryoshka:
+            config["matryoshka_dims"] = (list(self.matryoshka_dims) if self.matryoshka_dims
+                                         else None)
+            config["matryoshka_weights"] = (list(self.matryoshka_weights)
+                                            if self.matryoshka_weights else None)
+        return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+def check_encoder_dropout(name, value):
+    """Config check of an encoder dropout spec (None, a rate, or {site: rate})."""
+    try:
+        resolve_dropout_rates(value, 0.0)
+    except ConfigError as e:
+        raise ConfigError(f"{name}: {e}") from None
+
+
+def encoder_dropout_field(default):
+    """The `encoder_dropout` config field (feeds the constructor's `encoder_dropout`)."""
+    return Field("encoder_dropout", default, check_encoder_dropout, types=(float, dict),
+                 optional=True, arg="encoder_dropout",
+                 doc="encoder dropout during training (None: the backbone's)")
 
 
 def concat_features(parts):

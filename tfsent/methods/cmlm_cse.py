@@ -3,9 +3,11 @@
 import tensorflow as tf
 
 from tfsent import checks, losses
+from tfsent.checks import Field
 from tfsent.distribute import global_mean
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
-from tfsent.methods.simcse import SimCSE
+from tfsent.methods.simcse import SimCSE, contrastive_fields
+from tfsent.methods.spec import MethodSpec
 
 
 class CMLMCSE(SimCSE):
@@ -36,7 +38,8 @@ class CMLMCSE(SimCSE):
         contrastive_weight: w_c (1.0; 0 switches the contrastive term off).
         mask_rate: the masking rate, in (0, 1), recorded for the data pipeline (0.15).
         tie_mlm_embeddings: tie the MLM vocabulary projection to the token embedding.
-        **kwargs: SimCSE's arguments (temperature, dropout, poolings).
+        **kwargs: SimCSE's arguments (temperature, encoder_dropout, poolings,
+            Matryoshka).
     """
 
     metric_names = ("loss", "contrastive_loss", "mlm_loss", "mlm_accuracy")
@@ -102,3 +105,29 @@ class CMLMCSE(SimCSE):
                        "tie_mlm_embeddings": self.tie_mlm_embeddings,
                        "fusion_dropout": self.fusion_dropout})
         return config
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+
+SPEC = MethodSpec(
+    "cmlm_cse", CMLMCSE, "sentences_mlm",
+    "CMLM-CSE: SimCSE + conditional MLM on a frozen lexical extractor.",
+    fields=[*contrastive_fields(),
+            Field("extractor_layers", 4, checks.SIZE, arg="extractor_layers",
+                  doc="k, the frozen extractor's layers (8 for 12-layer BERT)"),
+            Field("fusion_layers", 2, checks.SIZE, arg="fusion_layers",
+                  doc="n, the fusioner's layers (3 in the paper)"),
+            Field("mask_rate", 0.15, checks.OPEN_RATE, arg="mask_rate",
+                  doc="MLM masking rate (also read by the data pipeline)"),
+            Field("mlm_weight", 0.005, checks.NON_NEGATIVE, arg="mlm_weight",
+                  doc="lambda on the mean scale"),
+            Field("contrastive_weight", 1.0, checks.NON_NEGATIVE, arg="contrastive_weight",
+                  doc="w_c (0 switches the contrastive term off)"),
+            Field("tie_mlm_embeddings", True, arg="tie_mlm_embeddings",
+                  doc="tie the MLM vocabulary projection to the token embedding")],
+    # CPU demo lr 1e-5: at 3e-5 the fresh fusion/MLM head's gradient (the in-batch
+    # contrastive loss is ~0 on the demo sentences) lowered demo dev at every evaluation;
+    # at 1e-5 dev rises and STS-B / SICK-R test keep (README, "No-flag runs").
+    run_defaults={"learning_rate": 1e-5})

@@ -2,17 +2,21 @@
 
 import tensorflow as tf
 
-from tfsent import checks, losses
+from tfsent import checks, losses, matryoshka
+from tfsent.checks import Field
 from tfsent.distribute import gather_with_local_grad, global_mean
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
-from tfsent.layers.augment import (Augmentation, check_augmentation, fgv_perturbation,
-                                   identity_position_ids)
+from tfsent.layers.augment import (AUGMENTATIONS, Augmentation, check_augmentation,
+                                   fgv_perturbation, identity_position_ids)
 from tfsent.layers.nli_head import NLIHead
-from tfsent.methods.base import SentenceMethod, concat_features
+from tfsent.methods.base import SentenceMethod, concat_features, encoder_dropout_field
+from tfsent.methods.spec import MethodSpec
 
 MODES = ("unsup", "joint", "sup")
 DIRECTION_REDUCTIONS = ("mean", "sum")
+DIRECTION_REDUCTION = checks.Choices(DIRECTION_REDUCTIONS)
+AUGMENTATION = checks.Choices(AUGMENTATIONS)
 _METRICS = {"unsup": ("loss", "contrastive_loss"),
             "joint": ("loss", "ce_loss", "contrastive_loss", "nli_accuracy"),
             "sup": ("loss", "ce_loss", "nli_accuracy")}
@@ -82,8 +86,9 @@ class ConSERT(SentenceMethod):
                  ce_max_feature=False, encoder_dropout=0.0, seed=0, train_pooling="mean",
                  export_pooling=None, **kwargs):
         checks.one_of("ConSERT mode", mode, MODES)
-        # Keras must not track this tuple; the base class reads it in __init__.
+        # Keras must not track these; the base class reads them in __init__.
         object.__setattr__(self, "metric_names", _METRICS[mode])
+        object.__setattr__(self, "mode", mode)
         super().__init__(encoder, train_pooling or "mean", export_pooling, **kwargs)
         supervised = mode != "unsup"
         check_augmentation(view1_augmentation, supervised)
@@ -98,8 +103,8 @@ class ConSERT(SentenceMethod):
         self.adversarial_epsilon = checks.NON_NEGATIVE.check("adversarial_epsilon",
                                                              adversarial_epsilon)
         self.temperature = checks.POSITIVE.check("temperature", temperature)
-        self.direction_reduction = checks.one_of("direction_reduction", direction_reduction,
-                                                 DIRECTION_REDUCTIONS)
+        self.direction_reduction = DIRECTION_REDUCTION.check("direction_reduction",
+                                                             direction_reduction)
         self.alpha = checks.NON_NEGATIVE.check("alpha", alpha)
         self.ce_max_feature = bool(ce_max_feature)
         resolve_dropout_rates(encoder_dropout, 0.0)  # ConfigError now, not at the first step
@@ -118,6 +123,15 @@ class ConSERT(SentenceMethod):
             self.classifier.build()
 
     # -- pieces -----------------------------------------------------------------------------
+    @property
+    def supports_matryoshka(self):
+        """unsup and joint: Matryoshka wraps the NT-Xent of the views (the CE head of joint
+        mode sees the full embedding); sup has no embedding loss."""
+        return self.mode != "sup"
+
+    def _matryoshka_refusal(self):
+        return f" (mode {self.mode!r})"
+
     @property
     def dev_pooling(self):
         """Dev selection uses the training pooling (`mean`), as the paper does; the export
@@ -206,14 +220,23 @@ class ConSERT(SentenceMethod):
         """NT-Xent of two local views over the global batch (gathered across replicas)."""
         if valid is None:
             z1, z2 = gather_with_local_grad(z1, z2)  # the step's only collective
-            return losses.nt_xent(z1, z2, self.temperature, self.direction_reduction)
+
+            def nt_xent(a, b):
+                return losses.nt_xent(a, b, self.temperature, self.direction_reduction)
+
+            return self.embedding_loss(nt_xent, [z1, z2])
         # Joint: [premises; hypotheses] in each view; one NT-Xent per side, added.
         p1, h1 = tf.split(z1, 2, axis=0)
         p2, h2 = tf.split(z2, 2, axis=0)
         p1, p2, h1, h2, valid = gather_with_local_grad(p1, p2, h1, h2, valid[:, None])
         valid = tf.stop_gradient(valid[:, 0])
-        return (losses.nt_xent(p1, p2, self.temperature, self.direction_reduction, valid)
-                + losses.nt_xent(h1, h2, self.temperature, self.direction_reduction, valid))
+
+        def both_sides(p1, p2, h1, h2):
+            return (losses.nt_xent(p1, p2, self.temperature, self.direction_reduction, valid)
+                    + losses.nt_xent(h1, h2, self.temperature, self.direction_reduction,
+                                     valid))
+
+        return self.embedding_loss(both_sides, [p1, p2, h1, h2])
 
     # -- objective --------------------------------------------------------------------------
     def compute_losses(self, batch, training=True):
@@ -285,84 +308,86 @@ class ConSERT(SentenceMethod):
 # Registry
 # --------------------------------------------------------------------------------------
 
-def _builder(mode):
-    def build(encoder, c):
-        return ConSERT(encoder, mode=mode, view1_augmentation=c.view1_augmentation,
-                       view2_augmentation=c.view2_augmentation,
-                       token_cutoff_rate=c.token_cutoff_rate,
-                       feature_cutoff_rate=c.feature_cutoff_rate,
-                       aug_dropout_rate=c.aug_dropout_rate,
-                       adversarial_epsilon=c.adversarial_epsilon, temperature=c.temperature,
-                       direction_reduction=c.direction_reduction, alpha=c.consert_alpha,
-                       ce_max_feature=c.ce_max_feature, encoder_dropout=c.encoder_dropout,
-                       seed=c.seed, train_pooling=c.pooling,
-                       export_pooling=c.export_pooling)
-    return build
+def _fields(supervised, matryoshka_loss=True):
+    """The config fields of a ConSERT mode; CPU-demo defaults (supervised: the reference's
+    joint script, below); `matryoshka_loss`: the mode has an embedding loss to wrap."""
+    fields = [
+        Field("view1_augmentation", "none" if supervised else "feature_cutoff", AUGMENTATION,
+              arg="view1_augmentation", doc="view 1's augmentation"),
+        Field("view2_augmentation", "token_cutoff" if supervised else "shuffle",
+              AUGMENTATION, arg="view2_augmentation", doc="view 2's augmentation"),
+        Field("token_cutoff_rate", 0.1 if supervised else 0.15, checks.RATE,  # paper: 0.15
+              arg="token_cutoff_rate", doc="token cutoff rate"),
+        Field("feature_cutoff_rate", 0.2, checks.RATE, arg="feature_cutoff_rate",  # paper
+              doc="feature cutoff rate"),
+        Field("aug_dropout_rate", 0.2, checks.RATE, arg="aug_dropout_rate",  # paper
+              doc="rate of the dropout augmentation"),
+        # FGV step (not given in the paper; our choice).
+        Field("adversarial_epsilon", 1.0, checks.NON_NEGATIVE, arg="adversarial_epsilon",
+              doc="FGV step size"),
+        Field("temperature", 0.1, checks.POSITIVE, arg="temperature", doc="NT-Xent tau"),
+        # Reference code "sum"; "mean" = mean over 2B anchors.
+        Field("direction_reduction", "sum", DIRECTION_REDUCTION, arg="direction_reduction",
+              doc="how the NT-Xent's two directions are reduced"),
+        # Weight of L_con in joint mode (reference cl_rate).
+        Field("consert_alpha", 0.15, checks.NON_NEGATIVE, arg="alpha",
+              doc="weight of L_con in joint mode"),
+        Field("ce_max_feature", supervised, arg="ce_max_feature",
+              doc="add max(u, v)^2 to the CE features"),
+        # ConSERT removes BERT's dropout (unsup); the joint script keeps it.
+        encoder_dropout_field(None if supervised else 0.0),
+    ]
+    if supervised:
+        fields.append(Field("nli_eval_split", "test", types=(str,),
+                            doc="after training: NLI accuracy of the head on this split"))
+    if matryoshka_loss:
+        fields += matryoshka.config_fields()
+    return fields
 
 
-# CPU-demo defaults. lr 1e-6 instead of the paper's 5e-7 (thousands of steps from raw BERT):
-# the demo runs 150 steps from minilm-l6; 1e-6 beats the start on demo dev and keeps STS-B /
-# SICK-R test, while 2e-6, 5e-6 and 1e-5 beat it on dev but cost 0.4-1.2 SICK-R test points
-# (README, "No-flag runs"). The supervised modes set their own rate below.
-_COMMON = {
-    "view1_augmentation": "feature_cutoff",
-    "view2_augmentation": "shuffle",
-    "token_cutoff_rate": 0.15,         # paper
-    "feature_cutoff_rate": 0.2,        # paper
-    "aug_dropout_rate": 0.2,           # paper
-    "adversarial_epsilon": 1.0,        # FGV step (not given in the paper; our choice)
-    "temperature": 0.1,
-    "direction_reduction": "sum",      # reference code; "mean" = mean over 2B anchors
-    "consert_alpha": 0.15,             # weight of L_con in joint mode (reference cl_rate)
-    "ce_max_feature": False,           # add max(u, v)^2 to the CE features
-    "encoder_dropout": 0.0,            # ConSERT removes BERT's dropout
-    "pooling": "mean",
-    "batch_size": 32,
-    "learning_rate": 1e-6,
-    "warmup_ratio": 0.1,
-}
+def _augmentation_checks(supervised):
+    """The validation hook: adversarial views need the CE loss (the constructor's check)."""
+    def validate(config):
+        for name in ("view1_augmentation", "view2_augmentation"):
+            try:
+                check_augmentation(config[name], supervised=supervised)
+            except ConfigError as e:
+                raise ConfigError(f"{name}: {e}") from None
+    return validate
 
+
+# CPU-demo run defaults. lr 1e-6 instead of the paper's 5e-7 (thousands of steps from raw
+# BERT): the demo runs 150 steps from minilm-l6; 1e-6 beats the start on demo dev and keeps
+# STS-B / SICK-R test, while 2e-6, 5e-6 and 1e-5 beat it on dev but cost 0.4-1.2 SICK-R test
+# points (README, "No-flag runs"). The supervised modes set their own rate below.
+_RUN_DEFAULTS = {"pooling": "mean", "batch_size": 32, "learning_rate": 1e-6,
+                 "warmup_ratio": 0.1}
 
 # The supervised modes follow the reference's joint / SBERT scripts
 # (scripts/sup-consert-joint-base.sh, scripts/sup-sbert-base.sh in yym6472/ConSERT):
 # view 1 = the CE pass itself (strategy "cutoff": rep_a is view 1), view 2 = row (token)
-# cutoff at rate 0.1, max(u, v)^2 classifier feature, BERT's dropout kept (no --no_dropout),
-# lr 2e-5 (main.py's default, which these scripts keep).
-_SUPERVISED = {
-    "view1_augmentation": "none",
-    "view2_augmentation": "token_cutoff",
-    "token_cutoff_rate": 0.1,
-    "ce_max_feature": True,
-    "encoder_dropout": None,
-    "learning_rate": 2e-5,
-    "train_data": "demo_nli",
-    "nli_eval_split": "test",
-}
+# cutoff at rate 0.1, max(u, v)^2 classifier feature, BERT's dropout kept (no --no_dropout)
+# (`_fields(supervised=True)`), lr 2e-5 (main.py's default, which these scripts keep).
+_SUPERVISED_RUN_DEFAULTS = dict(_RUN_DEFAULTS, learning_rate=2e-5, train_data="demo_nli")
 
-
-def registry_entries():
-    """MethodSpec kwargs (dicts) for consert (unsup), consert_joint and consert_sup.
-
-    Joint / sup read NLI pairs (`nli_pairs`) in ordinary shuffled batches, as the
-    reference's DataLoader (premise-grouped batches are SupCon-SBERT's). Their defaults
-    follow the reference's joint script (`_SUPERVISED`). Two-stage settings: run
-    consert_sup or consert_joint, then `--method=consert --config.encoder=RUN1/encoder`.
-    """
-    supervised = dict(_COMMON, **_SUPERVISED)
-    return [
-        {"name": "consert", "build": _builder("unsup"), "defaults": dict(_COMMON),
-         "data_kind": "sentences",
-         "doc": "ConSERT unsupervised: augmented embedding views, NT-Xent (tau 0.1)."},
-        {"name": "consert_joint", "build": _builder("joint"), "defaults": supervised,
-         "data_kind": "nli_pairs",
-         "doc": "ConSERT joint: NLI cross-entropy + alpha * (NT-Xent of the premises' views + "
-                "NT-Xent of the hypotheses' views)."},
-        {"name": "consert_sup", "build": _builder("sup"), "defaults": dict(supervised),
-         "data_kind": "nli_pairs",
-         "doc": "ConSERT sup: NLI cross-entropy only (stage 1 of sup-unsup)."},
-    ]
-
-
-def registry_entry():
-    """The unsupervised entry alone (like the other methods' registry_entry)."""
-    return registry_entries()[0]
+# Joint / sup read NLI pairs (`nli_pairs`) in ordinary shuffled batches, as the reference's
+# DataLoader (premise-grouped batches are SupCon-SBERT's). Two-stage settings: run
+# consert_sup or consert_joint, then `--method=consert --config.encoder=RUN1/encoder`.
+SPECS = [
+    MethodSpec("consert", ConSERT, "sentences",
+               "ConSERT unsupervised: augmented embedding views, NT-Xent (tau 0.1).",
+               fields=_fields(False), run_defaults=_RUN_DEFAULTS, run_args={"seed": "seed"},
+               constants={"mode": "unsup"}, validate=_augmentation_checks(False)),
+    MethodSpec("consert_joint", ConSERT, "nli_pairs",
+               "ConSERT joint: NLI cross-entropy + alpha * (NT-Xent of the premises' views + "
+               "NT-Xent of the hypotheses' views).",
+               fields=_fields(True), run_defaults=_SUPERVISED_RUN_DEFAULTS,
+               run_args={"seed": "seed"}, constants={"mode": "joint"},
+               validate=_augmentation_checks(True)),
+    MethodSpec("consert_sup", ConSERT, "nli_pairs",
+               "ConSERT sup: NLI cross-entropy only (stage 1 of sup-unsup).",
+               fields=_fields(True, matryoshka_loss=False),
+               run_defaults=_SUPERVISED_RUN_DEFAULTS, run_args={"seed": "seed"},
+               constants={"mode": "sup"},
+               validate=_augmentation_checks(True)),
+]

@@ -1,12 +1,15 @@
 """SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
 
+import warnings
+
 import tensorflow as tf
 
 from tfsent import checks, losses, matryoshka
+from tfsent.checks import Field
 from tfsent.distribute import gather_with_local_grad
 from tfsent.encoders.model import resolve_dropout_rates
-from tfsent.errors import ConfigError
-from tfsent.methods.base import SentenceMethod
+from tfsent.methods.base import SentenceMethod, encoder_dropout_field
+from tfsent.methods.spec import MethodSpec
 
 
 class SimCSE(SentenceMethod):
@@ -25,28 +28,30 @@ class SimCSE(SentenceMethod):
     The paper trains with `cls` pooling (MLP on [CLS]) and exports `cls_before_pooler`
     for the unsupervised model and `cls` for the supervised one; both are arguments.
 
-    Matryoshka (`matryoshka_dims`, e.g. (384, 256, 128, 64, 32)): the InfoNCE is applied
-    to each prefix of the embeddings (truncated before the cosine's normalisation) and
-    the weighted sum is the objective (`tfsent.matryoshka.nested_loss`); embeddings are
-    gathered across replicas once and then cut. GradCache works unchanged (it
-    differentiates this loss of the full embeddings). CMLM-CSE inherits it for its
-    contrastive term.
+    Matryoshka (`matryoshka_dims`, e.g. (384, 256, 128, 64, 32); SentenceMethod's
+    `tfsent.matryoshka.MatryoshkaLoss` wrapper): the InfoNCE is applied to each prefix of
+    the embeddings (truncated before the cosine's normalisation) and the weighted sum is
+    the objective; embeddings are gathered across replicas once and then cut. GradCache
+    works unchanged (it differentiates this loss of the full embeddings). CMLM-CSE
+    inherits it for its contrastive term.
 
     Args:
         encoder: a SentenceEncoder.
         temperature: tau (0.05).
         supervised: see above.
         hard_negative_weight: added to each anchor's own hard-negative logit (0.0).
-        dropout: encoder dropout spec for the views (None = the backbone's, 0.1 for BERT).
-        matryoshka_dims: nested sizes, largest first (None: the plain loss).
-        matryoshka_weights: a weight per size (default all 1).
+        encoder_dropout: encoder dropout spec for the views (None = the backbone's, 0.1 for
+            BERT); the run-config field of the same name. (`dropout=`, its old name, still
+            works and warns.)
         duplicate_free_batches: `fit` on raw triplets builds batches in which no text
             occurs twice (a duplicate is a false negative; `tfsent.data.pipelines`).
-        train_pooling, export_pooling: see SentenceMethod.
+        train_pooling, export_pooling, matryoshka_dims, matryoshka_weights: see
+            SentenceMethod.
     """
 
     metric_names = ("loss",)
     supports_grad_cache = True
+    supports_matryoshka = True
 
     @property
     def input_kind(self):
@@ -54,28 +59,25 @@ class SimCSE(SentenceMethod):
         return "triplets" if self.supervised else "sentences"
 
     def __init__(self, encoder, temperature=0.05, supervised=False, hard_negative_weight=0.0,
-                 dropout=None, train_pooling=None, export_pooling=None, matryoshka_dims=None,
-                 matryoshka_weights=None, duplicate_free_batches=True, **kwargs):
+                 encoder_dropout=None, train_pooling=None, export_pooling=None,
+                 duplicate_free_batches=True, **kwargs):
+        if "dropout" in kwargs:  # the old name (saved configs, user code)
+            old = kwargs.pop("dropout")
+            if encoder_dropout is None:
+                encoder_dropout = old
+            warnings.warn(f"{type(self).__name__}(dropout=...) is now encoder_dropout=... "
+                          "(the run-config field's name)", DeprecationWarning, stacklevel=2)
         super().__init__(encoder, train_pooling, export_pooling, **kwargs)
-        self.matryoshka_dims = None
-        self.matryoshka_weights = None
-        if matryoshka_dims:
-            self.matryoshka_dims = matryoshka.check_dims(matryoshka_dims, encoder.hidden_dim,
-                                                         "matryoshka_dims")
-            self.matryoshka_weights = matryoshka.parse_weights(
-                matryoshka_weights, len(self.matryoshka_dims))
-        elif matryoshka_weights:
-            raise ConfigError("matryoshka_weights is set but matryoshka_dims is not")
         self.duplicate_free_batches = bool(duplicate_free_batches)
         self.temperature = checks.POSITIVE.check("temperature", temperature)
         self.supervised = bool(supervised)
         self.hard_negative_weight = float(hard_negative_weight)
-        resolve_dropout_rates(dropout, 0.0)  # ConfigError now, not at the first step
-        self.dropout = dropout
+        resolve_dropout_rates(encoder_dropout, 0.0)  # ConfigError now, not at the first step
+        self.encoder_dropout = encoder_dropout
 
     def embedding_parts(self, batch):
         """(anchor, positive, negative) features, or the batch twice (dropout views)."""
-        kwargs = {"dropout": self.dropout}
+        kwargs = {"dropout": self.encoder_dropout}
         if self.supervised:
             return [(batch["anchor"], kwargs), (batch["positive"], kwargs),
                     (batch["negative"], kwargs)]
@@ -104,15 +106,12 @@ class SimCSE(SentenceMethod):
                                    _negatives_per_anchor(z1, z3) * width])
             z1, z2, rows = gather_with_local_grad(z1, z2, rows)
             z3 = tf.reshape(rows, [-1, width])
-        if self.matryoshka_dims:
-            def loss_at(*cut):
-                return losses.info_nce(*cut, temperature=self.temperature,
-                                       hard_negative_weight=self.hard_negative_weight)
 
-            views = [z1, z2] if z3 is None else [z1, z2, z3]
-            return matryoshka.nested_loss(loss_at, views, self.matryoshka_dims,
-                                          self.matryoshka_weights)
-        return losses.info_nce(z1, z2, z3, self.temperature, self.hard_negative_weight)
+        def info_nce(*views):
+            return losses.info_nce(*views, temperature=self.temperature,
+                                   hard_negative_weight=self.hard_negative_weight)
+
+        return self.embedding_loss(info_nce, [z1, z2] if z3 is None else [z1, z2, z3])
 
     def compute_losses(self, batch, training=True):
         return self.loss_from_embeddings(self.embed_parts(batch, training), batch)
@@ -121,11 +120,7 @@ class SimCSE(SentenceMethod):
         config = super().get_config()
         config.update({"temperature": self.temperature, "supervised": self.supervised,
                        "hard_negative_weight": self.hard_negative_weight,
-                       "dropout": self.dropout,
-                       "matryoshka_dims": (list(self.matryoshka_dims)
-                                           if self.matryoshka_dims else None),
-                       "matryoshka_weights": (list(self.matryoshka_weights)
-                                              if self.matryoshka_weights else None),
+                       "encoder_dropout": self.encoder_dropout,
                        "duplicate_free_batches": self.duplicate_free_batches})
         return config
 
@@ -135,3 +130,46 @@ def _negatives_per_anchor(z1, z3):
     if z1.shape[0] is not None and z3.shape[0] is not None:
         return z3.shape[0] // z1.shape[0]
     return tf.shape(z3)[0] // tf.shape(z1)[0]
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+
+def contrastive_fields(temperature=0.05):
+    """The run-config fields of SimCSE's constructor (CMLM-CSE adds its own)."""
+    return [Field("temperature", temperature, checks.POSITIVE, arg="temperature",
+                  doc="tau of the InfoNCE"),
+            Field("hard_negative_weight", 0.0, checks.Range(), arg="hard_negative_weight",
+                  doc="added to each anchor's own hard-negative logit"),
+            encoder_dropout_field(None),
+            *matryoshka.config_fields()]
+
+
+SPECS = [
+    MethodSpec(
+        "simcse_unsup", SimCSE, "sentences", "Unsupervised SimCSE: dropout views, InfoNCE.",
+        fields=contrastive_fields(), constants={"supervised": False},
+        # CPU demo tau 0.2, lr 1e-5, 50 steps, a dev evaluation every 10 (the paper's tau
+        # 0.05 and lr 3e-5 are configs/simcse_unsup.py): at tau 0.05 minilm-l6 tells a
+        # sentence's dropout views from 31 in-batch negatives so easily that the loss is
+        # ~1e-5, Adam scales that gradient noise up to full-size steps, and demo dev fell
+        # from step 10 at lr 3e-5 and 1e-5. At tau 0.2 the loss keeps a gradient and dev
+        # rises; past 50 steps it keeps rising while SICK-R test falls (150 steps: -0.7), so
+        # the demo stops at 50 (README, "No-flag runs").
+        run_defaults={"temperature": 0.2, "learning_rate": 1e-5, "steps": 50,
+                      "eval_every": 10}),
+    MethodSpec(
+        "simcse_sup", SimCSE, "triplets",
+        "Supervised SimCSE: NLI triplets, contradiction as hard negative.",
+        fields=[*contrastive_fields(),
+                # No text twice in a global batch (rows that would repeat one are deferred
+                # to a later batch; the log counts them).
+                Field("duplicate_free_batches", True, arg="duplicate_free_batches",
+                      doc="no text twice in a global batch")],
+        constants={"supervised": True},
+        # CPU demo lr 1e-5 (the paper's 5e-5 is configs/simcse_sup.py): 150 steps are seven
+        # passes over the 669 demo triplets, and at 3e-5 the export lost 0.9 STS-B test
+        # points; at 1e-5 it keeps STS-B and gains SICK-R (README, "No-flag runs").
+        run_defaults={"train_data": "demo_nli", "learning_rate": 1e-5}),
+]
