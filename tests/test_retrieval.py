@@ -430,7 +430,7 @@ def test_callback_drives_model_checkpoint_on_val_ndcg(tmp_path):
     dev = RetrievalDevEvaluation(folder, batch_size=16)
     assert dev.split.split == "dev" and len(dev.split.query_ids) == 6
     config = dev.get_config()
-    assert RetrievalDevEvaluation.from_config(config).split.qrels == dev.split.qrels
+    assert RetrievalDevEvaluation(**config).split.qrels == dev.split.qrels
     model = SimCSE(tiny_encoder(TINY_VOCAB, num_layers=3, max_seq_length=12, seed=3))
     model.compile(optimizer=keras.optimizers.AdamW(3e-3))
     path = str(tmp_path / "best.keras")

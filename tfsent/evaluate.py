@@ -126,10 +126,10 @@ def _evaluate_from_flags():
     # Everything that can be refused is refused before any model is loaded.
     tasks = resolve_tasks(FLAGS.tasks)
     retrieval = check_tasks(tasks)
+    run_files = _run_file_flags(retrieval)
     if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
         raise ConfigError(f"--data_dir={FLAGS.data_dir} is not a folder (the SentEval "
                           f"data/downstream folder; tools/download_data.py fetches it)")
-    run_files = _run_file_flags(retrieval)
     dims, quantizations, calibration = _variant_flags()
     if FLAGS.plots_dir:
         plots.require_matplotlib()  # fail before any encoding when the extra is missing
