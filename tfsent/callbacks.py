@@ -25,16 +25,30 @@ import tensorflow as tf
 from absl import logging
 
 from tfsent.data.beir import RetrievalSplit
+from tfsent.errors import InputError
 from tfsent.evaluation import RETRIEVAL_MEASURES
 from tfsent.evaluation.retrieval import evaluate_retrieval, read_task_split
 from tfsent.selection import BestEncoderKeeper, finite as _finite, step_of as _step  # noqa: F401
-from tfsent.training import dev_embeddings
+from tfsent.training import dev_embeddings, sts_dev_score, write_projector_snapshot
 
 GEOMETRY_KEYS = ("alignment", "uniformity", "random_pair_cosine")
 
 
+class _DevEvaluation(keras.callbacks.Callback):
+    """An evaluation at every epoch end whose figures go into the epoch's logs: subclasses
+    give `evaluate()` (-> report), `log_keys(report)` and set `skip_when`."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.skip_when is not None and self.skip_when():
+            self.last_report = None
+            return
+        report = self.evaluate()
+        if logs is not None:
+            logs.update(self.log_keys(report))
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
-class STSDevEvaluation(keras.callbacks.Callback):
+class STSDevEvaluation(_DevEvaluation):
     """Scores scored sentence pairs (STS dev) at the end of every epoch and writes
     `logs["val_spearman"]`, `val_pearson`, `val_alignment`, `val_uniformity` and
     `val_random_pair_cosine` (prefix `prefix`), so `ModelCheckpoint(monitor="val_spearman",
@@ -57,8 +71,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
                  max_seq_length=None, use_head=True, skip_when=None):
         super().__init__()
         if not (len(sentences1) == len(sentences2) == len(scores)):
-            from tfsent.errors import InputError
-
             raise InputError(f"STSDevEvaluation: {len(sentences1)} / {len(sentences2)} "
                              f"sentences for {len(scores)} scores")
         self.sentences1 = list(sentences1)
@@ -76,8 +88,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
     def evaluate(self, model=None):
         """The dev report of `model` (default: the callback's model): spearman, pearson
         and the geometry keys; keeps the distinct sentences and their embeddings."""
-        from tfsent.training import sts_dev_score
-
         report = sts_dev_score(model or self.model, self.sentences1, self.sentences2,
                                self.scores, batch_size=self.batch_size,
                                max_seq_length=self.max_seq_length, use_head=self.use_head,
@@ -90,14 +100,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
     def log_keys(self, report):
         """`report` as `{prefix}_{key}` log entries."""
         return {f"{self.prefix}_{key}": float(value) for key, value in report.items()}
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.skip_when is not None and self.skip_when():
-            self.last_report = None
-            return
-        report = self.evaluate()
-        if logs is not None:
-            logs.update(self.log_keys(report))
 
     def get_config(self):
         return {"sentences1": self.sentences1, "sentences2": self.sentences2,
@@ -122,7 +124,7 @@ class _DevEncoder:
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
-class RetrievalDevEvaluation(keras.callbacks.Callback):
+class RetrievalDevEvaluation(_DevEvaluation):
     """Scores retrieval on a BEIR split at the end of every epoch and writes
     `logs["val_ndcg@10"]`, `val_mrr@10`, `val_recall@10`, `val_recall@100` and
     `val_map@100` (x100, prefix `prefix`), so `ModelCheckpoint(monitor="val_ndcg@10",
@@ -180,14 +182,6 @@ class RetrievalDevEvaluation(keras.callbacks.Callback):
         """The report's mean measures as `{prefix}_{measure}` log entries."""
         return {f"{self.prefix}_{m}": float(report[m]) for m in RETRIEVAL_MEASURES}
 
-    def on_epoch_end(self, epoch, logs=None):
-        if self.skip_when is not None and self.skip_when():
-            self.last_report = None
-            return
-        report = self.evaluate()
-        if logs is not None:
-            logs.update(self.log_keys(report))
-
     def get_config(self):
         return {"split_or_dir": self.split.directory, "split": self.split.split,
                 "prefix": self.prefix, "batch_size": self.batch_size,
@@ -227,8 +221,6 @@ class DevTensorBoard(keras.callbacks.Callback):
 
     def write(self, report, step, logs=None):
         """Writes one evaluation's scalars (and the training logs) at `step`."""
-        from tfsent.training import write_projector_snapshot
-
         # record_if(True): Keras' TensorBoard callback leaves a record_if(step %
         # update_freq == 0) context open around callbacks; dev scalars always go in.
         with self.writer.as_default(step=step), tf.summary.record_if(True):
