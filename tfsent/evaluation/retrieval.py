@@ -24,7 +24,10 @@ score tag`, one line each, rank from 1) or, for a path ending in .json, as
 {query id: {document id: score}} (what pytrec_eval and BEIR take). TREC runs are
 whitespace-separated, so whitespace and "%" inside an id are written percent-encoded
 ("Global warming:14" -> "Global%20warming:14"; urllib.parse.unquote reverses it); the
-JSON run keeps ids as they are.
+JSON run keeps ids as they are. (trec_eval on such a file orders equal scores by the
+encoded ids, which can differ from the order of the ids themselves: only exactly equal
+float32 scores of documents with encoded ids are affected.) Scores are written as the
+shortest decimal that reads back as the same float32, so no tie is made or lost.
 """
 
 import inspect
@@ -44,7 +47,6 @@ from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import RETRIEVAL_MEASURES as MEASURES, RETRIEVAL_PREFIX as TASK_PREFIX
 from tfsent.search import top_k_cosine
 
-PRIMARY = "ndcg@10"
 RUN_DEPTH = 100  # documents kept per query: what the deepest measure (@100) needs
 
 
@@ -190,22 +192,23 @@ def encode_texts(encoder, texts, batch_size=64, max_seq_length=None, verbose=1,
     step = max(1, batch_size * batches_per_call)
     bar = keras.utils.Progbar(len(texts), unit_name=what[:-1] if what.endswith("s") else
                               what) if verbose and len(texts) > step else None
-    quiet = encode_kwargs(encoder, 0)
-    parts = []
-    for s in range(0, len(texts), step):
-        chunk = [texts[i] for i in order[s:s + step]]
-        parts.append(_clean(encoder.encode(chunk, batch_size=batch_size, normalize=False,
-                                           max_seq_length=max_seq_length, **quiet), what))
-        if len(parts[-1]) != len(chunk):
-            raise ConfigError(f"the encoder returned {len(parts[-1])} rows for "
-                              f"{len(chunk)} {what}")
-        if bar is not None:
-            bar.add(len(chunk))
-    if not parts:
+    if not texts:
         raise InputError(f"no {what} to encode")
-    stacked = np.concatenate(parts)
-    out = np.empty_like(stacked)
-    out[np.asarray(order)] = stacked
+    quiet = encode_kwargs(encoder, 0)
+    out = None  # (N, D), filled slice by slice: no second copy of all the embeddings
+    for s in range(0, len(texts), step):
+        rows = order[s:s + step]
+        emb = _clean(encoder.encode([texts[i] for i in rows], batch_size=batch_size,
+                                    normalize=False, max_seq_length=max_seq_length, **quiet),
+                     what)
+        if len(emb) != len(rows) or (out is not None and emb.shape[1] != out.shape[1]):
+            raise ConfigError(f"the encoder returned an array of shape {emb.shape} for "
+                              f"{len(rows)} {what}")
+        if out is None:
+            out = np.empty((len(texts), emb.shape[1]), np.float32)
+        out[rows] = emb
+        if bar is not None:
+            bar.add(len(rows))
     seconds = time.perf_counter() - start
     logging.info("encoded %d %s in %.1f s (%.0f per second)", len(texts), what, seconds,
                  len(texts) / max(seconds, 1e-9))
