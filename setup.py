@@ -26,9 +26,11 @@ setup(
         # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing;
         # tokenizers, sentencepiece, transformers (no torch): tiny Hugging Face checkpoints of
         # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py);
-        # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports
+        # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports;
+        # pytrec-eval-terrier (trec_eval) and faiss-cpu: the references of the retrieval
+        # measures and of the exact search (tests/test_retrieval.py)
         "test": ["pytest", "matplotlib", "hypothesis", "tokenizers", "sentencepiece",
-                 "transformers"],
+                 "transformers", "pytrec-eval-terrier>=0.5.6,<0.6", "faiss-cpu>=1.8,<2"],
         "plots": ["matplotlib"],
     },
 )

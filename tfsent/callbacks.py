@@ -10,7 +10,8 @@ In your own Keras code, put `STSDevEvaluation` before the callbacks that read it
 
 Keras hands every callback the same epoch `logs` dict, in list order, so the dev scores
 written by `STSDevEvaluation` reach `ModelCheckpoint`, `EarlyStopping`, `TensorBoard` and
-`History`. The CLI uses, in this order: `NanGuard`, `Throughput`, `STSDevEvaluation`,
+`History`. `RetrievalDevEvaluation` does the same with retrieval measures on a BEIR split
+(`monitor="val_ndcg@10", mode="max"`). The CLI uses, in this order: `NanGuard`, `Throughput`, `STSDevEvaluation`,
 `BestEncoderKeeper` (best weights, the log line), `RunCheckpoint` (resume points),
 `DevTensorBoard`, `DivergenceGuard`, `EarlyDevCheck`, and Keras' own `TensorBoard`.
 """
@@ -23,13 +24,31 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tfsent.data.beir import RetrievalSplit
+from tfsent.errors import InputError
+from tfsent.evaluation import RETRIEVAL_MEASURES
+from tfsent.evaluation.retrieval import evaluate_retrieval, read_task_split
 from tfsent.selection import BestEncoderKeeper, finite as _finite, step_of as _step  # noqa: F401
+from tfsent.training import dev_embeddings, sts_dev_score, write_projector_snapshot
 
 GEOMETRY_KEYS = ("alignment", "uniformity", "random_pair_cosine")
 
 
+class _DevEvaluation(keras.callbacks.Callback):
+    """An evaluation at every epoch end whose figures go into the epoch's logs: subclasses
+    give `evaluate()` (-> report), `log_keys(report)` and set `skip_when`."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.skip_when is not None and self.skip_when():
+            self.last_report = None
+            return
+        report = self.evaluate()
+        if logs is not None:
+            logs.update(self.log_keys(report))
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
-class STSDevEvaluation(keras.callbacks.Callback):
+class STSDevEvaluation(_DevEvaluation):
     """Scores scored sentence pairs (STS dev) at the end of every epoch and writes
     `logs["val_spearman"]`, `val_pearson`, `val_alignment`, `val_uniformity` and
     `val_random_pair_cosine` (prefix `prefix`), so `ModelCheckpoint(monitor="val_spearman",
@@ -52,8 +71,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
                  max_seq_length=None, use_head=True, skip_when=None):
         super().__init__()
         if not (len(sentences1) == len(sentences2) == len(scores)):
-            from tfsent.errors import InputError
-
             raise InputError(f"STSDevEvaluation: {len(sentences1)} / {len(sentences2)} "
                              f"sentences for {len(scores)} scores")
         self.sentences1 = list(sentences1)
@@ -71,8 +88,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
     def evaluate(self, model=None):
         """The dev report of `model` (default: the callback's model): spearman, pearson
         and the geometry keys; keeps the distinct sentences and their embeddings."""
-        from tfsent.training import sts_dev_score
-
         report = sts_dev_score(model or self.model, self.sentences1, self.sentences2,
                                self.scores, batch_size=self.batch_size,
                                max_seq_length=self.max_seq_length, use_head=self.use_head,
@@ -86,19 +101,92 @@ class STSDevEvaluation(keras.callbacks.Callback):
         """`report` as `{prefix}_{key}` log entries."""
         return {f"{self.prefix}_{key}": float(value) for key, value in report.items()}
 
-    def on_epoch_end(self, epoch, logs=None):
-        if self.skip_when is not None and self.skip_when():
-            self.last_report = None
-            return
-        report = self.evaluate()
-        if logs is not None:
-            logs.update(self.log_keys(report))
-
     def get_config(self):
         return {"sentences1": self.sentences1, "sentences2": self.sentences2,
                 "scores": self.scores.tolist(), "prefix": self.prefix,
                 "batch_size": self.batch_size, "max_seq_length": self.max_seq_length,
                 "use_head": self.use_head}
+
+
+class _DevEncoder:
+    """`encode(sentences, batch_size, normalize, max_seq_length)` of a model as the dev
+    evaluations see it (`training.dev_embeddings`: its dev pooling and head)."""
+
+    def __init__(self, model, use_head):
+        self.model = model
+        self.use_head = use_head
+
+    def encode(self, sentences, batch_size=128, normalize=True, max_seq_length=None):
+        """L2-normalised embeddings (normalize is always on: cosine search needs no more)."""
+        del normalize
+        return dev_embeddings(self.model, sentences, batch_size, max_seq_length,
+                              self.use_head)
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class RetrievalDevEvaluation(_DevEvaluation):
+    """Scores retrieval on a BEIR split at the end of every epoch and writes
+    `logs["val_ndcg@10"]`, `val_mrr@10`, `val_recall@10`, `val_recall@100` and
+    `val_map@100` (x100, prefix `prefix`), so `ModelCheckpoint(monitor="val_ndcg@10",
+    mode="max")` and `EarlyStopping` work on it (give mode="max": Keras guesses "min" for
+    these names).
+
+    The whole corpus is re-encoded at each evaluation (the encoder has changed); the log
+    says how long encoding and search took. Put it before the callbacks that read its logs.
+
+    Args:
+        split_or_dir: a `tfsent.data.beir.RetrievalSplit`, a BEIR folder, or
+            `beir:DIR[:SPLIT]`.
+        split: the split read from a folder (default "dev"; a `beir:DIR:SPLIT` name's
+            own split wins).
+        prefix: log-key prefix ("val").
+        batch_size, max_seq_length: encoding settings (max_seq_length None: the model's).
+        use_head: apply the method's export head (CLSR) before scoring.
+        query_prompt, document_prompt: text put before each query / document.
+        skip_when: optional callable; when it returns True the epoch is not evaluated.
+    """
+
+    def __init__(self, split_or_dir, split="dev", prefix="val", batch_size=128,
+                 max_seq_length=None, use_head=True, query_prompt="", document_prompt="",
+                 skip_when=None):
+        super().__init__()
+        if not isinstance(split_or_dir, RetrievalSplit):
+            split_or_dir = read_task_split(str(split_or_dir), default_split=split)
+        self.split = split_or_dir
+        self.prefix = prefix
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.use_head = use_head
+        self.query_prompt = query_prompt
+        self.document_prompt = document_prompt
+        self.skip_when = skip_when
+        self.last_report = None
+
+    def evaluate(self, model=None):
+        """The retrieval report of `model` (default: the callback's model): the mean
+        measures (x100) and "per_query"."""
+        start = time.perf_counter()
+        report = evaluate_retrieval(_DevEncoder(model or self.model, self.use_head),
+                                    self.split, batch_size=self.batch_size,
+                                    max_seq_length=self.max_seq_length,
+                                    query_prompt=self.query_prompt,
+                                    document_prompt=self.document_prompt, verbose=0)
+        logging.info("retrieval dev (%s, %s: %d queries, %d documents): nDCG@10 %.2f, "
+                     "MRR@10 %.2f in %.1f s (the corpus re-encoded)", self.split.directory,
+                     self.split.split, report["queries"], report["documents"],
+                     report["ndcg@10"], report["mrr@10"], time.perf_counter() - start)
+        self.last_report = report
+        return report
+
+    def log_keys(self, report):
+        """The report's mean measures as `{prefix}_{measure}` log entries."""
+        return {f"{self.prefix}_{m}": float(report[m]) for m in RETRIEVAL_MEASURES}
+
+    def get_config(self):
+        return {"split_or_dir": self.split.directory, "split": self.split.split,
+                "prefix": self.prefix, "batch_size": self.batch_size,
+                "max_seq_length": self.max_seq_length, "use_head": self.use_head,
+                "query_prompt": self.query_prompt, "document_prompt": self.document_prompt}
 
 
 class RunCheckpoint(keras.callbacks.Callback):
@@ -133,8 +221,6 @@ class DevTensorBoard(keras.callbacks.Callback):
 
     def write(self, report, step, logs=None):
         """Writes one evaluation's scalars (and the training logs) at `step`."""
-        from tfsent.training import write_projector_snapshot
-
         # record_if(True): Keras' TensorBoard callback leaves a record_if(step %
         # update_freq == 0) context open around callbacks; dev scalars always go in.
         with self.writer.as_default(step=step), tf.summary.record_if(True):

@@ -21,6 +21,21 @@ the full float figure it keeps):
                                  --calibration_file, or the ones stored in an export made
                                  with --quantize=int8) and the packed sign bits (Hamming)
 
+Retrieval tasks `beir:DIR[:SPLIT]` (a BEIR-layout folder: corpus.jsonl, queries.jsonl,
+qrels/SPLIT.tsv; SPLIT defaults to test), beside the others or alone (then --data_dir is
+not needed): exact cosine search of the split's queries over the whole corpus, reported as
+nDCG@10 (the primary figure), MRR@10, Recall@10, Recall@100 and MAP@100, x100, with
+trec_eval's definitions; results under the label `beir:<folder name>:<split>`, with every
+query's figures under "per_query" in the JSON. The size and quantization variants apply
+to them too (the search runs on the truncated / quantized vectors: cosine on int8 codes,
+Hamming on the binary ones).
+  --run_file=PATH                the top 100 of each query of --model (its first variant)
+                                 as a TREC run (`qid Q0 docid rank score tag`), or as
+                                 {qid: {docid: score}} JSON when PATH ends with .json; with
+                                 several beir tasks one file per task, the folder name and
+                                 split put before the extension (run.climate-fever.test.trec)
+  --query_prompt, --document_prompt   text put before each query / document (E5: "query: ")
+
 `--plots_dir` (needs the `plots` extra, matplotlib) writes PNGs: per STS task a scatter
 of gold score vs cosine (`sts_TASK.png`, one panel per model), a histogram of the cosines
 of random sentence pairs (`random_pair_cosines.png`), and the alignment/uniformity plane
@@ -36,7 +51,9 @@ from absl import app, flags, logging
 
 from tfsent import cli, fsio, plots, quantize
 from tfsent.errors import ConfigError
-from tfsent.evaluation import align_uniform, format_table, random_pair_cosines, resolve_tasks
+from tfsent.evaluation import (align_uniform, format_table, random_pair_cosines,
+                               resolve_tasks, retrieval_table)
+from tfsent.evaluation.retrieval import check_tasks, is_retrieval_task, run_file_paths
 from tfsent.evaluation.runner import (MemoEncoder, TransformedEncoder,  # noqa: F401
                                       run_tasks, variant_table, variants, with_retention)
 from tfsent.evaluation.sts import (STS_TASKS, _pair_cosines, _read_task, _task_path,
@@ -108,7 +125,9 @@ def _evaluate_from_flags():
     FLAGS = flags.FLAGS
     # Everything that can be refused is refused before any model is loaded.
     tasks = resolve_tasks(FLAGS.tasks)
-    if not os.path.isdir(FLAGS.data_dir):
+    retrieval = check_tasks(tasks)
+    run_files = _run_file_flags(retrieval)
+    if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
         raise ConfigError(f"--data_dir={FLAGS.data_dir} is not a folder (the SentEval "
                           f"data/downstream folder; tools/download_data.py fetches it)")
     dims, quantizations, calibration = _variant_flags()
@@ -125,19 +144,28 @@ def _evaluate_from_flags():
         encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
                                       FLAGS.batch_size)
     all_results, tables = {}, {}
-    for label, enc in encoders.items():
+    prompts = {"query_prompt": FLAGS.query_prompt, "document_prompt": FLAGS.document_prompt}
+    for i, (label, enc) in enumerate(encoders.items()):
+        runs = run_files if i == 0 else None  # --run_file: --model's (first variant's) run
         if dims == (None,) and not quantizations:
             all_results[label] = _checked(run_tasks(enc, FLAGS.data_dir, tasks, FLAGS.mode,
-                                                    skip_missing=FLAGS.skip_missing))
+                                                    skip_missing=FLAGS.skip_missing,
+                                                    run_files=runs, **prompts))
             continue
         if dims != (None,):  # now that the width is known
             width = getattr(enc.encoder, "embedding_dim", None) or enc.encoder.hidden_dim
             check_dims(dims, width, "--truncate_dim" if FLAGS.truncate_dim else "--dims")
         by_variant = {
             name: _checked(run_tasks(MemoEncoder(variant, FLAGS.batch_size), FLAGS.data_dir,
-                                     tasks, FLAGS.mode, skip_missing=FLAGS.skip_missing))
-            for name, variant in variants(enc, dims, quantizations, calibration).items()}
+                                     tasks, FLAGS.mode, skip_missing=FLAGS.skip_missing,
+                                     run_files=runs if j == 0 else None, **prompts))
+            for j, (name, variant) in enumerate(
+                variants(enc, dims, quantizations, calibration).items())}
         tables[label] = variant_table(by_variant)
+        if retrieval:
+            tables[label] += "\n\n" + retrieval_table({
+                f"{task} {name}": res[task] for name, res in by_variant.items()
+                for task in res if is_retrieval_task(task)})
         all_results[label] = with_retention(by_variant)
     if FLAGS.plots_dir:
         write_plots(encoders, FLAGS.data_dir, tasks, FLAGS.plots_dir)
@@ -158,6 +186,30 @@ def _checked(results):
         raise ConfigError(f"no task could be run: none of --tasks={flags.FLAGS.tasks} has "
                           f"its data under --data_dir={flags.FLAGS.data_dir}")
     return results
+
+
+def _run_file_flags(retrieval):
+    """{task label: path} of --run_file (empty without it), checked before any model is
+    loaded: it needs a beir: task, its folder must exist, it is never an input."""
+    FLAGS = flags.FLAGS
+    if not FLAGS.run_file:
+        return {}
+    if not retrieval:
+        raise ConfigError("--run_file writes a retrieval run: give a beir:DIR[:SPLIT] task "
+                          "in --tasks")
+    paths = run_file_paths(FLAGS.run_file, retrieval)
+    inputs = [FLAGS.model, FLAGS.compare_model] + [
+        os.path.join(t.directory, name) for t in retrieval
+        for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{t.split}.tsv"))]
+    for path in paths.values():
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--run_file={FLAGS.run_file}: the folder {folder} does not "
+                              f"exist")
+        fsio.check_new_file(path, "--run_file", overwrite=True, inputs=inputs)
+        if FLAGS.output_json and os.path.abspath(path) == os.path.abspath(FLAGS.output_json):
+            raise ConfigError(f"--run_file and --output_json both name {path}")
+    return paths
 
 
 def _variant_flags():
@@ -187,7 +239,8 @@ def _define_flags():
     flags.DEFINE_string("pooling", "mean", "Pooling (ignored for SavedModels: they carry theirs).")
     flags.DEFINE_integer("max_seq_length", 512, "Tokenizer truncation length.")
     flags.DEFINE_string("data_dir", "../shared/data", "SentEval data/downstream directory.")
-    flags.DEFINE_string("tasks", "sts", "Comma-separated task names or groups (sts, transfer).")
+    flags.DEFINE_string("tasks", "sts", "Comma-separated task names or groups (sts, "
+                        "transfer), and retrieval tasks beir:DIR[:SPLIT] (split default test).")
     flags.DEFINE_enum("mode", "test", ["test", "fasttest"], "Transfer protocol: 10 or 5 folds.")
     flags.DEFINE_integer("batch_size", 64, "Encoding batch size.")
     flags.DEFINE_string("output_json", None, "Where to write the results.")
@@ -204,6 +257,11 @@ def _define_flags():
                         "384,128,64,32): one table row per truncation.")
     flags.DEFINE_string("quantize", "", "Also evaluate quantized embeddings: int8, binary or "
                         "int8,binary, with their retention of the float figures.")
+    flags.DEFINE_string("run_file", None, "Write the top 100 of each query of the beir: "
+                        "tasks here (TREC run; JSON if it ends with .json); several beir "
+                        "tasks: one file each, e.g. run.climate-fever.test.trec.")
+    flags.DEFINE_string("query_prompt", "", "Text put before each retrieval query.")
+    flags.DEFINE_string("document_prompt", "", "Text put before each retrieval document.")
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges (not needed for an export made with "
                         "--quantize=int8).")

@@ -41,81 +41,13 @@ from absl import app, flags, logging
 from tfsent import cli, fsio
 from tfsent.data.readers import read_sentences, read_tsv_rows
 from tfsent.errors import ConfigError, InputError
+from tfsent.search import l2_normalize_rows, top_k_cosine  # noqa: F401  (mine.top_k_cosine)
 from tfsent.serving import load_any
 
 OUTPUT_FORMATS = ("triplet", "n-tuple")
 
 
 # -- pure functions -------------------------------------------------------------------------
-def l2_normalize_rows(x):
-    """Rows of `x` scaled to unit L2 norm (zero rows stay zero), float32."""
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-
-def top_k_cosine(queries, candidates, k, exclude=None, query_chunk=256,
-                 candidate_chunk=16384, on_chunk=None):
-    """The k candidates most cosine-similar to each query, exact, in bounded memory.
-
-    Queries are processed `query_chunk` at a time; for each query chunk the candidates
-    are scanned `candidate_chunk` at a time and a running top-k is merged with each
-    chunk's similarities, so the largest similarity block is
-    query_chunk x (candidate_chunk + k), never queries x candidates.
-
-    Args:
-        queries: (Q, D) embeddings (normalised here).
-        candidates: (M, D) embeddings (normalised chunk by chunk here).
-        k: how many to return per query (clamped to M).
-        exclude: optional (Q, E) int array of candidate indices that are never returned
-            for that query; -1 entries are padding.
-        query_chunk, candidate_chunk: chunk sizes (>= 1).
-        on_chunk: optional callable, called after each query chunk with its size.
-    Returns:
-        (scores, indices): (Q, k) float32 and int64, each row by descending score. Where a
-        query has fewer than k allowed candidates, the tail has index -1 and score -inf.
-    """
-    if query_chunk < 1 or candidate_chunk < 1:
-        raise ConfigError(f"chunk sizes must be >= 1, got {query_chunk}, {candidate_chunk}")
-    queries = l2_normalize_rows(queries)
-    candidates = np.asarray(candidates, np.float32)
-    n_queries, n_candidates = len(queries), len(candidates)
-    k = max(0, min(int(k), n_candidates))
-    scores = np.full((n_queries, k), -np.inf, np.float32)
-    indices = np.full((n_queries, k), -1, np.int64)
-    if k == 0 or n_queries == 0:
-        return scores, indices
-    if exclude is not None:
-        exclude = np.asarray(exclude, np.int64).reshape(n_queries, -1)
-    for q0 in range(0, n_queries, query_chunk):
-        q = queries[q0:q0 + query_chunk]
-        best_s = np.zeros((len(q), 0), np.float32)
-        best_i = np.zeros((len(q), 0), np.int64)
-        for c0 in range(0, n_candidates, candidate_chunk):
-            block = l2_normalize_rows(candidates[c0:c0 + candidate_chunk])
-            sims = q @ block.T
-            if exclude is not None:
-                ex = exclude[q0:q0 + query_chunk]
-                rows, cols = np.nonzero((ex >= c0) & (ex < c0 + len(block)))
-                sims[rows, ex[rows, cols] - c0] = -np.inf
-            merged_s = np.concatenate([best_s, sims], axis=1)
-            merged_i = np.concatenate(
-                [best_i, np.broadcast_to(np.arange(c0, c0 + len(block)), sims.shape)], axis=1)
-            if merged_s.shape[1] > k:
-                part = np.argpartition(-merged_s, k - 1, axis=1)[:, :k]
-                merged_s = np.take_along_axis(merged_s, part, axis=1)
-                merged_i = np.take_along_axis(merged_i, part, axis=1)
-            best_s, best_i = merged_s, merged_i
-        order = np.argsort(-best_s, axis=1, kind="stable")
-        best_s = np.take_along_axis(best_s, order, axis=1)
-        best_i = np.take_along_axis(best_i, order, axis=1)
-        best_i[np.isneginf(best_s)] = -1
-        scores[q0:q0 + len(q)] = best_s
-        indices[q0:q0 + len(q)] = best_i
-        if on_chunk is not None:
-            on_chunk(len(q))
-    return scores, indices
-
-
 def pair_cosines(unit_embeddings, left, right, chunk=65536):
     """cos(e[left[r]], e[right[r]]) per row r of unit-norm embeddings, `chunk` rows at a
     time (no copy of all the pairs' embeddings at once)."""

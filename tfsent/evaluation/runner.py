@@ -2,8 +2,8 @@
 quantization variants (the library behind `python -m tfsent.evaluate` and the run's
 `test_tasks`).
 
-`run_tasks` runs STS and transfer tasks on anything with `encode(sentences, batch_size,
-normalize, max_seq_length)`; `MemoEncoder` embeds each distinct sentence once across tasks;
+`run_tasks` runs STS, transfer and retrieval (`beir:DIR[:SPLIT]`) tasks on anything with
+`encode(sentences, batch_size, normalize, max_seq_length)`; `MemoEncoder` embeds each distinct sentence once across tasks;
 `variants` gives an encoder's truncated and quantized versions, `with_retention` and
 `variant_table` compare them with the float figures.
 """
@@ -13,8 +13,11 @@ import math
 import numpy as np
 
 from tfsent import quantize
+from tfsent.data import beir
 from tfsent.errors import ConfigError
 from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks, score, short_name
+from tfsent.evaluation.retrieval import (check_tasks, encode_kwargs, evaluate_retrieval,
+                                         is_retrieval_task)
 from tfsent.evaluation.sts import evaluate_sts
 from tfsent.evaluation.transfer import evaluate_transfer
 from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder
@@ -29,19 +32,22 @@ class MemoEncoder:
         self.max_seq_length = max_seq_length
         self.memo = {}
 
-    def __call__(self, sentences):
-        """list of str -> float array (N, D), unnormalised."""
+    def __call__(self, sentences, verbose=None):
+        """list of str -> float array (N, D), unnormalised (`verbose` goes to the wrapped
+        encoder when it takes one)."""
         missing = [s for s in dict.fromkeys(sentences) if s not in self.memo]
         if missing:
             emb = self.encoder.encode(missing, batch_size=self.batch_size, normalize=False,
-                                      max_seq_length=self.max_seq_length)
+                                      max_seq_length=self.max_seq_length,
+                                      **encode_kwargs(self.encoder, verbose))
             self.memo.update(zip(missing, emb))
         return np.stack([self.memo[s] for s in sentences])
 
-    def encode(self, sentences, batch_size=None, normalize=False, max_seq_length=None):
+    def encode(self, sentences, batch_size=None, normalize=False, max_seq_length=None,
+               verbose=None):
         """The `encode` signature of SentenceEncoder (batch size and length are fixed)."""
         del batch_size, max_seq_length
-        emb = self(list(sentences))
+        emb = self(list(sentences), verbose)
         if normalize:
             emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
         return emb
@@ -55,10 +61,12 @@ class TransformedEncoder:
         self.base = base
         self.transform = transform
 
-    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None):
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None,
+               verbose=None):
         """`transform` of the base encoder's unnormalised embeddings."""
         emb = self.base.encode(sentences, batch_size=batch_size, normalize=False,
-                               max_seq_length=max_seq_length)
+                               max_seq_length=max_seq_length,
+                               **encode_kwargs(self.base, verbose))
         return self.transform(emb)
 
 
@@ -143,18 +151,29 @@ def variant_table(results_by_variant):
 
 
 def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None,
-              skip_missing=False):
-    """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task."""
+              skip_missing=False, run_files=None, query_prompt="", document_prompt=""):
+    """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task, and
+    for each retrieval task `beir:DIR[:SPLIT]` (never skipped: its folder is named
+    explicitly) its measures under the label `beir:<folder name>:<split>`
+    (`tfsent.evaluation.retrieval`). `run_files` ({label: path}) writes those tasks' runs;
+    `query_prompt` / `document_prompt` are put before their queries / documents."""
     names = resolve_tasks(tasks) if isinstance(tasks, str) else list(tasks)
 
     encode_fn = encoder if isinstance(encoder, MemoEncoder) else MemoEncoder(
         encoder, batch_size, max_seq_length)
     results = {}
-    sts = [t for t in names if t not in TRANSFER_TASKS]
+    retrieval = check_tasks(names)
+    sts = [t for t in names if t not in TRANSFER_TASKS and not is_retrieval_task(t)]
     transfer = [t for t in names if t in TRANSFER_TASKS]
     if sts:
         results.update(evaluate_sts(encode_fn, data_dir, sts, skip_missing=skip_missing))
     if transfer:
         results.update(evaluate_transfer(encode_fn, data_dir, transfer, mode=mode,
                                          skip_missing=skip_missing))
+    for task in retrieval:
+        split = beir.read_split(task.directory, task.split)
+        results[task.label] = evaluate_retrieval(
+            encode_fn, split, batch_size=encode_fn.batch_size,
+            max_seq_length=encode_fn.max_seq_length, query_prompt=query_prompt,
+            document_prompt=document_prompt, run_file=(run_files or {}).get(task.label))
     return results
