@@ -494,3 +494,36 @@ def test_minilm_on_climate_fever_matches_the_reference(climate_fever_results, sp
     assert got["queries"] == {"dev": 208, "test": 336}[split]
     for measure, want in CLIMATE_FEVER[split].items():
         assert abs(got[measure] - want) <= TOLERANCE, (split, measure, got[measure], want)
+
+
+def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_encoder_dir):
+    """--config.eval_data=beir:DIR:dev: the starting encoder and every checkpoint are scored
+    by dev nDCG@10 (the corpus re-encoded each time), selection and the log use it, and the
+    export serves the run's prompts."""
+    from conftest import TINY_RUN_FLAGS
+    from tfsent import train
+
+    folder = tiny_beir(tmp_path / "beir")
+    flags = [f.replace("--config.", "") for f in TINY_RUN_FLAGS]
+    config = train.resolve_config("simcse_unsup", overrides=[
+        f"encoder={tiny_encoder_dir}", "max_seq_length=16", "batch_size=8", "steps=4",
+        "eval_every=2", "jit_compile=false", f"eval_data=beir:{folder}:dev",
+        "query_prompt=query: ", "document_prompt=passage: ", *flags])
+    out = str(tmp_path / "run")
+    metrics = train.run("simcse_unsup", config, out)
+    assert 0.0 <= metrics["dev_before"]["ndcg@10"] <= 100.0
+    assert "per_query" not in metrics["dev_before"]
+    assert [h["step"] for h in metrics["dev_history"]] == [2, 4]
+    assert all("ndcg@10" in h and "mrr@10" in h for h in metrics["dev_history"])
+    assert "ndcg@10" in metrics["dev_best"]
+    meta = json.load(open(os.path.join(metrics["export"], "assets.extra",
+                                       "tfsent_export.json")))
+    assert (meta["query_prompt"], meta["document_prompt"]) == ("query: ", "passage: ")
+    # The dev figures are the callback's own on the exported weights' model.
+    from tfsent.serving import SavedModelEncoder
+
+    exported = SavedModelEncoder(metrics["export"])
+    split = retrieval.read_task_split(f"beir:{folder}:dev")
+    again = retrieval.evaluate_retrieval(exported, split, query_prompt="query: ",
+                               document_prompt="passage: ", verbose=0)
+    assert again["ndcg@10"] == pytest.approx(metrics["exported"]["score"], abs=1e-3)

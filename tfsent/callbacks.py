@@ -225,12 +225,14 @@ class DevTensorBoard(keras.callbacks.Callback):
         # update_freq == 0) context open around callbacks; dev scalars always go in.
         with self.writer.as_default(step=step), tf.summary.record_if(True):
             for key, value in report.items():
-                tf.summary.scalar(f"{self.name}/{key}", value)
+                if isinstance(value, (int, float)):  # not a retrieval report's per_query
+                    tf.summary.scalar(f"{self.name}/{key}", value)
             for key, value in (logs or {}).items():
                 if not key.startswith(self.evaluation.prefix + "_"):
                     tf.summary.scalar(f"train/{key}", value)
         self.writer.flush()
         if (self.log_dir and self.projector_every
+                and getattr(self.evaluation, "last_sentences", None) is not None
                 and self.evaluations % self.projector_every == 0):
             write_projector_snapshot(self.log_dir, f"{self.name}_step_{step}",
                                      self.evaluation.last_sentences,
@@ -251,29 +253,32 @@ class DivergenceGuard(keras.callbacks.Callback):
         `collapse_cosine_rise` above its starting value, or the uniformity has lost more
         than `collapse_uniformity_ratio` of its starting magnitude (only checked when the
         start is spread out, uniformity < -1).
-    0 / None turns a criterion off. `reason` says why it stopped."""
+    0 / None turns a criterion off; `monitor` is the report's score ("spearman", or
+    "ndcg@10" for retrieval, whose reports have no geometry: only the first two apply).
+    `reason` says why it stopped."""
 
     def __init__(self, evaluation, start=None, max_drop=None, collapse_cosine_rise=None,
-                 collapse_uniformity_ratio=None):
+                 collapse_uniformity_ratio=None, monitor="spearman"):
         super().__init__()
         self.evaluation = evaluation
         self.start = start or {}
         self.max_drop = max_drop
         self.collapse_cosine_rise = collapse_cosine_rise
         self.collapse_uniformity_ratio = collapse_uniformity_ratio
-        self.best = self.start.get("spearman")
+        self.monitor = monitor
+        self.best = self.start.get(monitor)
         self.best = self.best if _finite(self.best) else None
         self.reason = None
         self.stopped_step = None
 
     def check(self, report, step):
         """Returns the reason to stop at this evaluation, or None (and updates the best)."""
-        score = report.get("spearman")
+        score = report.get(self.monitor)
         reason = None
         if not _finite(score):
             reason = "the dev score is NaN (every cosine equal: collapsed)"
         elif self.max_drop and self.best is not None and self.best - score > self.max_drop:
-            reason = (f"dev spearman {score:.2f} is {self.best - score:.2f} below the best "
+            reason = (f"dev {self.monitor} {score:.2f} is {self.best - score:.2f} below the best "
                       f"{self.best:.2f} (limit divergence_drop={self.max_drop:g})")
         else:
             rpc0, rpc = self.start.get("random_pair_cosine"), report.get("random_pair_cosine")

@@ -70,7 +70,12 @@ RUN_FIELDS = [
     Field("max_grad_norm", 1e6, checks.NON_NEGATIVE,
           doc="stop the run when the gradient norm exceeds this (0: off)"),
     # Model selection on a dev set.
-    Field("eval_data", "demo", types=(str,), doc="demo | stsb | sickr | scored-pair .tsv"),
+    Field("eval_data", "demo", types=(str,),
+          doc="demo | stsb | sickr | scored-pair .tsv | beir:DIR[:SPLIT] (nDCG@10, split dev)"),
+    Field("query_prompt", "", types=(str,),
+          doc="text put before each query (retrieval dev; the export's encode_query)"),
+    Field("document_prompt", "", types=(str,),
+          doc="text put before each document (retrieval dev; the export's encode_document)"),
     Field("eval_data_dir", "", types=(str,),
           doc="SentEval layout dir (needed by stsb / sickr / test_tasks)"),
     Field("eval_every", 50, checks.SIZE, doc="steps between dev evaluations and checkpoints"),

@@ -13,6 +13,8 @@ import os
 import keras
 from absl import logging
 
+from tfsent.data import beir
+
 
 def finite(x):
     """True if `x` is a number other than NaN or infinity (None: False)."""
@@ -20,10 +22,20 @@ def finite(x):
 
 
 def dev_name(eval_data):
-    """The dev set's name in logs and metrics: `demo_dev`, `stsb_dev`, `<file stem>_dev`."""
+    """The dev set's name in logs and metrics: `demo_dev`, `stsb_dev`, `<file stem>_dev`,
+    `<BEIR folder>_<split>` for `beir:DIR[:SPLIT]`."""
     if eval_data in ("demo", "stsb", "sickr"):
         return f"{eval_data}_dev"
+    if eval_data.startswith("beir:"):
+        directory, split = beir.parse_source(eval_data, "dev")
+        return f"{os.path.basename(os.path.normpath(directory))}_{split}"
     return os.path.splitext(os.path.basename(eval_data))[0] + "_dev"
+
+
+def monitor_of(eval_data):
+    """The dev figure selection maximises: "ndcg@10" for a retrieval dev set
+    (`beir:DIR[:SPLIT]`), else "spearman"."""
+    return "ndcg@10" if eval_data.startswith("beir:") else "spearman"
 
 
 def step_of(model):
@@ -39,17 +51,20 @@ class BestEncoderKeeper(keras.callbacks.Callback):
     The starting encoder is a candidate: `baseline` (its step-0 score) is the first best,
     so "best" in the log means the best of the start and every trained evaluation. Only
     trained weights are written to best/ (the starting weights are kept apart by the CLI);
+    `monitor` is the report's figure to maximise ("spearman"; "ndcg@10" for retrieval);
     `trained_best()` tells whether any evaluation beat the start. A NaN score is logged
     and never best.
     """
 
-    def __init__(self, state, evaluation, name="dev", baseline=None, history=None):
+    def __init__(self, state, evaluation, name="dev", baseline=None, history=None,
+                 monitor="spearman"):
         super().__init__()
         self.state = state
         self.evaluation = evaluation
         self.name = name
         self.baseline = baseline
         self.history = history if history is not None else []
+        self.monitor = monitor
 
     def best(self):
         """(score, step) of the best candidate so far, the starting encoder included."""
@@ -61,21 +76,31 @@ class BestEncoderKeeper(keras.callbacks.Callback):
     def consider(self, report, step):
         """Records an evaluation at `step`; saves the weights if it is the best trained
         one. Returns True when it is the best candidate so far (start included)."""
-        score = report["spearman"]
+        score = report[self.monitor]
         trained, _ = self.state.best()
         if finite(score) and (trained is None or score > trained):
-            self.state.save_best(score, step, {"pearson": report["pearson"]})
+            extra = {"pearson": report["pearson"]} if "pearson" in report else {}
+            self.state.save_best(score, step, extra)
         best, best_step = self.best()
         improved = finite(score) and best_step == step
-        self.history.append({"step": step, **report})
+        self.history.append({"step": step, **{k: v for k, v in report.items()
+                                             if k != "per_query"}})
         if not finite(score):
-            logging.warning("step %d: %s spearman is %s (all cosines equal?): never the "
-                            "best; counted by the divergence guard", step, self.name, score)
-        logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s; "
-                     "alignment %.3f uniformity %.3f random-pair cosine %.3f", step,
-                     self.name, score, report["pearson"], best, best_step,
-                     " new best" if improved else "", report["alignment"],
-                     report["uniformity"], report["random_pair_cosine"])
+            logging.warning("step %d: %s %s is %s (all cosines equal?): never the best; "
+                            "counted by the divergence guard", step, self.name, self.monitor,
+                            score)
+        if self.monitor == "spearman":
+            logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s; "
+                         "alignment %.3f uniformity %.3f random-pair cosine %.3f", step,
+                         self.name, score, report["pearson"], best, best_step,
+                         " new best" if improved else "", report["alignment"],
+                         report["uniformity"], report["random_pair_cosine"])
+        else:
+            others = ", ".join(f"{k} {v:.2f}" for k, v in report.items()
+                               if k != self.monitor and isinstance(v, float))
+            logging.info("step %d: %s %s %.2f (best %.2f at step %d)%s; %s", step, self.name,
+                         self.monitor, score, best, best_step, " new best" if improved else "",
+                         others)
         return improved
 
     def on_epoch_end(self, epoch, logs=None):
@@ -83,7 +108,7 @@ class BestEncoderKeeper(keras.callbacks.Callback):
             self.consider(self.evaluation.last_report, step_of(self.model))
 
 
-def choose_export(state, model, start_score, export_if_worse, metrics):
+def choose_export(state, model, start_score, export_if_worse, metrics, monitor="spearman"):
     """Picks the weights a finished run exports and loads them into `model`.
 
     Candidates: the best trained checkpoint (`state.best()`) and the starting encoder
@@ -100,10 +125,10 @@ def choose_export(state, model, start_score, export_if_worse, metrics):
         logging.warning("no dev evaluation completed; exporting the current weights")
         return model.export_head, {"which": "final weights", "score": None, "step": None,
                                      "why": "no dev evaluation completed"}
-    metrics["dev_best"] = {"spearman": best, "step": best_step}
+    metrics["dev_best"] = {monitor: best, "step": best_step}
     if best is not None and (not start_ok or best > start):
         state.load_best()
-        why = (f"dev spearman {best:.2f} at step {best_step} beat the starting encoder's "
+        why = (f"dev {monitor} {best:.2f} at step {best_step} beat the starting encoder's "
                f"{start:.2f}" if start_ok else "the best dev evaluation")
         return model.export_head, {"which": "best checkpoint", "score": best,
                                      "step": best_step, "why": why}

@@ -25,19 +25,20 @@ from tfsent.data import pipelines, readers
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
-                              RunCheckpoint, STSDevEvaluation, Throughput)
+                              RetrievalDevEvaluation, RunCheckpoint, STSDevEvaluation,
+                              Throughput)
 from tfsent.errors import ConfigError, TrainingError
 from tfsent.evaluation import align_uniform
+from tfsent.evaluation.retrieval import read_task_split
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
 from tfsent.optimizers import LARS
 from tfsent.methods import help_text as methods_help_text
 from tfsent.publish import export_run_formats
 from tfsent.saved_model import export_encoder
-from tfsent.selection import BestEncoderKeeper, choose_export, dev_name
+from tfsent.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
 from tfsent.training import (RunState, WarmupCosineDecay, WarmupLinearDecay,
-                             _write_json_atomic, prepare_run_dir, read_json, run_finished,
-                             sts_dev_score)
+                             _write_json_atomic, prepare_run_dir, read_json, run_finished)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", None, methods_help_text())
@@ -169,7 +170,9 @@ class Run:
         self.jit = bool(config.jit_compile)
         self.examples = None
         self.steps = 0
-        self.dev_pairs = None
+        self.dev_pairs = None   # STS dev: (sentences1, sentences2, scores)
+        self.dev_split = None   # retrieval dev: a tfsent.data.beir.RetrievalSplit
+        self.monitor = "spearman"
         self.encoder = self.model = self.optimizer = None
         self.state = None
         self.start_step = 0
@@ -227,7 +230,11 @@ def resolve_run(r):
         raise ConfigError(f"train_data={config.train_data!r} holds no training examples "
                           f"for {r.method} (data kind {r.spec.data_kind})")
     r.steps = total_steps(config, len(r.examples))
-    r.dev_pairs = readers.read_dev_pairs(config.eval_data, config.eval_data_dir)
+    r.monitor = monitor_of(config.eval_data)
+    if r.monitor == "spearman":
+        r.dev_pairs = readers.read_dev_pairs(config.eval_data, config.eval_data_dir)
+    else:
+        r.dev_split = read_task_split(config.eval_data, default_split="dev")
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
@@ -275,16 +282,14 @@ def restore_run(r):
                      os.path.join(r.output_dir, "checkpoints"))
         return
     # "Before training" is the pretrained encoder itself (without an untrained head).
-    before = sts_dev_score(r.model, *r.dev_pairs, max_seq_length=config.eval_max_seq_length,
-                           use_head=False, geometry=True)
-    for key in ("sentences", "embeddings"):
-        before.pop(key)
+    before = _dev_evaluation(r, use_head=False).evaluate(r.model)
+    before.pop("per_query", None)
     r.metrics["dev_before"] = before
-    logging.info("dev before training: spearman %.2f (the starting encoder is the first "
-                 "candidate for the best)", before["spearman"])
+    logging.info("dev before training: %s %.2f (the starting encoder is the first "
+                 "candidate for the best)", r.monitor, before[r.monitor])
     if not r.chief:
         return
-    r.state.save_start(before["spearman"])
+    r.state.save_start(before[r.monitor])
     if config.get("report_geometry") and config.eval_data_dir:
         r.metrics["geometry_before"] = _geometry(r.model, config, use_head=False)
     _write_json_atomic(r.metrics_path, r.metrics)
@@ -300,17 +305,16 @@ def fit_run(r):
     start = r.metrics.get("dev_before", {})
     nan_guard = NanGuard(config.max_grad_norm)
     throughput = Throughput(config.batch_size)
-    evaluation = STSDevEvaluation(*r.dev_pairs, prefix="val",
-                                  max_seq_length=config.eval_max_seq_length,
-                                  skip_when=nan_guard.failed)
-    keeper = BestEncoderKeeper(r.state, evaluation, name=name, baseline=start.get("spearman"),
-                               history=history)
+    evaluation = _dev_evaluation(r, skip_when=nan_guard.failed)
+    keeper = BestEncoderKeeper(r.state, evaluation, name=name, baseline=start.get(r.monitor),
+                               history=history, monitor=r.monitor)
     board = DevTensorBoard(r.writer, evaluation, name=name, log_dir=tb_dir,
                            projector_every=config.projector_every,
                            projector_points=config.projector_points)
     guard = DivergenceGuard(evaluation, start=start, max_drop=config.divergence_drop,
                             collapse_cosine_rise=config.collapse_cosine_rise,
-                            collapse_uniformity_ratio=config.collapse_uniformity_ratio)
+                            collapse_uniformity_ratio=config.collapse_uniformity_ratio,
+                            monitor=r.monitor)
     callbacks = [
         nan_guard, throughput, evaluation, keeper,
         RunCheckpoint(r.state, skip_when=nan_guard.failed), board, guard,
@@ -357,14 +361,16 @@ def finalize_run(r, nan_guard, guard):
     if history:
         metrics["dev_final"] = {k: v for k, v in history[-1].items() if k != "step"}
     head, exported = choose_export(r.state, r.model,
-                                   metrics.get("dev_before", {}).get("spearman"),
-                                   config.export_if_worse, metrics)
+                                   metrics.get("dev_before", {}).get(r.monitor),
+                                   config.export_if_worse, metrics, r.monitor)
     export_step = exported["step"] if exported["step"] is not None else final_step
     export_path = export_encoder(r.encoder, os.path.join(r.output_dir, "export"),
                                  pooling=r.model.export_pooling, head=head,
                                  metadata={"method": r.method, "step": export_step,
                                            "exported": exported["which"]},
-                                 max_seq_length=config.eval_max_seq_length)
+                                 max_seq_length=config.eval_max_seq_length,
+                                 query_prompt=config.query_prompt,
+                                 document_prompt=config.document_prompt)
     metrics["export"] = export_path
     metrics["exported"] = exported
     if config.export_formats != "saved_model":  # issue #17: other ecosystems' formats
@@ -387,7 +393,7 @@ def finalize_run(r, nan_guard, guard):
                      config.nli_eval_split, acc)
     _write_json_atomic(r.metrics_path, metrics)
     score = exported["score"]
-    logging.info("exported the %s (dev spearman %s, step %s): %s", exported["which"],
+    logging.info("exported the %s (dev %s %s, step %s): %s", exported["which"], r.monitor,
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
     return metrics
 
@@ -406,6 +412,21 @@ def _cached_embedder(config, encoder, output_dir):
         return emb
 
     return embed
+
+
+def _dev_evaluation(r, use_head=True, skip_when=None):
+    """The run's dev evaluation callback: STS pairs (Spearman) or a BEIR split (nDCG@10,
+    the corpus re-encoded at each evaluation)."""
+    config = r.config
+    if r.monitor == "spearman":
+        return STSDevEvaluation(*r.dev_pairs, prefix="val", use_head=use_head,
+                                max_seq_length=config.eval_max_seq_length,
+                                skip_when=skip_when)
+    return RetrievalDevEvaluation(r.dev_split, prefix="val", use_head=use_head,
+                                  max_seq_length=config.eval_max_seq_length,
+                                  query_prompt=config.query_prompt,
+                                  document_prompt=config.document_prompt,
+                                  skip_when=skip_when)
 
 
 def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
