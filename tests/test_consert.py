@@ -316,7 +316,7 @@ def test_registry_entries_build_from_config():
     assert specs["consert"].data_kind == "sentences"
     assert specs["consert_joint"].data_kind == "nli_pairs"
     assert specs["consert_joint"].defaults["train_data"] == "demo_nli"
-    # The unsupervised demo rate (1e-6) is the CPU demo's (README, "No-flag runs"); the
+    # The unsupervised demo rate (1e-6) is the CPU demo's (docs/results.md, "No-flag runs"); the
     # reference's BERT-base rate is in configs/consert_unsup.py.
     d = specs["consert"].defaults
     assert (d["view1_augmentation"], d["feature_cutoff_rate"], d["view2_augmentation"],

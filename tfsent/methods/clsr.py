@@ -139,7 +139,7 @@ SPEC = MethodSpec(
               doc="embedding cache (\"\": beside the run directory)"),
     ],
     # CPU demo: the paper's LARS + warmup/cosine, on the cached embeddings of the demo's
-    # 669 positive pairs. Measured (README, "No-flag runs"): a randomly initialised e (the
+    # 669 positive pairs. Measured (docs/results.md, "No-flag runs"): a randomly initialised e (the
     # paper) lowers minilm-l6 on STS-B / SICK-R test at every setting tried, so the demo's
     # e starts as the identity (hidden 2H, e(m(x)) = m(x) at step 0) and moves from there
     # at lr 0.01 (0.1, the paper's 0.5 scaled to batch 64, still drifted -0.5 on both by

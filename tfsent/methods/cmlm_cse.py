@@ -129,5 +129,5 @@ SPEC = MethodSpec(
                   doc="tie the MLM vocabulary projection to the token embedding")],
     # CPU demo lr 1e-5: at 3e-5 the fresh fusion/MLM head's gradient (the in-batch
     # contrastive loss is ~0 on the demo sentences) lowered demo dev at every evaluation;
-    # at 1e-5 dev rises and STS-B / SICK-R test keep (README, "No-flag runs").
+    # at 1e-5 dev rises and STS-B / SICK-R test keep (docs/results.md, "No-flag runs").
     run_defaults={"learning_rate": 1e-5})

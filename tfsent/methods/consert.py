@@ -36,7 +36,7 @@ class ConSERT(SentenceMethod):
     Modes:
       unsup: batches are sentence features; L = L_con = NT-Xent(z1, z2). (The reference
         multiplies it by its cl_rate 0.15; a constant factor, left out here: see the
-        README's "Faithfulness" section.)
+        docs/faithfulness.md.)
       joint: batches from `nli_pair_dataset(..., group_premises=False)` (ordinary shuffled
         pairs, as the reference's DataLoader); L = L_ce + alpha * L_con, as the reference:
         L_ce: an `NLIHead` (linear Dense(3)) on concat(u, v, |u - v|) (+ max(u, v)^2 with
@@ -359,7 +359,7 @@ def _augmentation_checks(supervised):
 # CPU-demo run defaults. lr 1e-6 instead of the paper's 5e-7 (thousands of steps from raw
 # BERT): the demo runs 150 steps from minilm-l6; 1e-6 beats the start on demo dev and keeps
 # STS-B / SICK-R test, while 2e-6, 5e-6 and 1e-5 beat it on dev but cost 0.4-1.2 SICK-R test
-# points (README, "No-flag runs"). The supervised modes set their own rate below.
+# points (docs/results.md, "No-flag runs"). The supervised modes set their own rate below.
 _RUN_DEFAULTS = {"pooling": "mean", "batch_size": 32, "learning_rate": 1e-6,
                  "warmup_ratio": 0.1}
 

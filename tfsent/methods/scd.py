@@ -147,7 +147,7 @@ SPEC = MethodSpec(
         "divergence_drop": 5.0,
         # The CPU demo trains minilm-l6, a mean-pooled sentence encoder whose [CLS] state
         # was never trained as a summary: mean pooling here; configs/scd.py keeps the
-        # paper's cls_before_pooler. The rest is measured (README, "No-flag runs"): at the
+        # paper's cls_before_pooler. The rest is measured (docs/results.md, "No-flag runs"): at the
         # base lr 3e-5 the demo collapses minilm-l6 before its first evaluation (demo dev
         # 89.7 -> 50.6); at 3e-6 with the reference's alpha 1, dev still falls from step
         # 10 on. With the self-contrast term L_S (which pushes a sentence's two dropout

@@ -156,7 +156,7 @@ SPECS = [
         # ~1e-5, Adam scales that gradient noise up to full-size steps, and demo dev fell
         # from step 10 at lr 3e-5 and 1e-5. At tau 0.2 the loss keeps a gradient and dev
         # rises; past 50 steps it keeps rising while SICK-R test falls (150 steps: -0.7), so
-        # the demo stops at 50 (README, "No-flag runs").
+        # the demo stops at 50 (docs/results.md, "No-flag runs").
         run_defaults={"temperature": 0.2, "learning_rate": 1e-5, "steps": 50,
                       "eval_every": 10}),
     MethodSpec(
@@ -170,6 +170,6 @@ SPECS = [
         constants={"supervised": True},
         # CPU demo lr 1e-5 (the paper's 5e-5 is configs/simcse_sup.py): 150 steps are seven
         # passes over the 669 demo triplets, and at 3e-5 the export lost 0.9 STS-B test
-        # points; at 1e-5 it keeps STS-B and gains SICK-R (README, "No-flag runs").
+        # points; at 1e-5 it keeps STS-B and gains SICK-R (docs/results.md, "No-flag runs").
         run_defaults={"train_data": "demo_nli", "learning_rate": 1e-5}),
 ]

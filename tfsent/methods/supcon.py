@@ -139,7 +139,7 @@ SPEC = MethodSpec(
     ],
     run_args={"seed": "seed"},
     # CPU demo lr 5e-6 (the paper's 2e-5 is configs/supcon.py): a fresh 3-way head on the
-    # 669 demo triplets; at 5e-6 the export keeps STS-B and gains SICK-R (README, "No-flag
+    # 669 demo triplets; at 5e-6 the export keeps STS-B and gains SICK-R (docs/results.md, "No-flag
     # runs").
     run_defaults={"train_data": "demo_nli", "pooling": "mean_no_cls",
                   "learning_rate": 5e-6, "warmup_ratio": 0.1})
