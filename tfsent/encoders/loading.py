@@ -22,8 +22,9 @@ import shutil
 import numpy as np
 from absl import logging
 
-from tfsent.encoders import hf_format
-from tfsent.encoders import keras_hub_adapter as kh
+import tfsent.encoders.families as families
+import tfsent.encoders.hf_format as hf_format
+import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
@@ -275,25 +276,26 @@ def _load_preset(name, settings, pad_to_max_length, dtype, seed):
         ) from None
     if backbone is None:
         raise ConfigError(f"keras-hub preset {name!r} is a {family}, not a supported "
-                          f"encoder; supported families: {', '.join(hf_format.FAMILIES)}")
+                          f"encoder; supported families: {', '.join(families.FAMILIES)}")
     files = kh.tokenizer_files(family, kh_tokenizer)
     tokenizer = _make_tokenizer(family, files, {}, values["max_seq_length"],
                                 pad_to_max_length)
     return SentenceEncoder(backbone, tokenizer, values["pooling"],
-                           kh.KERAS_HUB_ACTIVATIONS[family], seed,
+                           families.TABLE[family].activation, seed,
                            normalize=values["normalize"])
 
 
 def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
     """A tfsent tokenizer of `family` from its files' contents and saved options."""
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         lowercase = options.get("lowercase", files.get("lowercase", True))
         return SentenceTokenizer(files["vocabulary"], lowercase,
                                  options.get("strip_accents",
                                              files.get("strip_accents", lowercase)),
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids", family == "bert"))
-    if family == "roberta":
+    if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
                                 options.get("special_tokens"), max_seq_length,
@@ -305,9 +307,9 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     path = os.path.join(directory, ENCODER_CONFIG_FILE)
     meta = hf_format.read_json(path)
     family = meta.get("family", "bert")  # format 1 directories are BERT
-    if family not in hf_format.FAMILIES:
+    if family not in families.FAMILIES:
         raise InputError(f"family {family!r} is not supported; supported families: "
-                         f"{', '.join(hf_format.FAMILIES)}", path=path)
+                         f"{', '.join(families.FAMILIES)}", path=path)
     values = settings.resolve({"pooling": meta["pooling"],
                                "max_seq_length": meta["max_seq_length"],
                                "normalize": meta.get("normalize", False)},
@@ -324,9 +326,10 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     options = meta.get("tokenizer") or {"lowercase": meta["lowercase"],
                                         "strip_accents": meta["strip_accents"]}
     files = {}
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         files["vocabulary"] = os.path.join(directory, "vocab.txt")
-    elif family == "roberta":
+    elif kind == "byte_bpe":
         files["vocabulary"] = os.path.join(directory, "vocab.json")
         files["merges"] = os.path.join(directory, "merges.txt")
     else:

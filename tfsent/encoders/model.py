@@ -22,7 +22,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent.encoders import keras_hub_adapter as kh
+import tfsent.encoders.families as families
+import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import check_pooling, pool
 from tfsent.errors import ConfigError, InputError
@@ -106,10 +107,10 @@ class SentenceEncoder(keras.Model):
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
                  normalize=False, mlm_head=None, **kwargs):
         super().__init__(**kwargs)
-        family = kh.family_of(backbone)
+        family = families.family_of(backbone)
         if family is None:
             raise ConfigError(f"unsupported backbone {type(backbone).__name__}; supported: "
-                              f"{', '.join(c for c, _ in kh.BACKBONE_CLASSES.values())}")
+                              f"{', '.join(families.backbone_class_names())}")
         self.family = family
         self.backbone = backbone
         self.tokenizer = tokenizer
