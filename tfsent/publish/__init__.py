@@ -19,9 +19,9 @@ Formats (`FORMATS`), one writer module each:
                          expresses the pooling (BERT / XLM-R, `mean` or `cls_before_pooler`,
                          no head).
 
-Every format but saved_model is written through `staging.staged_dir`: into a temporary
-sibling directory renamed into place when complete; an existing non-empty DIR is refused
-before anything is written. A format that cannot express the embedding (a pooling, a head
+Every format but saved_model is written through `staging.staged_dir` (`tfsent.fsio`): into
+a staging folder beside DIR, renamed into place when complete; an existing non-empty DIR is
+refused before anything is written. A format that cannot express the embedding (a pooling, a head
 layer, an activation) is refused with an error that says what it can express: nothing is
 written that embeds differently.
 
@@ -97,7 +97,7 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
                           "sentence_transformers (Dense modules) or saved_model")
     if format == "sentence_transformers":  # fail fast, before the temporary directory
         sentence_transformers.check(pooling, head)
-    with staged_dir(directory) as tmp:
+    with staged_dir(directory, f"{format} export") as tmp:
         if format == "sentence_transformers":
             details = sentence_transformers.write(encoder, tmp, pooling, head, normalize,
                                                   length)

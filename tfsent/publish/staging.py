@@ -1,15 +1,15 @@
 """The staging step every publish writer goes through: the target must be new (absent or an
-empty directory), the files are written into a temporary sibling, and the sibling is renamed
-into place only when complete; a failed write leaves nothing behind. Also the JSON and
-safetensors writers every format shares."""
+empty directory), the files are written into a staging folder beside it (`tfsent.fsio`),
+which is renamed into place only when complete; a failed write leaves nothing behind. Also
+the JSON and safetensors writers every format shares."""
 
 import contextlib
 import json
 import os
-import shutil
 
 import safetensors.numpy
 
+from tfsent import fsio
 from tfsent.errors import ConfigError
 
 
@@ -24,25 +24,15 @@ def check_export_target(directory):
 
 
 @contextlib.contextmanager
-def staged_dir(directory):
-    """Yields a new, empty temporary sibling of `directory` to write into; when the block
-    completes, the sibling replaces `directory` (absent or empty: `check_export_target`),
-    and when it raises, the sibling is removed."""
+def staged_dir(directory, purpose):
+    """Yields an empty folder to write the `purpose` (e.g. "sentence_transformers export")
+    into; when the block completes, the folder takes the place of `directory` (which must
+    be absent or empty: `check_export_target`), and when it raises, nothing is left
+    behind. Built on `tfsent.fsio.staged_dir` (a marked staging folder beside the target,
+    fsynced before the rename)."""
     directory = check_export_target(directory)
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(directory)}.tmp-{os.getpid()}")
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
-    try:
-        yield tmp
-        if os.path.isdir(directory):  # empty (checked above)
-            os.rmdir(directory)
-        os.rename(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with fsio.staged_dir(directory, purpose) as folder:
+        yield folder
 
 
 def write_json(path, data):
