@@ -72,11 +72,16 @@ _DISTILBERT_LAYER = {
 _EMBEDDINGS = {"token": "embeddings.word_embeddings",
                "position": "embeddings.position_embeddings",
                "norm": "embeddings.LayerNorm"}
-# RoBERTa's single token-type row: keras-hub's RoBERTa has no token types (HF adds row 0 to
-# every token; zero in converted fairseq checkpoints).
-_ROBERTA_ZERO_TENSORS = {"embeddings.token_type_embeddings.weight": 1}
-_ROBERTA_MLM_HEAD = ("lm_head.dense", "lm_head.layer_norm",
-                     ("lm_head.bias", "lm_head.decoder.bias"))
+_ROBERTA = Family(
+    name="roberta", keras_hub_backbone="RobertaBackbone", keras_hub_tokenizer="RobertaTokenizer",
+    keras_hub_text_embedder=None, activation="gelu", layer_norm_epsilon=1e-5,
+    positions_after_padding=True, tokenizer_kind="byte_bpe", hf_model_class="RobertaModel",
+    hf_tokenizer_class="RobertaTokenizer", base_prefix="roberta.", embeddings=_EMBEDDINGS,
+    pooler=None, layer=_BERT_LAYER,
+    # A single token-type row: keras-hub's RoBERTa has no token types (Hugging Face adds row
+    # 0 to every token; zero in converted fairseq checkpoints).
+    zero_tensors={"embeddings.token_type_embeddings.weight": 1},
+    mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")))
 
 TABLE = {
     "bert": Family(
@@ -90,23 +95,13 @@ TABLE = {
         pooler="pooler.dense", layer=_BERT_LAYER, zero_tensors={},
         mlm_head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
                   ("cls.predictions.bias", "cls.predictions.decoder.bias"))),
-    "roberta": Family(
-        name="roberta", keras_hub_backbone="RobertaBackbone",
-        keras_hub_tokenizer="RobertaTokenizer", keras_hub_text_embedder=None,
-        activation="gelu", layer_norm_epsilon=1e-5, positions_after_padding=True,
-        tokenizer_kind="byte_bpe", hf_model_class="RobertaModel",
-        hf_tokenizer_class="RobertaTokenizer", base_prefix="roberta.",
-        embeddings=_EMBEDDINGS, pooler=None, layer=_BERT_LAYER,
-        zero_tensors=_ROBERTA_ZERO_TENSORS, mlm_head=_ROBERTA_MLM_HEAD),
-    "xlm-roberta": Family(
+    "roberta": _ROBERTA,
+    # XLM-R is RoBERTa's architecture with a SentencePiece vocabulary.
+    "xlm-roberta": _ROBERTA._replace(
         name="xlm-roberta", keras_hub_backbone="XLMRobertaBackbone",
         keras_hub_tokenizer="XLMRobertaTokenizer",
-        keras_hub_text_embedder="XLMRobertaTextEmbedder", activation="gelu",
-        layer_norm_epsilon=1e-5, positions_after_padding=True,
-        tokenizer_kind="sentencepiece", hf_model_class="XLMRobertaModel",
-        hf_tokenizer_class="XLMRobertaTokenizer", base_prefix="roberta.",
-        embeddings=_EMBEDDINGS, pooler=None, layer=_BERT_LAYER,
-        zero_tensors=_ROBERTA_ZERO_TENSORS, mlm_head=_ROBERTA_MLM_HEAD),
+        keras_hub_text_embedder="XLMRobertaTextEmbedder", tokenizer_kind="sentencepiece",
+        hf_model_class="XLMRobertaModel", hf_tokenizer_class="XLMRobertaTokenizer"),
     "distilbert": Family(
         name="distilbert", keras_hub_backbone="DistilBertBackbone",
         keras_hub_tokenizer="DistilBertTokenizer", keras_hub_text_embedder=None,
