@@ -16,7 +16,7 @@ from conftest import REPO, TINY_VOCAB
 # number KILL_AT (os.rename or shutil.rmtree, counted in order).
 KILLER = r"""
 import os, shutil, signal, sys
-from tfsent.encoders import loading
+from tfsent.encoders import encoder_dir
 
 new, directory, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 calls = [0]
@@ -33,7 +33,7 @@ tmp = directory + ".tmp-save"  # where save_encoder_dir writes the new version
 shutil.copytree(new, tmp)  # complete, as save_encoder_dir leaves it before the swap
 os.rename = dying(os.rename)
 shutil.rmtree = dying(shutil.rmtree)
-loading._atomic_replace_dir(tmp, directory)
+encoder_dir._atomic_replace_dir(tmp, directory)
 print("finished")
 """
 

@@ -23,15 +23,17 @@ One module per concern:
   buckets.py           bucketed shapes for XLA-compiled encoding
   hf_format.py         Hugging Face / sentence-transformers directories: reading (checked),
                        and a backbone's weights and config under Hugging Face's names
-  loading.py           `load_encoder`, tfsent encoder directories
+  loading.py           `load_encoder`
+  encoder_dir.py       tfsent encoder directories: `save_encoder_dir`, crash recovery
   keras_hub_adapter.py every access to keras-hub internals (classes, private attributes)
 """
 
 from tfsent.encoders.buckets import WIDTH_BUCKETS, call_in_buckets
+from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, save_encoder_dir
 from tfsent.encoders.families import FAMILIES
 from tfsent.encoders.hf_format import hf_config, hf_state_dict
-from tfsent.encoders.loading import (ENCODER_CONFIG_FILE, MINILM_PIP_LINE, SHORT_NAMES,
-                                     load_encoder, resolve_short_name, save_encoder_dir)
+from tfsent.encoders.loading import (MINILM_PIP_LINE, SHORT_NAMES, load_encoder,
+                                     resolve_short_name)
 from tfsent.encoders.model import DROPOUT_SITES, SentenceEncoder, resolve_dropout_rates
 from tfsent.encoders.pooling import POOLINGS, check_pooling, masked_mean, pool
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,

@@ -23,10 +23,14 @@ import os
 
 import numpy as np
 from absl import logging
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.families import FAMILIES, family_of
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
 SAFETENSORS_FILE = "model.safetensors"
@@ -228,8 +232,6 @@ class SafetensorsCheckpoint:
     `shape(name)` without loading. Names are the file's own (prefix included)."""
 
     def __init__(self, directory):
-        from safetensors import safe_open
-
         self.directory = directory
         index = os.path.join(directory, SAFETENSORS_INDEX)
         single = os.path.join(directory, SAFETENSORS_FILE)
@@ -414,9 +416,6 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
     """The tfsent tokenizer of a Hugging Face checkpoint directory (its classic tokenizer
     files, or tokenizer.json for WordPiece / BPE); checks that every id it can produce
     indexes the model's embedding table (vocab_size)."""
-    from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                            SentenceTokenizer)
-
     settings = tokenizer_settings(directory)
     kind = families.TABLE[family].tokenizer_kind
     if kind == "wordpiece":
@@ -538,8 +537,6 @@ def _is_bert_pooler_dense(module_dir, settings):
     the transformer's pooler: tanh, square, and the same weights as `pooler.dense.*` of the
     checkpoint (what tfsent's own export writes for `cls` pooling). Anything else is a head
     tfsent's encoder does not run, so the caller refuses it."""
-    from safetensors.numpy import load_file
-
     if settings.get("pooling") != "cls_before_pooler" or "transformer_dir" not in settings:
         return False
     config = read_json(os.path.join(module_dir, "config.json"))

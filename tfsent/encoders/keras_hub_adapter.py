@@ -22,28 +22,24 @@ tests/test_families_encoders.py::test_forward_equals_keras_hub_backbone say so.
 
 from typing import NamedTuple
 
+import keras_hub
+
 import tfsent.encoders.families as families
 
 
 def backbone_class(family):
     """The keras-hub backbone class of `family`."""
-    import keras_hub  # heavy; imported when a backbone is built
-
     return getattr(keras_hub.models, families.TABLE[family].keras_hub_backbone)
 
 
 def tokenizer_class(family):
     """The keras-hub tokenizer class of `family`."""
-    import keras_hub  # heavy; imported when a tokenizer is built
-
     return getattr(keras_hub.models, families.TABLE[family].keras_hub_tokenizer)
 
 
 def text_embedder_class(family):
     """The keras-hub `TextEmbedder` task class of `family`, or None where keras-hub has
     none."""
-    import keras_hub  # heavy; imported when a task is built
-
     name = families.TABLE[family].keras_hub_text_embedder
     return None if name is None else getattr(keras_hub.models, name)
 
@@ -109,8 +105,6 @@ def transformer_block_parts(layer):
 def load_preset(name, family=None, dtype=None):
     """(family, backbone, keras-hub tokenizer) of a keras-hub preset name or preset
     directory (keras-hub's own format; names download from Kaggle / the HF hub)."""
-    import keras_hub  # heavy; imported when a preset is loaded
-
     kwargs = {"dtype": dtype} if dtype else {}
     if family is None:
         backbone = keras_hub.models.Backbone.from_preset(name, **kwargs)

