@@ -57,7 +57,7 @@ def check_sentences(data_dir):
 
     if data_dir and os.path.exists(os.path.join(data_dir, "STS", "STSBenchmark",
                                                 "sts-test.csv")):
-        from tfsent.evaluation.senteval_data import read_stsbenchmark
+        from tfsent.data.senteval import read_stsbenchmark
 
         a, b, _ = read_stsbenchmark(data_dir, "test")
         return "STS-B test", sorted(set(a) | set(b))
@@ -183,7 +183,7 @@ def check_model(python, workdir):
 
 def check_run(python, workdir):
     """--run mode: the run's SavedModel against its other exports; returns the rows."""
-    from tfsent.export import SavedModelEncoder, resolve_savedmodel_dir
+    from tfsent.serving import SavedModelEncoder, resolve_savedmodel_dir
     from tfsent.publish import EXPORT_INFO_FILE, FORMATS
 
     name, sentences = check_sentences(FLAGS.data_dir)

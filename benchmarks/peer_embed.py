@@ -34,7 +34,8 @@ def _masked_mean(x, mask):
 
 
 def tfsent_pooling(pooling, outputs, mask):
-    """tfsent's poolers (tfsent/encoders/pooling.py, METHODS.md) over transformers' outputs."""
+    """tfsent's poolers (tfsent/encoders/pooling.py, docs/methods.md "Poolings") over
+    transformers' outputs."""
     hidden = outputs.hidden_states  # (embeddings, layer 1, ..., layer L)
     last = outputs.last_hidden_state
     if pooling == "mean":

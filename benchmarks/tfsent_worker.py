@@ -246,7 +246,7 @@ def encode_mode():
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from tfsent.encoders import load_encoder, resolve_short_name
-    from tfsent.export import export_encoder
+    from tfsent.saved_model import export_encoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     n, bs = len(sentences), FLAGS.batch_size
@@ -316,7 +316,7 @@ def serve_mode():
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from tfsent.encoders import load_encoder, resolve_short_name
-    from tfsent.export import export_encoder
+    from tfsent.saved_model import export_encoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)

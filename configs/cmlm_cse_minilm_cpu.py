@@ -1,8 +1,8 @@
-"""CMLM-CSE from minilm-l6 on a CPU (the run reported in the README).
+"""CMLM-CSE from minilm-l6 on a CPU (the run reported in docs/results.md).
 
 (extractor, fusion) = (4, 2): the paper's 8-3 on 12 layers keeps two thirds of the encoder
 as the frozen extractor and a fusioner a quarter as deep; on the 6-layer MiniLM that is 4
-extractor layers and 2 fusion blocks (METHODS.md suggests the same pair), which also keeps
+extractor layers and 2 fusion blocks (docs/methods.md "CMLM-CSE": the same), which also keeps
 the auxiliary network cheap on a CPU. minilm-l6 is a mean-pooled sentence encoder, so the
 sentence embedding h is mean-pooled. mlm_weight is lambda on tfsent's mean scale (both
 losses averaged, where the paper sums them): 0.005 here is the paper's lambda 0.0018 (x 2.84

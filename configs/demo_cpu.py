@@ -4,7 +4,7 @@ These fields equal the built-in run defaults (`python -m tfsent.train --method=N
 --config); the file exists to be copied and edited. Everything else (learning rate, steps,
 batch size, evaluation schedule, pooling, temperature, training data) is left to each method's demo
 defaults (`tfsent/methods/__init__.py`, chosen so the demo's export keeps minilm-l6's STS-B
-and SICK-R test scores; README, "No-flag runs"): setting it here would override those for
+and SICK-R test scores; docs/results.md, "No-flag runs"): setting it here would override those for
 every method.
 """
 

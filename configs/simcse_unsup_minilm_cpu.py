@@ -1,4 +1,4 @@
-"""Unsupervised SimCSE from minilm-l6 on a CPU (the run reported in the README).
+"""Unsupervised SimCSE from minilm-l6 on a CPU (the run reported in docs/results.md).
 
 minilm-l6 is already a mean-pooled sentence encoder, so training and export keep `mean`
 pooling (switching to [CLS] would throw its training away).

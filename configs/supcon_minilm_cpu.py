@@ -16,7 +16,7 @@ def get_config():
         "batch_size": 64,
         "steps": 150,
         "eval_every": 50,
-        "first_eval_step": 0,              # select among steps 50/100/150 only: the README
+        "first_eval_step": 0,              # select among steps 50/100/150 only: docs/results.md
                                            # compares objectives, not 10 warmup steps
         "learning_rate": 2e-5,
         "warmup_ratio": 0.1,

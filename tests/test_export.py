@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import REPO, minilm_or_skip, serve_in_fresh_process
 from tfsent.encoders import load_encoder
-from tfsent.export import export_encoder, list_versions
+from tfsent.saved_model import export_encoder, list_versions
 
 SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",
              "word " * 400, "Two dogs run through a snowy field."]
@@ -73,11 +74,28 @@ def test_saved_model_cli_lists_both_signatures(minilm_export):
 def test_versions_and_no_partial_directory(tmp_path, tiny_encoder_dir):
     enc = load_encoder(tiny_encoder_dir)
     export_dir = str(tmp_path / "exports")
-    os.makedirs(os.path.join(export_dir, ".tmp-export-7-999"))  # leftover of a crash
-    assert export_encoder(enc, export_dir).endswith(os.sep + "1")
-    assert export_encoder(enc, export_dir, pooling="cls_before_pooler").endswith(os.sep + "2")
-    assert list_versions(export_dir) == [1, 2]
-    assert sorted(os.listdir(export_dir)) == ["1", "2"]  # leftover cleaned, nothing partial
+    # Leftovers: a killed export's marked staging folder (removed by the next export), an
+    # unmarked folder and a live process's export in progress (both left alone).
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        for version, pid in ((7, dead.pid), (8, live.pid)):
+            stage = os.path.join(export_dir, f".{version}.tfsent-staging-{pid}")
+            os.makedirs(os.path.join(stage, "new"))
+            with open(os.path.join(stage, "tfsent-staging.json"), "w") as f:
+                json.dump({"tfsent": 1, "target": str(version), "pid": pid,
+                           "host": socket.gethostname()}, f)
+        os.makedirs(os.path.join(export_dir, ".tmp-export-7-999"))  # not tfsent's marker
+        assert export_encoder(enc, export_dir).endswith(os.sep + "1")
+        assert export_encoder(enc, export_dir, pooling="cls_before_pooler").endswith(
+            os.sep + "2")
+        assert list_versions(export_dir) == [1, 2]
+        assert sorted(os.listdir(export_dir)) == [
+            f".8.tfsent-staging-{live.pid}", ".tmp-export-7-999", "1", "2"]
+    finally:
+        live.kill()
+        live.wait()
     meta = json.load(open(os.path.join(export_dir, "2", "assets.extra",
                                        "tfsent_export.json")))
     assert meta["pooling"] == "cls_before_pooler"
@@ -136,7 +154,7 @@ def test_call_in_buckets_shapes():
 def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):
     """encode([]) -> (0, D) like SentenceEncoder.encode([]); D is the served embedding's
     width, a head's output width included."""
-    from tfsent.export import SavedModelEncoder
+    from tfsent.serving import SavedModelEncoder
     from tfsent.layers.heads import MLPEncoder
 
     enc = load_encoder(tiny_encoder_dir)

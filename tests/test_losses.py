@@ -1,6 +1,7 @@
-"""Losses against independent NumPy transcriptions of METHODS.md and hand-computed cases.
+"""Losses against NumPy transcriptions of docs/methods.md and hand-computed cases.
 
-The NumPy references below are written from the formulas in METHODS.md ("Shared pieces"),
+The NumPy references below are written from the formulas in docs/methods.md ("InfoNCE and
+NT-Xent", "CMLM-CSE"),
 not from tfsent/losses.py: cos = x.y / (|x| |y|), cross-entropy = logsumexp(row) - row[label].
 """
 

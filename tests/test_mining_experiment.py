@@ -1,4 +1,4 @@
-"""tools/mining_experiment.py: the pairs and random-negative files behind the README's table."""
+"""tools/mining_experiment.py: the pairs and random-negative files behind the table in docs/training.md."""
 
 import os
 

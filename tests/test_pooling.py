@@ -34,7 +34,7 @@ def tokenizer(pad_to_max_length=True, max_seq_length=MAX_LEN, **kwargs):
 
 
 # --------------------------------------------------------------------------------------
-# NumPy poolers, from METHODS.md "Shared pieces"
+# NumPy poolers, from docs/methods.md "Poolings"
 # --------------------------------------------------------------------------------------
 
 def np_masked_mean(x, m):

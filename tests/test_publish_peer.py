@@ -97,7 +97,7 @@ def clsr_run(tmp_path_factory, tiny_encoder_dir):
 
 
 def _served(run_dir, sentences):
-    from tfsent.export import SavedModelEncoder
+    from tfsent.serving import SavedModelEncoder
 
     return SavedModelEncoder(os.path.join(run_dir, "export")).encode(sentences)
 

@@ -15,7 +15,8 @@ from conftest import REPO, SHARED_DATA, shared_data_or_skip
 from tfsent import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.export import SavedModelEncoder, export_encoder
+from tfsent.saved_model import export_encoder
+from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["a man plays the guitar .", "the dog runs in the park .", "",
              "a woman rides a red bike", "the cat sleeps on the mat", "the child reads a book"]

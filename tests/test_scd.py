@@ -1,6 +1,6 @@
 """SCD: per-view dropout rates, the loss against NumPy and a hand case, global batch, XLA.
 
-The NumPy reference of the loss is written from METHODS.md ("SCD"), not from
+The NumPy reference of the loss is written from docs/methods.md ("SCD"), not from
 tfsent/losses.py.
 """
 
@@ -165,7 +165,7 @@ def test_scd_views_use_rate_a_then_rate_b_at_every_site():
 # --------------------------------------------------------------------------------------
 
 def np_scd_loss(h_a, h_b, p_a, p_b, tau, alpha, beta, lambd, eps=1e-5):
-    """METHODS.md "SCD", in float64 loops:
+    """docs/methods.md "SCD", in float64 loops:
     L_S = mean_i cos(h_A_i, h_B_i) / tau;
     bn = per-feature (x - mean) / sqrt(biased var + eps) over the batch, no scale/offset;
     C = bn(p_A)^T bn(p_B) / B;

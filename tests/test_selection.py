@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB
-from tfsent.callbacks import BestEncoderKeeper, DivergenceGuard, NanGuard
+from tfsent.callbacks import DivergenceGuard, NanGuard
+from tfsent.selection import BestEncoderKeeper
 from tfsent.data import pipelines, readers
 from tfsent.testing import tiny_encoder
 

@@ -149,7 +149,7 @@ def test_readme_example_runs(tmp_path):
     """The README's model.fit example, executed as written."""
     minilm_or_skip()
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    start = readme.index("```python\n", readme.index("## Use it from your own Keras code"))
+    start = readme.index("```python\n", readme.index("### Keras `fit`"))
     code = readme[start + len("```python\n"):readme.index("```", start + 10)]
     namespace = {}
     cwd = os.getcwd()

@@ -2,6 +2,9 @@
 
 Importing tfsent registers every method, layer and callback with Keras (package "tfsent"),
 so `keras.saving.load_model` restores them.
+
+The seven stages and where each lives (read data, build the encoder, method loss, train
+loop, select, export, serve): docs/architecture.md.
 """
 
 __version__ = "0.1.0"

@@ -23,11 +23,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tfsent.selection import BestEncoderKeeper, finite as _finite, step_of as _step  # noqa: F401
+
 GEOMETRY_KEYS = ("alignment", "uniformity", "random_pair_cosine")
-
-
-def _finite(x):
-    return x is not None and math.isfinite(float(x))
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -101,62 +99,6 @@ class STSDevEvaluation(keras.callbacks.Callback):
                 "scores": self.scores.tolist(), "prefix": self.prefix,
                 "batch_size": self.batch_size, "max_seq_length": self.max_seq_length,
                 "use_head": self.use_head}
-
-
-def _step(model):
-    return int(model.optimizer.iterations.numpy())
-
-
-class BestEncoderKeeper(keras.callbacks.Callback):
-    """The CLI's model selection: keeps the weights of the best `monitor` score in the run
-    directory (`tfsent.training.RunState`: best/model.weights.h5 + best.json) and logs one
-    line per evaluation.
-
-    The starting encoder is a candidate: `baseline` (its step-0 score) is the first best,
-    so "best" in the log means the best of the start and every trained evaluation. Only
-    trained weights are written to best/ (the starting weights are kept apart by the CLI);
-    `trained_best()` tells whether any evaluation beat the start. A NaN score is logged
-    and never best.
-    """
-
-    def __init__(self, state, evaluation, name="dev", baseline=None, history=None):
-        super().__init__()
-        self.state = state
-        self.evaluation = evaluation
-        self.name = name
-        self.baseline = baseline
-        self.history = history if history is not None else []
-
-    def best(self):
-        """(score, step) of the best candidate so far, the starting encoder included."""
-        score, step = self.state.best()
-        if self.baseline is not None and (score is None or not score > self.baseline):
-            return self.baseline, 0
-        return score, step
-
-    def consider(self, report, step):
-        """Records an evaluation at `step`; saves the weights if it is the best trained
-        one. Returns True when it is the best candidate so far (start included)."""
-        score = report["spearman"]
-        trained, _ = self.state.best()
-        if _finite(score) and (trained is None or score > trained):
-            self.state.save_best(score, step, {"pearson": report["pearson"]})
-        best, best_step = self.best()
-        improved = _finite(score) and best_step == step
-        self.history.append({"step": step, **report})
-        if not _finite(score):
-            logging.warning("step %d: %s spearman is %s (all cosines equal?): never the "
-                            "best; counted by the divergence guard", step, self.name, score)
-        logging.info("step %d: %s spearman %.2f pearson %.2f (best %.2f at step %d)%s; "
-                     "alignment %.3f uniformity %.3f random-pair cosine %.3f", step,
-                     self.name, score, report["pearson"], best, best_step,
-                     " new best" if improved else "", report["alignment"],
-                     report["uniformity"], report["random_pair_cosine"])
-        return improved
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.evaluation.last_report is not None:
-            self.consider(self.evaluation.last_report, _step(self.model))
 
 
 class RunCheckpoint(keras.callbacks.Callback):

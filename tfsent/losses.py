@@ -206,7 +206,7 @@ def batch_standardize(x, epsilon=1e-5):
 
 def scd_loss(h_a, h_b, p_a, p_b, temperature=0.05, alpha=1.0, beta=0.005225, lambd=0.012,
              epsilon=1e-5):
-    """SCD's objective (METHODS.md "SCD"). Returns (L, L_S, L_C), float32 scalars.
+    """SCD's objective (docs/methods.md "SCD"). Returns (L, L_S, L_C), float32 scalars.
 
     h_a, h_b: (B, H) pooled embeddings of the low- and high-dropout views.
     p_a, p_b: (B, W) projector outputs of h_a and h_b.

@@ -34,12 +34,14 @@ positives excluded, filters) are counted in a warning and written with what they
 """
 
 import os
-import sys
 
 import numpy as np
-from absl import logging
+from absl import app, flags, logging
 
+from tfsent import cli, fsio
+from tfsent.data.readers import read_sentences, read_tsv_rows
 from tfsent.errors import ConfigError, InputError
+from tfsent.serving import load_any
 
 OUTPUT_FORMATS = ("triplet", "n-tuple")
 
@@ -181,8 +183,6 @@ def shortfall_report(masks, selected, n):
 def read_pairs(path):
     """`anchor<TAB>positive` per line -> list of (anchor, positive); a malformed row raises
     InputError naming the file and line."""
-    from tfsent.data.readers import read_tsv_rows
-
     pairs = read_tsv_rows(path, ("anchor", "positive"))
     if not pairs:
         raise InputError("no (anchor, positive) pairs (the file is empty or blank)", path=path)
@@ -355,21 +355,14 @@ def format_rows(pairs, negatives, output_format, num_negatives):
 
 
 def write_rows(path, rows):
-    """Writes tab-separated rows to `path` atomically (a temporary file renamed)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write("\t".join(row) + "\n")
-    os.replace(tmp, path)
+    """Writes tab-separated rows to `path` atomically (a temporary file, fsynced, renamed)."""
+    fsio.write_file_atomic(path, "".join("\t".join(row) + "\n" for row in rows)
+                           .encode("utf-8"))
 
 
 # -- CLI ------------------------------------------------------------------------------------
 def _mine_from_flags():
-    from absl import flags
-
-    from tfsent.data.readers import read_sentences
-    from tfsent.evaluate import load_any
-
+    """Checks the flags and inputs, loads --model, mines, writes --out; returns the rows."""
     FLAGS = flags.FLAGS
     if not FLAGS.pairs:
         raise ConfigError("--pairs is required (a file of anchor<TAB>positive lines)")
@@ -383,6 +376,8 @@ def _mine_from_flags():
     out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
     if not os.path.isdir(out_dir):
         raise InputError("the directory of --out does not exist", path=out_dir)
+    fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite,
+                        inputs=[FLAGS.pairs, FLAGS.corpus])
     pairs = read_pairs(FLAGS.pairs)
     corpus = read_sentences(FLAGS.corpus) if FLAGS.corpus else None
     source = f"--corpus={FLAGS.corpus}" if FLAGS.corpus else f"the positives of {FLAGS.pairs}"
@@ -411,25 +406,12 @@ def _mine_from_flags():
 def main(argv):
     """CLI entry point: mine, write --out, print a one-line summary (a bad flag or input:
     `error: ...` on stderr, exit status 2)."""
-    from absl import app, flags
-
-    from tfsent.errors import TfsentError
-
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    try:
-        rows = _mine_from_flags()
-    except TfsentError as e:
-        logging.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    FLAGS = flags.FLAGS
-    print(f"wrote {len(rows)} {FLAGS.output_format} rows to {FLAGS.out}")
+    rows = cli.run_command(_mine_from_flags, argv)
+    print(f"wrote {len(rows)} {flags.FLAGS.output_format} rows to {flags.FLAGS.out}")
 
 
 def _define_flags():
-    from absl import flags
-
+    """The command's flags (defined only when it runs as a command)."""
     flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint or tfsent "
                         "directory, minilm-l6, or an exported SavedModel directory.")
     flags.DEFINE_string("pooling", None, "Pooling (default: the model directory's, else mean).")
@@ -438,7 +420,9 @@ def _define_flags():
     flags.DEFINE_string("pairs", None, "anchor<TAB>positive per line.")
     flags.DEFINE_string("corpus", None, "Candidate sentences, one per line (default: the "
                         "positives of --pairs).")
-    flags.DEFINE_string("out", None, "Output .tsv.")
+    flags.DEFINE_string("out", None, "Output .tsv (a new file; never one of the inputs).")
+    flags.DEFINE_bool("overwrite", False, "Replace --out if it exists (never --pairs or "
+                      "--corpus).")
     flags.DEFINE_integer("num_negatives", 3, "Negatives per pair.")
     flags.DEFINE_integer("range_min", 0, "Skip this many of the most similar candidates.")
     flags.DEFINE_integer("range_max", None, "Consider only candidates ranked below this "
@@ -458,7 +442,5 @@ def _define_flags():
 
 
 if __name__ == "__main__":
-    from absl import app
-
     _define_flags()
     app.run(main)

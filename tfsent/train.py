@@ -11,15 +11,36 @@ interruption resumes from the last checkpoint. See `tfsent.config` for every fie
 
 import math
 import os
+import shutil
 import sys
 import time
 
+import keras
+import tensorflow as tf
 from absl import app, flags, logging
+
+from tfsent import cli, distribute
+from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
+                              RunCheckpoint, STSDevEvaluation, Throughput)
+from tfsent.data.readers import read_dev_pairs, read_nli_pairs
+from tfsent.errors import ConfigError, TrainingError
+from tfsent.evaluation import align_uniform
+from tfsent.evaluation.runner import run_tasks
+from tfsent.methods import get_method
+from tfsent.publish import export_run_formats
+from tfsent.saved_model import export_encoder
+from tfsent.selection import BestEncoderKeeper, choose_export, dev_name
+from tfsent.training import (RunState, _write_json_atomic, prepare_run_dir, read_json,
+                             run_finished, sts_dev_score)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", None, "Objective: simcse_unsup, simcse_sup, cmlm_cse, ...")
 flags.DEFINE_string("config", None, "Recipe file (configs/*.py) defining get_config().")
-flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>).")
+flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>). A folder "
+                    "holding an unfinished run with the same config resumes it; one with "
+                    "another config, or not a tfsent run, is refused.")
+flags.DEFINE_bool("overwrite", False, "Discard the earlier run in --output_dir (its "
+                  "checkpoints, exports and metrics) and train anew.")
 flags.DEFINE_multi_string("config_override", [], "FIELD=VALUE (same as --config.FIELD=VALUE).")
 
 
@@ -147,10 +168,12 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
 class Run:
     """The state one training run passes between its steps (see `run`)."""
 
-    def __init__(self, method, config, output_dir):
+    def __init__(self, method, config, output_dir, overwrite=False):
         self.method = method
         self.config = config
         self.output_dir = output_dir
+        self.overwrite = overwrite
+        self.status = None  # "new" | "resume" | "finished" (tfsent.training.prepare_run_dir)
         self.spec = None
         self.strategy = None
         self.chief = True
@@ -167,14 +190,23 @@ class Run:
         self.metrics_path = os.path.join(output_dir, "metrics.json")
 
 
-def run(method, config, output_dir):
+def run(method, config, output_dir, overwrite=False):
     """Trains, selects, exports. Returns the metrics dict written to metrics.json.
 
-    Five named steps: `resolve_run` (strategy, roles, data), `build_run` (encoder, method,
-    optimizer), `restore_run` (resume or score the starting encoder), `fit_run` (Keras fit
-    with the callbacks of `tfsent.callbacks`), `finalize_run` (selection, export)."""
-    r = Run(method, config, output_dir)
+    Five named steps: `resolve_run` (strategy, roles, data, the run directory's status),
+    `build_run` (encoder, method, optimizer), `restore_run` (resume or score the starting
+    encoder), `fit_run` (Keras fit with the callbacks of `tfsent.callbacks`),
+    `finalize_run` (selection, export). A run already finished in `output_dir` with the
+    same config is reported, not repeated; `overwrite` discards an earlier run there."""
+    r = Run(method, config, output_dir, overwrite)
     resolve_run(r)
+    if r.status == "finished":
+        metrics = read_json(r.metrics_path, {})
+        logging.info("the run in %s has already finished", output_dir)
+        print(f"already finished: {output_dir} holds this run's export {metrics['export']} "
+              f"(step {metrics.get('steps')}); to train again choose a new --output_dir "
+              f"or pass --overwrite")
+        return metrics
     build_run(r)
     restore_run(r)
     guards = fit_run(r)
@@ -185,16 +217,9 @@ def run(method, config, output_dir):
 
 
 def resolve_run(r):
-    """Strategy, mixed precision, the worker's role and directory, the data and the steps."""
-    import keras
-    import tensorflow as tf
-
-    from tfsent import distribute
-    from tfsent.data.readers import read_dev_pairs
-    from tfsent.errors import ConfigError
-    from tfsent.methods import get_method
-    from tfsent.training import _write_json_atomic
-
+    """Strategy, mixed precision, the worker's role and directory, the data and the steps.
+    Everything that can be refused (bad data, an output folder holding something else) is
+    refused here, before the run writes a file or loads a model."""
     config = r.config
     r.spec = get_method(r.method)
     if config.cpu_replicas:
@@ -206,25 +231,42 @@ def resolve_run(r):
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
     replicas = r.strategy.num_replicas_in_sync
+    if config.batch_size % replicas:
+        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
+                          f"{replicas} replicas")
+    _check_encoder_source(config.encoder)
+    r.examples = load_training_data(r.spec, config)
+    if not len(r.examples):
+        raise ConfigError(f"train_data={config.train_data!r} holds no training examples "
+                          f"for {r.method} (data kind {r.spec.data_kind})")
+    r.steps = total_steps(config, len(r.examples))
+    r.dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
+    if r.chief:
+        r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method), r.overwrite)
+    else:  # the chief judges the folder; a worker only follows a finished run
+        r.status = "finished" if run_finished(r.output_dir) else "resume"
+    if r.status == "finished":
+        return
     if not r.chief:
         r.write_dir = os.path.join(r.output_dir, ".workers", f"worker-{r.task_id}")
     os.makedirs(r.write_dir, exist_ok=True)
     if r.chief:
         _write_json_atomic(os.path.join(r.output_dir, "config.json"),
                            dict(config, method=r.method))
-    if config.batch_size % replicas:
-        raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
-                          f"{replicas} replicas")
     if r.jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
         logging.info("jit_compile off: XLA on CPU cannot place variables across %d replicas",
                      replicas)
         r.jit = False
-    r.examples = load_training_data(r.spec, config)
-    r.steps = total_steps(config, len(r.examples))
-    r.dev_pairs = read_dev_pairs(config.eval_data, config.eval_data_dir)
+
+
+def _check_encoder_source(encoder):
+    """Refuses an `encoder` path that does not exist (a name without a path separator is a
+    preset or short name, checked when it loads)."""
+    if (os.sep in encoder or encoder.startswith(".")) and not os.path.exists(encoder):
+        raise ConfigError(f"encoder={encoder!r}: no such file or folder")
 
 
 def build_run(r):
@@ -236,8 +278,6 @@ def build_run(r):
 def restore_run(r):
     """Resumes from the last checkpoint, or (a new run) scores the starting encoder on the
     dev set and keeps its weights: it is the first candidate of dev selection."""
-    from tfsent.training import RunState, _write_json_atomic, read_json, sts_dev_score
-
     config = r.config
     r.state = RunState(r.output_dir, r.model, r.optimizer, write_dir=r.write_dir)
     r.start_step = r.state.restore()
@@ -265,18 +305,11 @@ def restore_run(r):
 
 def fit_run(r):
     """Keras fit with the CLI's callbacks; returns (nan_guard, divergence_guard)."""
-    import keras
-    import tensorflow as tf
-
-    from tfsent.callbacks import (BestEncoderKeeper, DevTensorBoard, DivergenceGuard,
-                                  EarlyDevCheck, NanGuard, RunCheckpoint, STSDevEvaluation,
-                                  Throughput)
-
     config = r.config
     tb_dir = os.path.join(r.write_dir, "tb")
     r.writer = tf.summary.create_file_writer(tb_dir)
     history = r.metrics.setdefault("dev_history", [])
-    name = _dev_name(config.eval_data)
+    name = dev_name(config.eval_data)
     start = r.metrics.get("dev_before", {})
     nan_guard = NanGuard(config.max_grad_norm)
     throughput = Throughput(config.batch_size)
@@ -320,9 +353,6 @@ def fit_run(r):
 def finalize_run(r, nan_guard, guard):
     """Stops on a divergence; otherwise picks the export (best checkpoint, or the starting
     encoder when nothing beat it), exports, saves the encoder directory, reports."""
-    from tfsent.export import export_encoder
-    from tfsent.training import _write_json_atomic
-
     config, metrics, state = r.config, r.metrics, r.state
     final_step = int(r.optimizer.iterations.numpy())
     metrics["steps"] = final_step
@@ -332,8 +362,6 @@ def finalize_run(r, nan_guard, guard):
     if guard.reason is not None:
         metrics["divergence_guard"] = f"{guard.reason} at step {guard.stopped_step}"
     if not r.chief:
-        import shutil
-
         r.writer.close()
         shutil.rmtree(r.write_dir, ignore_errors=True)
         logging.info("worker %d done at step %d (the chief exports)", r.task_id, final_step)
@@ -341,7 +369,9 @@ def finalize_run(r, nan_guard, guard):
     history = metrics.get("dev_history", [])
     if history:
         metrics["dev_final"] = {k: v for k, v in history[-1].items() if k != "step"}
-    head, exported = _choose_export(r)
+    head, exported = choose_export(r.state, r.model,
+                                   metrics.get("dev_before", {}).get("spearman"),
+                                   config.export_if_worse, metrics)
     export_step = exported["step"] if exported["step"] is not None else final_step
     export_path = export_encoder(r.encoder, os.path.join(r.output_dir, "export"),
                                  pooling=r.model.export_pooling, head=head,
@@ -351,8 +381,6 @@ def finalize_run(r, nan_guard, guard):
     metrics["export"] = export_path
     metrics["exported"] = exported
     if config.export_formats != "saved_model":  # issue #17: other ecosystems' formats
-        from tfsent.publish import export_run_formats
-
         metrics["exports"] = export_run_formats(
             r.encoder, r.output_dir, config.export_formats, pooling=r.model.export_pooling,
             head=head, max_seq_length=config.eval_max_seq_length,
@@ -365,8 +393,6 @@ def finalize_run(r, nan_guard, guard):
     if config.get("report_geometry") and config.eval_data_dir:
         metrics["geometry_after"] = _geometry(r.model, config, use_head=head is not None)
     if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
-        from tfsent.data.readers import read_nli_pairs
-
         rows = read_nli_pairs(config.train_data, config.nli_eval_split)
         acc = r.model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
         metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
@@ -377,44 +403,6 @@ def finalize_run(r, nan_guard, guard):
     logging.info("exported the %s (dev spearman %s, step %s): %s", exported["which"],
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
     return metrics
-
-
-def _choose_export(r):
-    """Loads the weights to export into the model; returns (export head, record) where the
-    record says which weights were exported and why (metrics.json "exported")."""
-    best, best_step = r.state.best()
-    start = r.metrics.get("dev_before", {}).get("spearman")
-    start_ok = start is not None and math.isfinite(start) and os.path.exists(
-        r.state.start_weights)
-    if best is None and not start_ok:
-        logging.warning("no dev evaluation completed; exporting the current weights")
-        return r.model.export_head, {"which": "final weights", "score": None, "step": None,
-                                     "why": "no dev evaluation completed"}
-    r.metrics["dev_best"] = {"spearman": best, "step": best_step}
-    if best is not None and (not start_ok or best > start):
-        r.state.load_best()
-        why = (f"dev spearman {best:.2f} at step {best_step} beat the starting encoder's "
-               f"{start:.2f}" if start_ok else "the best dev evaluation")
-        return r.model.export_head, {"which": "best checkpoint", "score": best,
-                                     "step": best_step, "why": why}
-    if best is not None and r.config.export_if_worse:
-        r.state.load_best()
-        logging.warning("no checkpoint beat the starting encoder on dev (best %.2f at step "
-                        "%d <= %.2f before training); exporting the best checkpoint anyway "
-                        "(export_if_worse=true)", best, best_step, start)
-        return r.model.export_head, {
-            "which": "best checkpoint", "score": best, "step": best_step,
-            "why": f"export_if_worse=true, although it is worse than the starting encoder "
-                   f"({best:.2f} <= {start:.2f})"}
-    r.state.load_start()
-    trained = (f"the best checkpoint scored {best:.2f} at step {best_step}"
-               if best is not None else "no trained checkpoint was evaluated")
-    logging.warning("no checkpoint beat the starting encoder on dev (%.2f before training; "
-                    "%s): exporting the STARTING encoder, unchanged, so nothing is lost. "
-                    "Set --config.export_if_worse=true to export the best checkpoint "
-                    "instead, or try a lower learning_rate.", start, trained)
-    return None, {"which": "starting encoder", "score": start, "step": 0,
-                  "why": f"no checkpoint beat it ({trained})"}
 
 
 def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
@@ -458,11 +446,6 @@ def _cached_pair_dataset(config, encoder, pairs, skip_batches, output_dir):
 def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
     """Records a divergence (non-finite loss, exploding gradients) and raises TrainingError:
     no export, the best weights and the last good checkpoint stay as they were."""
-    import tensorflow as tf
-
-    from tfsent.errors import TrainingError
-    from tfsent.training import _write_json_atomic
-
     metrics["stopped"] = f"{reason} at step {failed_step}"
     if metrics_path:
         _write_json_atomic(metrics_path, metrics)
@@ -479,10 +462,6 @@ def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
 
 def _split_cpu(n):
     """Splits the CPU into n logical devices (so `mirrored` has n replicas on one CPU)."""
-    import tensorflow as tf
-
-    from tfsent.errors import ConfigError
-
     cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(
@@ -492,16 +471,8 @@ def _split_cpu(n):
                           f"in this process ({e})") from None
 
 
-def _dev_name(eval_data):
-    if eval_data in ("demo", "stsb", "sickr"):
-        return f"{eval_data}_dev"
-    return os.path.splitext(os.path.basename(eval_data))[0] + "_dev"
-
-
 def _geometry(model, config, use_head=True):
     """Alignment / uniformity (Wang and Isola) on STS-B test, logged and returned."""
-    from tfsent.evaluation import align_uniform
-
     result = align_uniform(
         lambda s: model.encode(s, batch_size=128, max_seq_length=config.eval_max_seq_length,
                                use_head=use_head), config.eval_data_dir)
@@ -511,8 +482,7 @@ def _geometry(model, config, use_head=True):
 
 
 def _evaluate_tasks(model, config):
-    from tfsent.evaluate import run_tasks
-
+    """The run's `test_tasks` on the exported weights (needs eval_data_dir)."""
     if not config.eval_data_dir:
         logging.warning("test_tasks needs eval_data_dir; skipped")
         return {}
@@ -521,22 +491,15 @@ def _evaluate_tasks(model, config):
 
 
 def main(argv):
-    """absl entry point."""
-    from tfsent.errors import TfsentError
-
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not FLAGS.method:
-        raise app.UsageError("--method is required, e.g. --method=cmlm_cse")
-    overrides = list(FLAGS.config_override) + _OVERRIDES
-    try:
+    """absl entry point: a bad flag, field or input prints `error: ...`, exit status 2."""
+    def body():
+        overrides = list(FLAGS.config_override) + _OVERRIDES
         config = resolve_config(FLAGS.method, FLAGS.config, overrides)
         output_dir = FLAGS.output_dir or os.path.join("runs", FLAGS.method)
-        run(FLAGS.method, config, output_dir)
-    except TfsentError as e:
-        logging.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        run(FLAGS.method, config, output_dir, overwrite=FLAGS.overwrite)
+
+    cli.run_command(body, argv, required=[
+        (FLAGS.method, "--method is required, e.g. --method=cmlm_cse")])
 
 
 _OVERRIDES = []

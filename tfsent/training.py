@@ -1,24 +1,40 @@
 """Training machinery shared by all methods: LR schedules, dev scoring, run-directory state
-(the Keras callbacks built on them are in `tfsent.callbacks`).
+(the Keras callbacks built on them are in `tfsent.callbacks`; selection in
+`tfsent.selection`).
 
 Run directory layout (`output_dir`):
-  checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every steps
-  best/          encoder weights of the best dev score so far + best.json (score, step)
+  config.json    the run's full config (with "method"); a rerun must match it to resume
+  checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every
+                 steps, the last two kept
+  start/         the starting encoder's weights + start.json (its dev score)
+  best/          weights of the best trained dev score so far + best.json (score, step)
   tb/            TensorBoard logs
-  export/<v>/    SavedModel of the best (or final) encoder
-  metrics.json   dev metrics before training, best and final; steps; examples/s
-Every file is written to a temporary name and renamed, so an interrupted run leaves the
-previous state readable and a rerun of the same command resumes.
+  export/<v>/    SavedModel of the exported weights (best, or the start when nothing beat it)
+  export_<format>/<v>/  other formats (export_formats)
+  encoder/       the trained encoder as a tfsent encoder directory (no head on top)
+  .workers/      other workers' private checkpoints under multi-worker training
+  metrics.json   dev metrics before training, best and final; steps; examples/s; export
+Every file is written to a temporary name, flushed and renamed (`tfsent.fsio`), so an
+interrupted run leaves the previous state readable and a rerun of the same command
+resumes. `prepare_run_dir` decides, before anything is written, whether a folder holds
+a new, a resumable or a finished run, and refuses a folder that is not a tfsent run or
+holds a run of another config.
 """
 
 import json
 import math
 import os
+import shutil
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+from tfsent import fsio
+from tfsent.errors import ConfigError
+from tfsent.evaluation.geometry import pair_geometry
+from tfsent.evaluation.sts import correlations
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -72,10 +88,13 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def _write_json_atomic(path, obj):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    fsio.write_file_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+def _first_line(error):
+    """The first line of an exception's message (TensorFlow's run to many lines)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def read_json(path, default=None):
@@ -102,9 +121,6 @@ def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=No
     fifth of the gold range), "uniformity" and "random_pair_cosine" (over the distinct
     dev sentences), and "sentences"/"embeddings" (the distinct sentences and their rows).
     """
-    from tfsent.evaluation.geometry import pair_geometry
-    from tfsent.evaluation.sts import correlations
-
     unique = list(dict.fromkeys(list(sents1) + list(sents2)))
     emb = dev_embeddings(model, unique, batch_size, max_seq_length, use_head)
     index = {s: i for i, s in enumerate(unique)}
@@ -151,10 +167,7 @@ def write_projector_snapshot(log_dir, name, sentences, embeddings, max_points=10
 
 
 def _write_text_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    fsio.write_file_atomic(path, text.encode("utf-8"))
 
 
 class RunState:
@@ -180,7 +193,13 @@ class RunState:
         latest = tf.train.latest_checkpoint(os.path.join(self.output_dir, "checkpoints"))
         if latest is None:
             return 0
-        self.checkpoint.restore(latest).expect_partial()
+        try:
+            self.checkpoint.restore(latest).expect_partial()
+        except (tf.errors.OpError, ValueError, AssertionError) as e:
+            raise ConfigError(
+                f"cannot resume from checkpoint {latest}: it does not fit this model "
+                f"({_first_line(e)}). The run directory was written by another model or "
+                f"config: choose a new --output_dir, or pass --overwrite.") from None
         if self.write_dir != self.output_dir:  # start from the chief's best score too
             chief_best = read_json(os.path.join(self.output_dir, "best", "best.json"))
             if chief_best is not None:
@@ -203,7 +222,7 @@ class RunState:
         final = os.path.join(self.best_dir, "model.weights.h5")
         tmp = os.path.join(self.best_dir, "model.tmp.weights.h5")
         self.model.save_weights(tmp)
-        os.replace(tmp, final)
+        fsio.commit_file(tmp, final)
         _write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
 
     @property
@@ -217,7 +236,7 @@ class RunState:
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, "model.tmp.weights.h5")
         self.model.save_weights(tmp)
-        os.replace(tmp, self.start_weights)
+        fsio.commit_file(tmp, self.start_weights)
         _write_json_atomic(os.path.join(folder, "start.json"), {"score": score, "step": 0})
 
     def load_start(self):
@@ -234,3 +253,98 @@ class RunState:
             return False
         self.model.load_weights(path)
         return True
+
+
+# --------------------------------------------------------------------------------------
+# The run directory: whose it is, and whether a run in it is new, resumed or finished
+# --------------------------------------------------------------------------------------
+
+RUN_CONFIG_FILE = "config.json"
+# What a run writes inside its output_dir (`--overwrite` removes exactly these).
+# (`export_<format>/` folders of other export formats are a run's too.)
+RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", ".workers",
+               "metrics.json", RUN_CONFIG_FILE)
+# Fields that change what a run logs or writes after training, not what it trains: a
+# resumed run may change them.
+RESUME_FREE_FIELDS = frozenset({"projector_every", "projector_points", "test_tasks",
+                                "report_geometry", "export_formats", "tpu"})
+
+
+def _json_normal(value):
+    return json.loads(json.dumps(value))
+
+
+def read_run_config(output_dir):
+    """The config.json of a tfsent run in `output_dir`, or None when there is none. A
+    config.json that tfsent did not write (no "method" and "train_data", e.g. a Hugging
+    Face checkpoint's) raises ConfigError: that folder is not a run directory."""
+    path = os.path.join(output_dir, RUN_CONFIG_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--output_dir={output_dir}: {path} is not a tfsent run config "
+                          f"({e}); choose a new folder") from None
+    if not isinstance(stored, dict) or "method" not in stored or "train_data" not in stored:
+        raise ConfigError(f"--output_dir={output_dir} holds a config.json that tfsent did not "
+                          f"write (a model checkpoint's?); a run would overwrite it: choose "
+                          f"a new folder")
+    return stored
+
+
+def config_differences(stored, config):
+    """[(field, stored value, new value)] of the fields that change a run's result
+    (all but RESUME_FREE_FIELDS; fields the stored config lacks are not compared)."""
+    new = _json_normal(config)
+    return [(k, stored[k], new[k]) for k in sorted(new)
+            if k in stored and k not in RESUME_FREE_FIELDS and stored[k] != new[k]]
+
+
+def prepare_run_dir(output_dir, config, overwrite=False):
+    """Decides what a run in `output_dir` does before anything is written there.
+
+    Returns "new" (empty or missing folder), "resume" (a run with the same config that
+    has not finished) or "finished" (the same config, already exported: nothing to do).
+    Raises ConfigError when the folder is not empty and holds no tfsent run, or holds a
+    run whose config differs (the message lists the fields and the ways on). With
+    `overwrite`, an earlier tfsent run's own files (RUN_ENTRIES) are removed first and
+    the run is new; a folder that is not a tfsent run is refused even then."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ConfigError(f"--output_dir={output_dir} exists and is not a folder")
+    # `.workers` may appear first: other workers of a multi-worker run create it.
+    if not os.path.isdir(output_dir) or not set(os.listdir(output_dir)) - {".workers"}:
+        return "new"
+    stored = read_run_config(output_dir)
+    if stored is None:
+        raise ConfigError(f"--output_dir={output_dir} is not empty and holds no tfsent run "
+                          f"(no config.json); a run writes checkpoints, exports and "
+                          f"metrics there: choose a new or empty folder")
+    if overwrite:
+        formats = [n for n in os.listdir(output_dir) if n.startswith("export_")]
+        for name in (*RUN_ENTRIES, *formats):
+            path = os.path.join(output_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+        logging.warning("--overwrite: removed the earlier run in %s", output_dir)
+        return "new"
+    method = config.get("method")
+    differences = config_differences(stored, dict(config, method=method))
+    if differences:
+        listed = "\n".join(f"  {k}: {old!r} in the folder's run, {new!r} now"
+                           for k, old, new in differences)
+        raise ConfigError(
+            f"--output_dir={output_dir} holds a run with another config:\n{listed}\n"
+            f"Rerun with the folder's config to resume it, choose a new --output_dir, or "
+            f"pass --overwrite to discard that run.")
+    return "finished" if run_finished(output_dir) else "resume"
+
+
+def run_finished(output_dir):
+    """True if the run in `output_dir` has exported (its metrics.json names an export
+    that exists)."""
+    metrics = read_json(os.path.join(output_dir, "metrics.json"), {}) or {}
+    return bool(metrics.get("export")) and os.path.isdir(os.path.join(output_dir, "export"))

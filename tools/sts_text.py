@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tfsent.errors import InputError  # noqa: E402
 from tfsent.evaluation import resolve_tasks  # noqa: E402
-from tfsent.evaluation import senteval_data  # noqa: E402
+from tfsent.data import senteval as senteval_data  # noqa: E402
 from tfsent.evaluation.sts import STS_TASKS, STS_YEARS  # noqa: E402
 
 FLAGS = flags.FLAGS

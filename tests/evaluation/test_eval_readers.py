@@ -8,7 +8,7 @@ import pytest
 from evalfixtures import build_tree, write
 from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
-from tfsent.evaluation import senteval_data as sd
+from tfsent.data import senteval as sd
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ import pytest
 
 from evalfixtures import SHARED_DATA, HashEncoder
 from tfsent.evaluation import evaluate_sts
-from tfsent.evaluation import senteval_data as sd
+from tfsent.data import senteval as sd
 
 
 def _data(*parts):

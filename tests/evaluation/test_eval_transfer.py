@@ -6,7 +6,7 @@ import pytest
 from evalfixtures import HashEncoder, build_tree
 from tfsent.errors import ConfigError
 from tfsent.evaluation import TRANSFER_TASKS, LogisticRegression, evaluate_transfer
-from tfsent.evaluation import senteval_data as sd
+from tfsent.data import senteval as sd
 from tfsent.evaluation import transfer as tr
 
 

@@ -11,14 +11,16 @@ import pytest
 
 from conftest import REPO, TINY_VOCAB
 
-# Runs in a fresh interpreter: swaps NEW into DIR with `_atomic_replace_dir`, with the
-# process killing itself (SIGKILL, no cleanup of any kind) just before file-system call
-# number KILL_AT (os.rename or shutil.rmtree, counted in order).
+# Runs in a fresh interpreter: saves the encoder NEW over DIR with `save_encoder_dir`, with
+# the process killing itself (SIGKILL, no cleanup of any kind) just before file-system call
+# number KILL_AT (os.rename or shutil.rmtree, counted in order, once the new version is
+# written in its staging folder).
 KILLER = r"""
 import os, shutil, signal, sys
-from tfsent.encoders import encoder_dir
+from tfsent.encoders import load_encoder
 
 new, directory, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+encoder = load_encoder(new)
 calls = [0]
 
 def dying(real):
@@ -29,11 +31,9 @@ def dying(real):
         return real(*args, **kwargs)
     return call
 
-tmp = directory + ".tmp-save"  # where save_encoder_dir writes the new version
-shutil.copytree(new, tmp)  # complete, as save_encoder_dir leaves it before the swap
 os.rename = dying(os.rename)
 shutil.rmtree = dying(shutil.rmtree)
-encoder_dir._atomic_replace_dir(tmp, directory)
+encoder.save_encoder_dir(directory)
 print("finished")
 """
 
@@ -58,9 +58,9 @@ def _embedding(path):
     return load_encoder(path).encode(["a man plays a guitar", "the dog runs"])
 
 
-# Call 1: directory -> .old; call 2: staging -> directory; call 3: removal of .old. (A kill
-# before call 1 leaves the old directory untouched.)
-@pytest.mark.parametrize("kill_at", [2, 3])
+# Call 1: directory -> staging/old; call 2: staging/new -> directory; call 3: removal of
+# the staging folder. A kill at call 1 leaves the old version in place; later, the new.
+@pytest.mark.parametrize("kill_at", [1, 2, 3])
 def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, kill_at):
     old, new = two_versions
     directory = str(tmp_path / "encoder")
@@ -69,8 +69,13 @@ def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, kill_at):
                        cwd=REPO, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == -9 and "finished" not in r.stdout, r.stderr[-2000:]
-    # The next load recovers: the complete new version (staged before the first rename).
-    np.testing.assert_array_equal(_embedding(directory), _embedding(new))
+    left = sorted(os.listdir(tmp_path))  # killed between the renames: no encoder folder
+    assert left[0].startswith(".encoder.tfsent-staging-") and left[1:] == (
+        [] if kill_at == 2 else ["encoder"]), left
+    # The next load recovers: the old version before the first rename, else the complete
+    # new one (flushed before the first rename); the staging folder is removed.
+    expected = old if kill_at == 1 else new
+    np.testing.assert_array_equal(_embedding(directory), _embedding(expected))
     assert sorted(os.listdir(tmp_path)) == ["encoder"]
     # A later save over it works and cleans up.
     from tfsent.encoders import load_encoder
@@ -78,3 +83,47 @@ def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, kill_at):
     load_encoder(new).save_encoder_dir(directory)
     assert sorted(os.listdir(tmp_path)) == ["encoder"]
     np.testing.assert_array_equal(_embedding(directory), _embedding(new))
+
+
+def test_an_old_folder_beside_an_encoder_is_never_touched(tmp_path, two_versions):
+    """tfsent before its staging markers deleted `X.old` beside `X` on every load of X."""
+    from tfsent.encoders import load_encoder
+
+    old, new = two_versions
+    directory = tmp_path / "mymodel"
+    shutil.copytree(old, directory)
+    (tmp_path / "mymodel.old").mkdir()
+    (tmp_path / "mymodel.old" / "IMPORTANT.txt").write_text("keep")
+    load_encoder(str(directory))
+    load_encoder(new).save_encoder_dir(str(directory))
+    assert (tmp_path / "mymodel.old" / "IMPORTANT.txt").read_text() == "keep"
+    np.testing.assert_array_equal(_embedding(str(directory)), _embedding(new))
+
+
+def test_save_refuses_a_folder_that_is_not_an_encoder_dir(tmp_path, two_versions):
+    from tfsent.encoders import load_encoder
+    from tfsent.errors import ConfigError
+
+    target = tmp_path / "hf_checkpoint"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="not a tfsent encoder directory"):
+        load_encoder(two_versions[1]).save_encoder_dir(str(target))
+    assert sorted(os.listdir(target)) == ["config.json"]
+    assert sorted(os.listdir(tmp_path)) == ["hf_checkpoint"]
+
+
+def test_a_symlinked_encoder_dir_keeps_working(tmp_path, two_versions):
+    from tfsent.encoders import load_encoder
+
+    old, new = two_versions
+    real = tmp_path / "real"
+    shutil.copytree(old, real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    load_encoder(new).save_encoder_dir(str(link))
+    assert link.is_symlink()
+    np.testing.assert_array_equal(_embedding(str(link)), _embedding(new))
+    load_encoder(old).save_encoder_dir(str(link))  # and again
+    np.testing.assert_array_equal(_embedding(str(link)), _embedding(old))
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]

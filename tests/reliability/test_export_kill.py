@@ -27,7 +27,7 @@ def _kill_during_export(model, export_dir, timeout=300):
     deadline = time.time() + timeout
     try:
         while time.time() < deadline and proc.poll() is None:
-            if any(n.startswith(".tmp-export-") for n in os.listdir(export_dir)):
+            if any(".tfsent-staging-" in n for n in os.listdir(export_dir)):
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 return True
@@ -61,7 +61,8 @@ def test_sigkill_during_export_keeps_previous_version(tmp_path, tiny_encoder_dir
     # hidden, non-numeric directory that TF Serving ignores.
     assert _versions(export_dir) == [str(v) for v in range(1, finished + 2)]
     leftovers = [n for n in os.listdir(export_dir) if not n.isdigit()]
-    assert leftovers and all(n.startswith(".tmp-export-") for n in leftovers)
+    assert leftovers and all(n.startswith(f".{finished + 2}.tfsent-staging-")
+                             for n in leftovers)
     newest = _versions(export_dir)[-1]
     served = serve_in_fresh_process(os.path.join(export_dir, newest), ["a man plays", ""])
     assert len(served["embedding"]) == 2

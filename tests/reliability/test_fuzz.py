@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 from conftest import TINY_VOCAB  # noqa: E402
 from tfsent.data import readers  # noqa: E402
 from tfsent.errors import TfsentError  # noqa: E402
-from tfsent.evaluation import senteval_data  # noqa: E402
+from tfsent.data import senteval as senteval_data  # noqa: E402
 
 # 500 examples per reader (the readers take microseconds); 100 for encode / SavedModel.
 FUZZ = settings(max_examples=500, deadline=None, database=None,
@@ -134,7 +134,7 @@ def test_encode_random_unicode(tiny, texts):
 def served(tiny, tmp_path_factory):
     import tensorflow as tf
 
-    from tfsent.export import export_encoder
+    from tfsent.saved_model import export_encoder
 
     path = export_encoder(tiny, str(tmp_path_factory.mktemp("fuzz_export")))
     return tf.saved_model.load(path).signatures["serving_default"]

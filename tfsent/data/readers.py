@@ -11,6 +11,7 @@ import os
 
 from absl import logging
 
+from tfsent.data import senteval as senteval_data
 from tfsent.data.textio import read_lines
 from tfsent.errors import InputError
 
@@ -224,8 +225,6 @@ def read_dev_pairs(source, data_dir=None):
     if source in ("stsb", "sickr"):
         if not data_dir:
             raise InputError(f"dev set {source!r} needs eval_data_dir (SentEval layout)")
-        from tfsent.evaluation import senteval_data
-
         if source == "stsb":
             return senteval_data.read_stsbenchmark(data_dir, "dev")
         return senteval_data.read_sick(data_dir, "dev")
@@ -253,8 +252,6 @@ def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
     elif source == "stsb":
         if not data_dir:
             raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
-        from tfsent.evaluation import senteval_data
-
         s1, s2, scores = senteval_data.read_stsbenchmark(data_dir, "train")
         pairs = [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
     elif source.startswith("tfds:") or os.path.isdir(source) or source.endswith(".jsonl"):

@@ -25,8 +25,8 @@ from absl import logging
 import tfsent.encoders.families as families
 import tfsent.encoders.hf_format as hf_format
 import tfsent.encoders.keras_hub_adapter as kh
-from tfsent.encoders.encoder_dir import (ENCODER_CONFIG_FILE, MLM_HEAD_FILE,
-                                         recover_replaced_dir)
+from tfsent import fsio
+from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
@@ -109,7 +109,7 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
     name = os.fspath(name_or_path)
     if name in SHORT_NAMES:
         name = resolve_short_name(name)
-    recover_replaced_dir(name)  # a save interrupted mid-swap
+    fsio.recover(name)  # a save of this directory killed mid-swap
     if os.path.isdir(name):
         if os.path.exists(os.path.join(name, ENCODER_CONFIG_FILE)):
             return _load_tfsent_dir(name, settings, pad_to_max_length, dtype, seed)

@@ -17,7 +17,7 @@ def masked_mean(x, mask):
 
 
 def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
-    """Applies the named pooler (METHODS.md "Shared pieces") and returns (B, H).
+    """Applies the named pooler (docs/methods.md "Poolings") and returns (B, H).
 
     `hidden_states[0]` is the embedding-layer output, `hidden_states[i]` transformer
     layer i's output. `pooler_dense` is the Dense(H, tanh) used by `cls`; None for a family

@@ -10,7 +10,7 @@ score above 4, and uniformity is taken over the distinct sentences of the same s
 import numpy as np
 
 from tfsent.errors import InputError
-from tfsent.evaluation import senteval_data
+from tfsent.data import senteval as senteval_data
 from tfsent.evaluation.sts import embed
 
 MAX_POINTS = 5000

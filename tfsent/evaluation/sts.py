@@ -17,7 +17,7 @@ from absl import logging
 from scipy.stats import pearsonr, spearmanr
 
 from tfsent.errors import ConfigError, InputError
-from tfsent.evaluation import senteval_data
+from tfsent.data import senteval as senteval_data
 
 
 STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")

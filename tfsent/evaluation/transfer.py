@@ -27,7 +27,7 @@ from absl import logging
 from scipy.optimize import minimize
 
 from tfsent.errors import ConfigError
-from tfsent.evaluation import senteval_data
+from tfsent.data import senteval as senteval_data
 from tfsent.evaluation.sts import embed
 
 

@@ -1,4 +1,4 @@
-"""ConSERT's view augmentations on the embedding-layer output (consert.txt, METHODS.md).
+"""ConSERT's view augmentations on the embedding-layer output (docs/methods.md "ConSERT").
 
 Every augmentation acts on `x`, the embedding-layer output (B, L, H) after its LayerNorm and
 dropout, through the encoder's `embedding_fn` / `position_ids` hooks. They are pure

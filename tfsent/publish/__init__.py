@@ -1,11 +1,11 @@
 """Publishing an encoder to other ecosystems: sentence-transformers, Hugging Face
-transformers and keras-hub directories, beside TF Serving's SavedModel (`tfsent.export`).
+transformers and keras-hub directories, beside TF Serving's SavedModel (`tfsent.saved_model`).
 
     export_encoder_as(encoder, DIR, "sentence_transformers", head=None, pooling=None,
                       normalize=False)
 
 Formats (`FORMATS`), one writer module each:
-  saved_model            `tfsent.export.export_encoder`: versioned SavedModels under DIR.
+  saved_model            `tfsent.saved_model.export_encoder`: versioned SavedModels under DIR.
   sentence_transformers  `sentence_transformers.py`: `SentenceTransformer(DIR)` loads it
                          offline: the transformer in Hugging Face's layout at the top level,
                          then modules.json's Pooling, Dense (a `cls` pooler, a method's export
@@ -41,7 +41,7 @@ from tfsent.encoders import check_pooling
 from tfsent.encoders.families import FAMILIES
 from tfsent.encoders.hf_format import checked_family, hf_config, hf_state_dict
 from tfsent.errors import ConfigError
-from tfsent.export import export_encoder
+from tfsent.saved_model import export_encoder
 from tfsent.publish import huggingface, keras_hub_preset, sentence_transformers
 from tfsent.publish.huggingface import (tokenizer_kind, wordpiece_tokenizer_json,
                                         write_hf_model, write_tokenizer_files)
@@ -67,7 +67,7 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
     Args:
         encoder: a `tfsent.encoders.SentenceEncoder`.
         directory: target directory; must not exist or be empty (saved_model: the
-            directory of versioned SavedModels, as `tfsent.export.export_encoder`).
+            directory of versioned SavedModels, as `tfsent.saved_model.export_encoder`).
         format: saved_model | sentence_transformers | huggingface | keras_hub.
         head: layer applied to the pooled embedding (sentence_transformers: Dense modules).
         pooling: the embedding's pooling (default: the encoder's).

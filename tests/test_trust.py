@@ -1,0 +1,125 @@
+"""Nothing a user owns is lost or silently reused, and bad input is refused before work:
+the run directory checks of `tfsent.train`, `tfsent.evaluate`'s early checks and
+`tfsent.mine`'s output checks (each fails on tfsent before these checks existed)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, TINY_RUN_FLAGS
+from tfsent import train
+from tfsent.errors import ConfigError
+from tfsent.saved_model import list_versions
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def _config(encoder_dir, *overrides):
+    flags = [f.replace("--config.", "") for f in TINY_RUN_FLAGS]
+    return train.resolve_config("simcse_unsup", overrides=[
+        f"encoder={encoder_dir}", "max_seq_length=16", "batch_size=8", "steps=4",
+        "eval_every=2", "jit_compile=false", "learning_rate=0.001", *flags, *overrides])
+
+
+def test_a_model_checkpoint_folder_is_never_an_output_dir(tmp_path, tiny_encoder_dir):
+    """A Hugging Face checkpoint folder given as --output_dir keeps its config.json."""
+    folder = tmp_path / "bert-checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    r = _cli("tfsent.train", "--method=simcse_unsup", f"--output_dir={folder}",
+             f"--config.encoder={tiny_encoder_dir}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "config.json that tfsent did not write" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (folder / "config.json").read_text() == '{"model_type": "bert"}'
+    assert sorted(os.listdir(folder)) == ["config.json"]
+    # A non-empty folder without any run is refused too, even with --overwrite.
+    with pytest.raises(ConfigError, match="holds no tfsent run"):
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "todo.txt").write_text("x")
+        train.run("simcse_unsup", _config(tiny_encoder_dir), str(tmp_path / "notes"),
+                  overwrite=True)
+    assert os.listdir(tmp_path / "notes") == ["todo.txt"]
+
+
+def test_finished_differing_and_overwritten_runs(tmp_path, tiny_encoder_dir, capsys):
+    out = str(tmp_path / "run")
+    first = train.run("simcse_unsup", _config(tiny_encoder_dir), out)
+    assert first["steps"] == 4 and list_versions(os.path.join(out, "export")) == [1]
+    # The same command again: finished, nothing trained or exported again.
+    again = train.run("simcse_unsup", _config(tiny_encoder_dir), out)
+    assert "already finished" in capsys.readouterr().out
+    assert again == first and list_versions(os.path.join(out, "export")) == [1]
+    # Another config in the same folder: refused, naming the field and both values.
+    with pytest.raises(ConfigError) as info:
+        train.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"), out)
+    message = str(info.value)
+    assert "learning_rate: 0.001 in the folder's run, 0.01 now" in message
+    assert "--overwrite" in message and "new --output_dir" in message
+    with pytest.raises(ConfigError, match="method: 'simcse_unsup' in the folder's run"):
+        config = train.resolve_config("scd", overrides=[f"encoder={tiny_encoder_dir}"])
+        train.run("scd", config, out)
+    assert list_versions(os.path.join(out, "export")) == [1]
+    # --overwrite: the earlier run's files go, the new config trains from the start.
+    redone = train.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"), out,
+                       overwrite=True)
+    assert redone["steps"] == 4 and list_versions(os.path.join(out, "export")) == [1]
+    stored = json.load(open(os.path.join(out, "config.json")))
+    assert stored["learning_rate"] == 0.01
+
+
+def test_empty_training_data_is_refused_before_anything_is_written(tmp_path,
+                                                                     tiny_encoder_dir):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    out = tmp_path / "run"
+    r = _cli("tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
+             f"--config.encoder={tiny_encoder_dir}", f"--config.train_data={empty}",
+             "--config.steps=0", "--config.epochs=1")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert str(empty) in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+    assert "dev before training" not in r.stderr  # no model was loaded or evaluated
+
+
+def test_evaluate_checks_tasks_before_loading_and_fails_when_all_are_skipped(tmp_path):
+    r = _cli("tfsent.evaluate", "--model=/no/such/model", "--tasks=STS12,bogus",
+             f"--data_dir={tmp_path}")
+    assert r.returncode == 2 and "unknown task 'bogus'" in r.stderr, r.stderr[-2000:]
+    r = _cli("tfsent.evaluate", "--model=/no/such/model", "--tasks=sts",
+             f"--data_dir={tmp_path / 'missing'}")
+    assert r.returncode == 2 and "is not a folder" in r.stderr, r.stderr[-2000:]
+
+
+def test_evaluate_all_skipped_is_an_error(tmp_path, tiny_encoder_dir):
+    r = _cli("tfsent.evaluate", f"--model={tiny_encoder_dir}", "--tasks=sts",
+             f"--data_dir={tmp_path}", "--skip_missing")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "no task could be run" in r.stderr
+
+
+def test_mine_never_overwrites_its_input_or_an_existing_file(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man plays\ta man is playing\nthe dog runs\ta dog is running\n")
+    before = pairs.read_text()
+    r = _cli("tfsent.mine", "--model=/no/such/model", f"--pairs={pairs}", f"--out={pairs}",
+             "--num_negatives=1", "--overwrite")
+    assert r.returncode == 2 and "also an input" in r.stderr, r.stderr[-2000:]
+    existing = tmp_path / "mined.tsv"
+    existing.write_text("keep\n")
+    r = _cli("tfsent.mine", "--model=/no/such/model", f"--pairs={pairs}",
+             f"--out={existing}", "--num_negatives=1")
+    assert r.returncode == 2 and "already exists" in r.stderr, r.stderr[-2000:]
+    assert pairs.read_text() == before and existing.read_text() == "keep\n"

@@ -1,0 +1,218 @@
+"""Retrieval data in BEIR's layout (the format of BEIR, MTEB's retrieval tasks and
+sentence-transformers' `InformationRetrievalEvaluator` data).
+
+    DIR/corpus.jsonl        one JSON object a line: "_id", "text", optional "title"
+    DIR/queries.jsonl       one JSON object a line: "_id", "text"
+    DIR/qrels/<split>.tsv   a header line, then `query-id <TAB> corpus-id <TAB> score`
+                            (integer scores; graded relevance allowed)
+
+A document's text is `title + " " + text`, stripped (what MTEB and BEIR's
+sentence-transformers wrapper embed). Qrels with score > 0 are relevant; queries of the
+split without a relevant document are dropped (as in BEIR's evaluation, which scores only
+queries with relevance judgements). Qrels naming an unknown query or document are counted
+and logged; when none matches, the split is refused (a wrong folder or split).
+"""
+
+import json
+import os
+
+from absl import logging
+
+from tfsent.errors import ConfigError, InputError
+
+SPLITS = ("train", "dev", "test")
+
+
+class Corpus:
+    """Documents in file order: `ids` (list of str) and `texts` (title + " " + text)."""
+
+    def __init__(self, ids, texts):
+        self.ids = list(ids)
+        self.texts = list(texts)
+
+    def __len__(self):
+        return len(self.ids)
+
+
+class RetrievalSplit:
+    """One split of a BEIR folder.
+
+    Attributes:
+        corpus: the whole corpus (every split searches all of it).
+        query_ids, query_texts: the split's queries that have a relevant document, in
+            the order of queries.jsonl.
+        qrels: {query id: {document id: integer score}} (scores <= 0 kept: they are
+            judged non-relevant, which graded measures need).
+        directory, split: where it came from.
+    """
+
+    def __init__(self, corpus, query_ids, query_texts, qrels, directory, split):
+        self.corpus = corpus
+        self.query_ids = query_ids
+        self.query_texts = query_texts
+        self.qrels = qrels
+        self.directory = directory
+        self.split = split
+
+
+def parse_source(source, default_split="test"):
+    """`beir:DIR[:SPLIT]` -> (DIR, SPLIT); ConfigError for anything else. A SPLIT is the
+    part after the last colon when it names no folder of its own (DIR may hold colons)."""
+    if not source.startswith("beir:"):
+        raise ConfigError(f"{source!r} is not a retrieval source (expected beir:DIR[:SPLIT])")
+    rest = source[len("beir:"):]
+    directory, split = rest, default_split
+    if ":" in rest:
+        head, tail = rest.rsplit(":", 1)
+        if tail and "/" not in tail and not os.path.isdir(rest):
+            directory, split = head, tail
+    if not directory:
+        raise ConfigError(f"{source!r}: no folder given (expected beir:DIR[:SPLIT])")
+    return directory, split
+
+
+def check_folder(directory, split):
+    """Refuses, naming the missing file, a folder that lacks corpus.jsonl, queries.jsonl or
+    qrels/<split>.tsv (cheap: run before any model is loaded)."""
+    if not os.path.isdir(directory):
+        raise InputError("not a folder (a BEIR dataset folder holds corpus.jsonl, "
+                         "queries.jsonl and qrels/)", path=directory)
+    for path in (os.path.join(directory, "corpus.jsonl"),
+                 os.path.join(directory, "queries.jsonl"), qrels_path(directory, split)):
+        if not os.path.isfile(path):
+            have = sorted(f[:-4] for f in os.listdir(os.path.join(directory, "qrels"))
+                          if f.endswith(".tsv")) if os.path.isdir(
+                              os.path.join(directory, "qrels")) else []
+            extra = f" (qrels splits here: {', '.join(have)})" if have and "qrels" in path \
+                else ""
+            raise InputError(f"missing BEIR file{extra}", path=path)
+
+
+def qrels_path(directory, split):
+    """DIR/qrels/<split>.tsv."""
+    return os.path.join(directory, "qrels", f"{split}.tsv")
+
+
+def _read_jsonl(path, required):
+    """Yields (line number, object) of a JSON-lines file, each with the `required` string
+    fields; InputError naming the file and line otherwise."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path=path) from None
+    with f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
+            if not isinstance(obj, dict):
+                raise InputError("not a JSON object", path=path, line=number)
+            for field in required:
+                if not isinstance(obj.get(field), str):
+                    raise InputError(f"field {field!r} missing or not a string", path=path,
+                                     line=number)
+            yield number, obj
+
+
+def _unique_ids(rows, path, what):
+    """{id: (line, object)}; InputError on a duplicated `_id`."""
+    seen = {}
+    for number, obj in rows:
+        key = obj["_id"]
+        if key in seen:
+            raise InputError(f"duplicate {what} _id {key!r} (first on line {seen[key][0]})",
+                             path=path, line=number)
+        seen[key] = (number, obj)
+    return seen
+
+
+def read_corpus(path):
+    """The documents of a corpus.jsonl file (or of a BEIR folder) as a Corpus."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "corpus.jsonl")
+    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "document")
+    if not rows:
+        raise InputError("the corpus is empty", path=path)
+    ids, texts = [], []
+    for key, (_, obj) in rows.items():
+        title = obj.get("title") or ""
+        if not isinstance(title, str):
+            raise InputError(f"document {key!r}: title is not a string", path=path)
+        ids.append(key)
+        texts.append(f"{title} {obj['text']}".strip())
+    return Corpus(ids, texts)
+
+
+def read_queries(path):
+    """{query id: text} of a queries.jsonl file, in file order."""
+    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "query")
+    return {key: obj["text"] for key, (_, obj) in rows.items()}
+
+
+def read_qrels(path):
+    """{query id: {document id: score}} of a qrels TSV (header line first); InputError
+    naming the line for a malformed row or a pair given twice."""
+    qrels = {}
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path=path) from None
+    with f:
+        lines = f.read().splitlines()
+    if not lines:
+        raise InputError("empty qrels file (expected the header query-id, corpus-id, "
+                         "score)", path=path)
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise InputError(f"expected 3 tab-separated columns (query-id, corpus-id, "
+                             f"score), got {len(parts)}", path=path, line=number)
+        query, doc, score = parts
+        try:
+            value = int(score)
+        except ValueError:
+            raise InputError(f"score {score!r} is not an integer", path=path,
+                             line=number) from None
+        judged = qrels.setdefault(query, {})
+        if doc in judged:
+            raise InputError(f"query {query!r} and document {doc!r} are judged twice",
+                             path=path, line=number)
+        judged[doc] = value
+    return qrels
+
+
+def read_split(directory, split="test", corpus=None):
+    """The queries, qrels and corpus of one split of a BEIR folder (`corpus`: an already
+    read Corpus of the same folder, to read it once for several splits)."""
+    check_folder(directory, split)
+    corpus = corpus or read_corpus(os.path.join(directory, "corpus.jsonl"))
+    queries = read_queries(os.path.join(directory, "queries.jsonl"))
+    path = qrels_path(directory, split)
+    raw = read_qrels(path)
+    doc_ids = set(corpus.ids)
+    unknown_queries = [q for q in raw if q not in queries]
+    unknown_docs = sum(1 for judged in raw.values() for d in judged if d not in doc_ids)
+    qrels = {q: {d: s for d, s in judged.items() if d in doc_ids}
+             for q, judged in raw.items() if q in queries}
+    qrels = {q: judged for q, judged in qrels.items() if any(s > 0 for s in judged.values())}
+    total = sum(len(j) for j in raw.values())
+    if unknown_queries or unknown_docs:
+        logging.warning("%s: %d of %d qrels name a query not in queries.jsonl, %d a document "
+                        "not in corpus.jsonl; they are ignored", path,
+                        sum(len(raw[q]) for q in unknown_queries), total, unknown_docs)
+    if not qrels:
+        raise InputError(f"no qrel names a known query and document with score > 0 "
+                         f"({total} rows, {len(unknown_queries)} unknown queries, "
+                         f"{unknown_docs} unknown documents): wrong folder or split?",
+                         path=path)
+    dropped = len(raw) - len(unknown_queries) - len(qrels)
+    if dropped:
+        logging.info("%s: %d queries without a relevant document dropped", path, dropped)
+    query_ids = [q for q in queries if q in qrels]
+    return RetrievalSplit(corpus, query_ids, [queries[q] for q in query_ids], qrels,
+                          directory, split)

@@ -1,0 +1,160 @@
+"""Running evaluation tasks on any encoder, with memoised embeddings and size /
+quantization variants (the library behind `python -m tfsent.evaluate` and the run's
+`test_tasks`).
+
+`run_tasks` runs STS and transfer tasks on anything with `encode(sentences, batch_size,
+normalize, max_seq_length)`; `MemoEncoder` embeds each distinct sentence once across tasks;
+`variants` gives an encoder's truncated and quantized versions, `with_retention` and
+`variant_table` compare them with the float figures.
+"""
+
+import math
+
+import numpy as np
+
+from tfsent import quantize
+from tfsent.errors import ConfigError
+from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks, score, short_name
+from tfsent.evaluation.sts import evaluate_sts
+from tfsent.evaluation.transfer import evaluate_transfer
+from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder
+
+
+class MemoEncoder:
+    """Wraps an encoder so each distinct sentence is embedded once across tasks and plots."""
+
+    def __init__(self, encoder, batch_size=64, max_seq_length=None):
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.memo = {}
+
+    def __call__(self, sentences):
+        """list of str -> float array (N, D), unnormalised."""
+        missing = [s for s in dict.fromkeys(sentences) if s not in self.memo]
+        if missing:
+            emb = self.encoder.encode(missing, batch_size=self.batch_size, normalize=False,
+                                      max_seq_length=self.max_seq_length)
+            self.memo.update(zip(missing, emb))
+        return np.stack([self.memo[s] for s in sentences])
+
+    def encode(self, sentences, batch_size=None, normalize=False, max_seq_length=None):
+        """The `encode` signature of SentenceEncoder (batch size and length are fixed)."""
+        del batch_size, max_seq_length
+        emb = self(list(sentences))
+        if normalize:
+            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        return emb
+
+
+class TransformedEncoder:
+    """The `encode` of another encoder's float embeddings passed through `transform`
+    (array -> array): truncation, quantization."""
+
+    def __init__(self, base, transform):
+        self.base = base
+        self.transform = transform
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None):
+        """`transform` of the base encoder's unnormalised embeddings."""
+        emb = self.base.encode(sentences, batch_size=batch_size, normalize=False,
+                               max_seq_length=max_seq_length)
+        return self.transform(emb)
+
+
+def variants(memo, dims=(None,), quantizations=(), calibration=None):
+    """{label: encoder} of `memo`'s embeddings at each size in `dims` (None: the full
+    width) and each quantization ("" label suffix: float). Labels: "float", "int8",
+    "dim_64", "dim_64/int8", ... `calibration` is a list of sentences for int8 ranges;
+    None uses the ranges stored in an exported SavedModel (memo.encoder)."""
+    out = {}
+    for dim in dims:
+        def cut(emb, dim=dim):
+            return emb if dim is None else emb[:, :dim]
+
+        prefix = "" if dim is None else f"dim_{dim}"
+        out[prefix or "float"] = TransformedEncoder(memo, cut)
+        for q in quantizations:
+            label = f"{prefix}/{q}" if prefix else q
+            if q == "int8" and calibration is None:
+                if not isinstance(memo.encoder, SavedModelEncoder) or \
+                        "int8" not in memo.encoder.quantized_outputs:
+                    raise ConfigError("--quantize=int8 needs --calibration_file (or an export "
+                                      "made with --quantize=int8, whose ranges are used)")
+                if dim is not None:
+                    raise ConfigError("an export's int8 ranges are for its full width; give "
+                                      "--calibration_file to evaluate int8 at other sizes")
+                out[label] = ServedQuantizedEncoder(memo.encoder, "int8")
+                continue
+            ranges = None
+            if q == "int8":
+                ranges = quantize.calibrate_int8(cut(memo(calibration)))
+
+            def quantized(emb, q=q, ranges=ranges, cut=cut):
+                return quantize.quantized_for_similarity(cut(emb), q, ranges)
+
+            out[label] = TransformedEncoder(memo, quantized)
+    return out
+
+
+def _float_label(label):
+    """The float variant a quantized one is compared with: "dim_64/int8" -> "dim_64",
+    "int8" -> "float"; a float variant is its own."""
+    if "/" in label:
+        return label.split("/")[0]
+    return "float" if label in quantize.QUANTIZATIONS else label
+
+
+def with_retention(results_by_variant):
+    """{variant: {task: result}} -> {task: {**the first variant's result, variant: {its
+    result, "retention"}}}; retention is 100 x the variant's figure over the figure of
+    the float variant of the same size (100 for a float variant)."""
+    labels = list(results_by_variant)
+    merged = {}
+    for task, result in results_by_variant[labels[0]].items():
+        merged[task] = dict(result)
+        for label in labels:
+            res = dict(results_by_variant[label][task])
+            base = score(results_by_variant[_float_label(label)][task])
+            res["retention"] = 100.0 * score(res) / base if base else float("nan")
+            merged[task][label] = res
+    return merged
+
+
+def variant_table(results_by_variant):
+    """Text table, one row per variant: each task's figure and the Avg.; a quantized row
+    is followed by its retention (% of the float row of the same size)."""
+    labels = list(results_by_variant)
+    tasks = list(results_by_variant[labels[0]])
+    rows = [["", *(short_name(t) for t in tasks), "Avg."]]
+    for label in labels:
+        figures = [score(results_by_variant[label][t]) for t in tasks]
+        rows.append([label, *figures, sum(figures) / len(figures)])
+        if _float_label(label) != label:
+            base = [score(results_by_variant[_float_label(label)][t]) for t in tasks]
+            kept = [100.0 * f / b if b else float("nan") for f, b in zip(figures, base)]
+            rows.append(["  retention %", *kept, 100.0 * sum(figures) / sum(base)])
+    text = [[c if isinstance(c, str) else ("nan" if math.isnan(c) else f"{c:.2f}")
+             for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(text[0]))]
+    return "\n".join(" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(row, widths)))
+                      for row in text)
+
+
+def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_length=None,
+              skip_missing=False):
+    """Runs the named tasks; returns {task: {...}} with "spearman" or "acc" per task."""
+    names = resolve_tasks(tasks) if isinstance(tasks, str) else list(tasks)
+
+    encode_fn = encoder if isinstance(encoder, MemoEncoder) else MemoEncoder(
+        encoder, batch_size, max_seq_length)
+    results = {}
+    sts = [t for t in names if t not in TRANSFER_TASKS]
+    transfer = [t for t in names if t in TRANSFER_TASKS]
+    if sts:
+        results.update(evaluate_sts(encode_fn, data_dir, sts, skip_missing=skip_missing))
+    if transfer:
+        results.update(evaluate_transfer(encode_fn, data_dir, transfer, mode=mode,
+                                         skip_missing=skip_missing))
+    return results

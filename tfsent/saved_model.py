@@ -1,0 +1,223 @@
+"""Writes a SentenceEncoder as a SavedModel that TF Serving loads (the export stage).
+
+Layout (TF Serving's): `EXPORT_DIR/<version>/saved_model.pb`, integer versions, each new
+export takes the next version. A version is built in a marked staging folder inside
+EXPORT_DIR (`tfsent.fsio.staged_dir`) and renamed into place only when complete and
+flushed to disk, so a server watching EXPORT_DIR never sees a partial model; a staging
+folder of an export that was killed is removed by the next export (only its own, marked,
+of a process that has ended: another process's export in progress is left alone).
+
+Signatures:
+  serving_default(sentences: string[N]) -> {embedding: float32[N, H],
+                                            embedding_normalized: float32[N, H]}
+  encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, for
+      pre-tokenized requests (core TF ops only in this signature; the SavedModel as a
+      whole still holds the tokenizer's TF Text ops, which any loader must register).
+With `truncate_dim=D` both embeddings keep their first D dimensions (a Matryoshka model;
+truncation before normalisation) and H is D. With `quantize` both signatures also return
+`embedding_int8` (int8[N, H], ranges calibrated on given sentences and stored in the
+graph and the metadata) and/or `embedding_binary` (uint8[N, ceil(H / 8)], packed sign
+bits): see `tfsent.quantize`.
+Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else,
+through TF2's `tf.saved_model.load` or, as TF Serving does, a TF1 session restoring the
+variables through the MetaGraph's saver_def (see `tf_variables`).
+
+CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR [--jit_compile]
+
+Loading and running exports: `tfsent.serving`. The command line: `tfsent.export`.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from tfsent import fsio, quantize
+from tfsent.encoders import call_in_buckets, check_pooling
+from tfsent.errors import ConfigError
+from tfsent.matryoshka import check_dims
+
+METADATA_FILE = "tfsent_export.json"
+_STAGED_VERSION = re.compile(r"\.(\d+)\.tfsent-staging-\d+")
+
+
+class _ServingModule(tf.Module):
+    """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
+
+    def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
+                 truncate_dim=None):
+        super().__init__()
+        # The encoder and head are kept out of the saved object graph (object.__setattr__
+        # skips tf.Module's tracking): their Keras variables would be saved a second time
+        # next to `tf_variables` below, which is what the functions use.
+        object.__setattr__(self, "encoder", encoder)
+        object.__setattr__(self, "head", head)
+        # Per-batch padding at serving time: no wasted FLOPs on short sentences.
+        self.tokenizer = encoder.tokenizer.with_options(
+            max_seq_length=encoder.clamp_length(max_seq_length), pad_to_max_length=False)
+        self.pooling = pooling
+        self.truncate_dim = truncate_dim
+        self.int8_ranges = None  # (lo, hi) once calibrated
+        self.binary = False
+        self.jit_compile = jit_compile
+        if jit_compile:
+            self._xla_embed = tf.function(self._embed, jit_compile=True)
+        # TF Serving (and saved_model_cli, tf.compat.v1 loaders) restore variables through
+        # the MetaGraph's saver_def, which only reaches tf.Variables tracked directly: a
+        # Keras 3 variable wraps its tf.Variable and saves a copy the served graph does not
+        # read ("Could not find variable ..." at the first request; keras-team/keras#20095).
+        self.tf_variables = tf_variables(encoder, head)
+
+    def _embed(self, token_ids, padding_mask):
+        features = {"token_ids": token_ids, "padding_mask": padding_mask}
+        emb = self.encoder(features, training=False, pooling=self.pooling)["embedding"]
+        if self.head is not None:
+            emb = self.head(emb)
+        emb = tf.cast(emb, tf.float32)
+        if self.truncate_dim is not None:
+            emb = emb[:, :self.truncate_dim]
+        normalized = tf.math.l2_normalize(emb, axis=-1)
+        out = {"embedding": emb, "embedding_normalized": normalized}
+        if self.int8_ranges is not None:
+            out["embedding_int8"] = quantize.int8_codes_tf(normalized, *self.int8_ranges)
+        if self.binary:
+            out["embedding_binary"] = quantize.binary_codes_tf(normalized)
+        return out
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def serve(self, sentences):
+        """Signature `serving_default`: strings -> embedding, embedding_normalized."""
+        features = self.tokenizer(sentences)
+        if self.jit_compile:
+            return call_in_buckets(self._xla_embed, features, self.tokenizer.max_seq_length)
+        return self._embed(features["token_ids"], features["padding_mask"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+                                  tf.TensorSpec([None, None], tf.int32, name="padding_mask")])
+    def encode_ids(self, token_ids, padding_mask):
+        """Signature `encode_ids`: token ids + padding mask (plain TF ops only)."""
+        return self._embed(token_ids, padding_mask)
+
+
+def tf_variables(*layers):
+    """The tf.Variables behind the Keras variables of `layers` (None entries skipped)."""
+    found = []
+    for layer in layers:
+        for variable in (layer.variables if layer is not None else ()):
+            inner = getattr(variable, "_value", variable)  # keras.Variable -> tf.Variable
+            if not isinstance(inner, tf.Variable):
+                raise TypeError(f"variable {getattr(variable, 'path', variable)} of "
+                                f"{type(layer).__name__} is not backed by a tf.Variable "
+                                f"({type(inner).__name__}); cannot export it")
+            found.append(inner)
+    return found
+
+
+def list_versions(export_dir):
+    """Integer version subdirectories of `export_dir` that hold a complete SavedModel."""
+    if not os.path.isdir(export_dir):
+        return []
+    versions = []
+    for name in os.listdir(export_dir):
+        if re.fullmatch(r"\d+", name) and os.path.exists(
+                os.path.join(export_dir, name, "saved_model.pb")):
+            versions.append(int(name))
+    return sorted(versions)
+
+
+def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
+                   max_seq_length=None, head=None, jit_compile=False, truncate_dim=None,
+                   quantize_outputs=(), calibration_sentences=None):
+    """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
+
+    `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
+    `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
+    `jit_compile=True` makes `serving_default` run the encoder under XLA on batches padded
+    to bucketed shapes (`tfsent.encoders.WIDTH_BUCKETS`, rows to a power of two): faster
+    once each shape is compiled; TF Serving on CPU then needs
+    `--xla_cpu_compilation_enabled=true`. `encode_ids` stays plain TF.
+
+    Returns the path of the new version directory. The write is atomic: the version is
+    built in a marked staging folder (`tfsent.fsio.staged_dir`) and renamed into place.
+    """
+    pooling = pooling or encoder.pooling
+    check_pooling(pooling)
+    if encoder.tokenizer is None:
+        raise ConfigError("cannot export an encoder without a tokenizer")
+    export_dir = os.fspath(export_dir)
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise ConfigError(f"export directory {export_dir} exists and is not a folder")
+    os.makedirs(export_dir, exist_ok=True)
+    if version is None:
+        existing = list_versions(export_dir)
+        version = (existing[-1] + 1) if existing else 1
+    final = os.path.join(export_dir, str(int(version)))
+    _remove_abandoned_staging(export_dir)
+    if os.path.exists(final):
+        raise ConfigError(f"export version {version} already exists at {final}")
+    width = _embedding_width(encoder, head)
+    if truncate_dim is not None:
+        (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
+    quantize_outputs = quantize.parse_quantize(quantize_outputs, "quantize_outputs")
+    if "int8" in quantize_outputs and not calibration_sentences:
+        raise ConfigError("int8 quantization needs calibration sentences (--calibration_file)")
+    module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile,
+                            truncate_dim)
+    calibration = {}
+    if "int8" in quantize_outputs:
+        module.int8_ranges = _calibrate(module, calibration_sentences)
+        calibration = {"int8_lo": module.int8_ranges[0].tolist(),
+                       "int8_hi": module.int8_ranges[1].tolist(),
+                       "int8_calibration_sentences": len(calibration_sentences)}
+    module.binary = "binary" in quantize_outputs
+    # The tf.functions themselves, not their concrete functions: `save` traces every
+    # function again in its save context, so a concrete function traced here beforehand
+    # would be a second (wasted) trace of the tokenizer and the encoder.
+    signatures = {"serving_default": module.serve, "encode_ids": module.encode_ids}
+    meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
+            "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
+            "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile),
+            "embedding_dim": truncate_dim or width, "truncate_dim": truncate_dim,
+            "quantize": list(quantize_outputs), **calibration}
+    meta.update(metadata or {})
+    with fsio.staged_dir(final, "SavedModel version") as tmp:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
+        with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
+            json.dump(meta, f, indent=2)
+    return final
+
+
+def _remove_abandoned_staging(export_dir):
+    """Removes the staging folders of killed exports in `export_dir` (marked by tfsent, of
+    a process that has ended on this host); anything else there is left alone."""
+    for name in os.listdir(export_dir):
+        match = _STAGED_VERSION.fullmatch(name)
+        if match:
+            fsio.recover(os.path.join(export_dir, match.group(1)))
+
+
+def _embedding_width(encoder, head):
+    """Width of the exported embedding: the head's output units, else the encoder's."""
+    if head is None:
+        return encoder.hidden_dim
+    probe = head(tf.zeros([1, encoder.hidden_dim]))
+    return int(probe.shape[-1])
+
+
+def _calibrate(module, sentences, batch_size=64):
+    """int8 ranges from the module's own normalised embeddings of `sentences`."""
+    # A tf.function of its own: tracing `module.serve` here would cache a trace without
+    # the int8 output that the saved signature must have.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def normalized(strings):
+        features = module.tokenizer(strings)
+        return module._embed(features["token_ids"],  # noqa: SLF001
+                             features["padding_mask"])["embedding_normalized"]
+
+    parts = [normalized(tf.constant(sentences[i:i + batch_size])).numpy()
+             for i in range(0, len(sentences), batch_size)]
+    return tuple(np.asarray(r, np.float32) for r in quantize.calibrate_int8(
+        np.concatenate(parts)))

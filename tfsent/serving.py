@@ -1,0 +1,134 @@
+"""Loading and running tfsent's exports and encoders for inference (the serving stage).
+
+`load_any` opens whatever the commands accept as a model: an exported SavedModel (a
+version directory, or an export directory whose newest version is used) or anything
+`tfsent.encoders.load_encoder` takes. `SavedModelEncoder` runs an export in this process
+with the `encode(sentences)` interface of a SentenceEncoder; `ServedQuantizedEncoder`
+exposes an export's own int8 / binary codes. Writing exports: `tfsent.saved_model`.
+"""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenizer)
+
+from tfsent import quantize
+from tfsent.encoders import load_encoder
+from tfsent.errors import ConfigError, InputError
+from tfsent.matryoshka import check_dims
+from tfsent.saved_model import METADATA_FILE, list_versions
+
+
+def load_any(model, pooling="mean", max_seq_length=512):
+    """An object with `.encode(sentences, batch_size, normalize)`: a SavedModelEncoder for
+    an exported SavedModel, else the SentenceEncoder `load_encoder` makes of `model`."""
+    if os.path.isdir(model) and resolve_savedmodel_dir(model) is not None:
+        return SavedModelEncoder(model)
+    return load_encoder(model, pooling=pooling, max_seq_length=max_seq_length,
+                        pad_to_max_length=False)
+
+
+def resolve_savedmodel_dir(path):
+    """A SavedModel version dir, or an export dir (its newest version), or None."""
+    path = os.fspath(path)
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = list_versions(path)
+    if versions:
+        return os.path.join(path, str(versions[-1]))
+    return None
+
+
+class SavedModelEncoder:
+    """Wraps an exported SavedModel with the `encode(sentences)` interface of SentenceEncoder."""
+
+    def __init__(self, path):
+        resolved = resolve_savedmodel_dir(path)
+        if resolved is None:
+            raise InputError("no SavedModel here (expected saved_model.pb or integer "
+                             "version subdirectories)", path=path)
+        self.path = resolved
+        self._loaded = tf.saved_model.load(resolved)
+        self._serve = self._loaded.signatures["serving_default"]
+        self.embedding_dim = self._read_embedding_dim()
+
+    def _read_embedding_dim(self):
+        """The width of `embedding`: the signature's static output shape (what the graph
+        computes, a head included), else the export metadata's `hidden_dim`."""
+        dim = self._serve.structured_outputs["embedding"].shape[-1]
+        if dim is not None:
+            return int(dim)
+        path = os.path.join(self.path, "assets.extra", METADATA_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return int(json.load(f)["hidden_dim"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise InputError("the SavedModel's embedding width is unknown (no static output "
+                             "shape and no hidden_dim in its metadata)", path=path) from None
+
+    @property
+    def quantized_outputs(self):
+        """The quantizations this export serves ("int8", "binary")."""
+        outputs = self._serve.structured_outputs
+        return tuple(q for q in quantize.QUANTIZATIONS if f"embedding_{q}" in outputs)
+
+    def encode(self, sentences, batch_size=64, normalize=False, verbose=0, max_seq_length=None,
+               truncate_dim=None):
+        """Embeds a list of strings through the `serving_default` signature (the export's
+        own truncation length applies; `max_seq_length` is accepted and ignored). Returns
+        float32 (N, D); (0, D) for no sentences. `truncate_dim` keeps the first
+        dimensions (before `normalize`)."""
+        out = self._run(sentences, "embedding", batch_size, np.float32)
+        if truncate_dim is not None:
+            (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
+            out = out[:, :truncate_dim]
+        if normalize:
+            out = quantize.l2_normalize(out)
+        return out
+
+    def encode_quantized(self, sentences, quantization, batch_size=64):
+        """The export's own quantized codes of `sentences`: int8 (N, D) or packed uint8
+        (N, ceil(D / 8)); ConfigError when the export has no such output."""
+        if quantization not in self.quantized_outputs:
+            raise ConfigError(f"the SavedModel at {self.path} has no {quantization} output "
+                              f"(it serves: {', '.join(self.quantized_outputs) or 'none'})")
+        return self._run(sentences, f"embedding_{quantization}", batch_size,
+                         np.int8 if quantization == "int8" else np.uint8)
+
+    def _run(self, sentences, key, batch_size, dtype):
+        """`serving_default[key]` of `sentences` in input order, longest first in batches."""
+        sentences = list(sentences)
+        width = self._serve.structured_outputs[key].shape[-1]
+        if key == "embedding" and width is None:
+            width = self.embedding_dim
+        if not sentences:
+            return np.zeros((0, width), dtype)
+        order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
+        out = None
+        for start in range(0, len(sentences), batch_size):
+            idx = order[start:start + batch_size]
+            batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
+            rows = self._serve(sentences=batch)[key].numpy()
+            if out is None:
+                out = np.zeros((len(sentences), rows.shape[1]), dtype)
+            out[idx] = rows
+        return out
+
+
+class ServedQuantizedEncoder:
+    """`encode` returning an export's own quantized codes as float vectors whose cosine is
+    the quantized similarity (int8 codes as numbers, binary bits as +-1)."""
+
+    def __init__(self, saved_model_encoder, quantization):
+        self.model = saved_model_encoder
+        self.quantization = quantization
+
+    def encode(self, sentences, batch_size=64, normalize=False, max_seq_length=None):
+        """Float (N, D) vectors of the export's `embedding_<quantization>` codes."""
+        del normalize, max_seq_length
+        codes = self.model.encode_quantized(sentences, self.quantization, batch_size)
+        if self.quantization == "binary":
+            return quantize.binary_as_signs(codes, self.model.embedding_dim)
+        return codes.astype(np.float32)
