@@ -108,11 +108,12 @@ TF_SERVING_LOADER = r"""
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the tokenizer's ops, as in TF Serving's build)
-def serve_like_tf_serving(path, sentences, outputs=("embedding", "embedding_normalized")):
+def serve_like_tf_serving(path, sentences, outputs=("embedding", "embedding_normalized"),
+                          signature="serving_default"):
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as sess:
         meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
-        sig = meta.signature_def["serving_default"]
+        sig = meta.signature_def[signature]
         feed = {sig.inputs["sentences"].name: np.array(sentences, dtype=object)}
         values = sess.run([sig.outputs[k].name for k in outputs], feed)
     return dict(zip(outputs, values))

@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, minilm_or_skip, serve_in_fresh_process
+from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process
 from tfsent.encoders import load_encoder
 from tfsent.saved_model import export_encoder, list_versions
+from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",
              "word " * 400, "Two dogs run through a snowy field."]
@@ -154,7 +155,6 @@ def test_call_in_buckets_shapes():
 def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):
     """encode([]) -> (0, D) like SentenceEncoder.encode([]); D is the served embedding's
     width, a head's output width included."""
-    from tfsent.serving import SavedModelEncoder
     from tfsent.layers.heads import MLPEncoder
 
     enc = load_encoder(tiny_encoder_dir)
@@ -186,3 +186,38 @@ def test_served_as_tf_serving_with_a_head_and_each_weight_saved_once(tmp_path,
     saved = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
                 os.walk(os.path.join(path, "variables")) for f in files)
     assert weight_bytes <= saved < 2 * weight_bytes  # saved twice was over 2x
+
+
+PROMPT_SCRIPT = TF_SERVING_LOADER + r"""
+import json, sys
+path, sentences = sys.argv[1], json.loads(sys.argv[2])
+out = {name: serve_like_tf_serving(path, sentences, ("embedding",), name)["embedding"].tolist()
+       for name in ("serving_default", "encode_query", "encode_document")}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_query_and_document_prompts_are_signatures(tmp_path, tiny_encoder_dir):
+    """encode_query / encode_document prepend the export's prompts before tokenizing, served
+    the TF Serving way; without prompts they equal serving_default."""
+    enc = load_encoder(tiny_encoder_dir)
+    path = export_encoder(enc, str(tmp_path / "e"), query_prompt="query: ",
+                          document_prompt="passage: ")
+    texts = ["a man plays a guitar", "the dog runs"]
+    r = subprocess.run([sys.executable, "-c", PROMPT_SCRIPT, path, json.dumps(texts)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = {k: np.array(v) for k, v in json.loads(r.stdout).items()}
+    np.testing.assert_allclose(served["encode_query"],
+                               enc.encode(["query: " + t for t in texts]), atol=1e-5)
+    np.testing.assert_allclose(served["encode_document"],
+                               enc.encode(["passage: " + t for t in texts]), atol=1e-5)
+    assert not np.allclose(served["encode_query"], served["serving_default"], atol=1e-3)
+    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    assert (meta["query_prompt"], meta["document_prompt"]) == ("query: ", "passage: ")
+    model = SavedModelEncoder(path)
+    np.testing.assert_allclose(model.encode_query(texts), served["encode_query"], atol=1e-6)
+    plain = SavedModelEncoder(export_encoder(enc, str(tmp_path / "plain")))
+    np.testing.assert_allclose(plain.encode_query(texts), plain.encode(texts), atol=1e-6)
+    np.testing.assert_allclose(plain.encode_document(texts), plain.encode(texts), atol=1e-6)

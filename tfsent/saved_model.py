@@ -10,6 +10,8 @@ of a process that has ended: another process's export in progress is left alone)
 Signatures:
   serving_default(sentences: string[N]) -> {embedding: float32[N, H],
                                             embedding_normalized: float32[N, H]}
+  encode_query(sentences), encode_document(sentences) -> the same outputs, with the
+      export's query / document prompt prepended to each string (retrieval models)
   encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, for
       pre-tokenized requests (core TF ops only in this signature; the SavedModel as a
       whole still holds the tokenizer's TF Text ops, which any loader must register).
@@ -47,8 +49,10 @@ class _ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
     def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
-                 truncate_dim=None):
+                 truncate_dim=None, query_prompt="", document_prompt=""):
         super().__init__()
+        self.query_prompt = str(query_prompt or "")
+        self.document_prompt = str(document_prompt or "")
         # The encoder and head are kept out of the saved object graph (object.__setattr__
         # skips tf.Module's tracking): their Keras variables would be saved a second time
         # next to `tf_variables` below, which is what the functions use.
@@ -94,6 +98,17 @@ class _ServingModule(tf.Module):
             return call_in_buckets(self._xla_embed, features, self.tokenizer.max_seq_length)
         return self._embed(features["token_ids"], features["padding_mask"])
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def encode_query(self, sentences):
+        """Signature `encode_query`: the query prompt prepended, then `serving_default`."""
+        return self.serve(tf.strings.join([self.query_prompt, sentences]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def encode_document(self, sentences):
+        """Signature `encode_document`: the document prompt prepended, then
+        `serving_default`."""
+        return self.serve(tf.strings.join([self.document_prompt, sentences]))
+
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids"),
                                   tf.TensorSpec([None, None], tf.int32, name="padding_mask")])
     def encode_ids(self, token_ids, padding_mask):
@@ -129,8 +144,14 @@ def list_versions(export_dir):
 
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
                    max_seq_length=None, head=None, jit_compile=False, truncate_dim=None,
-                   quantize_outputs=(), calibration_sentences=None):
+                   quantize_outputs=(), calibration_sentences=None, query_prompt="",
+                   document_prompt=""):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
+
+    Signatures: `serving_default` (strings), `encode_query` / `encode_document` (the
+    same, with `query_prompt` / `document_prompt` prepended to each string before
+    tokenizing, as E5 / BGE / sentence-transformers' `prompts` do; with empty prompts
+    they equal `serving_default`), `encode_ids` (token ids).
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
     `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
@@ -164,7 +185,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     if "int8" in quantize_outputs and not calibration_sentences:
         raise ConfigError("int8 quantization needs calibration sentences (--calibration_file)")
     module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile,
-                            truncate_dim)
+                            truncate_dim, query_prompt, document_prompt)
     calibration = {}
     if "int8" in quantize_outputs:
         module.int8_ranges = _calibrate(module, calibration_sentences)
@@ -175,12 +196,14 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     # The tf.functions themselves, not their concrete functions: `save` traces every
     # function again in its save context, so a concrete function traced here beforehand
     # would be a second (wasted) trace of the tokenizer and the encoder.
-    signatures = {"serving_default": module.serve, "encode_ids": module.encode_ids}
+    signatures = {"serving_default": module.serve, "encode_query": module.encode_query,
+                  "encode_document": module.encode_document, "encode_ids": module.encode_ids}
     meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
             "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
             "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile),
             "embedding_dim": truncate_dim or width, "truncate_dim": truncate_dim,
-            "quantize": list(quantize_outputs), **calibration}
+            "quantize": list(quantize_outputs), "query_prompt": module.query_prompt,
+            "document_prompt": module.document_prompt, **calibration}
     meta.update(metadata or {})
     with fsio.staged_dir(final, "SavedModel version") as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)

@@ -88,6 +88,17 @@ class SavedModelEncoder:
             out = quantize.l2_normalize(out)
         return out
 
+    def encode_query(self, sentences, batch_size=64, normalize=False):
+        """`encode` through the `encode_query` signature (the export's query prompt
+        prepended); exports without it (older tfsent) use `serving_default`."""
+        return self._run(sentences, "embedding", batch_size, np.float32, "encode_query",
+                         normalize)
+
+    def encode_document(self, sentences, batch_size=64, normalize=False):
+        """`encode` through the `encode_document` signature (the document prompt)."""
+        return self._run(sentences, "embedding", batch_size, np.float32, "encode_document",
+                         normalize)
+
     def encode_quantized(self, sentences, quantization, batch_size=64):
         """The export's own quantized codes of `sentences`: int8 (N, D) or packed uint8
         (N, ceil(D / 8)); ConfigError when the export has no such output."""
@@ -97,8 +108,10 @@ class SavedModelEncoder:
         return self._run(sentences, f"embedding_{quantization}", batch_size,
                          np.int8 if quantization == "int8" else np.uint8)
 
-    def _run(self, sentences, key, batch_size, dtype):
-        """`serving_default[key]` of `sentences` in input order, longest first in batches."""
+    def _run(self, sentences, key, batch_size, dtype, signature="serving_default",
+             normalize=False):
+        """`signature[key]` of `sentences` in input order, longest first in batches."""
+        serve = self._loaded.signatures.get(signature, self._serve)
         sentences = list(sentences)
         width = self._serve.structured_outputs[key].shape[-1]
         if key == "embedding" and width is None:
@@ -110,11 +123,11 @@ class SavedModelEncoder:
         for start in range(0, len(sentences), batch_size):
             idx = order[start:start + batch_size]
             batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
-            rows = self._serve(sentences=batch)[key].numpy()
+            rows = serve(sentences=batch)[key].numpy()
             if out is None:
                 out = np.zeros((len(sentences), rows.shape[1]), dtype)
             out[idx] = rows
-        return out
+        return quantize.l2_normalize(out) if normalize else out
 
 
 class ServedQuantizedEncoder:

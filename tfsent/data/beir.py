@@ -18,6 +18,7 @@ import os
 
 from absl import logging
 
+from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
 
 SPLITS = ("train", "dev", "test")
@@ -96,25 +97,20 @@ def qrels_path(directory, split):
 def _read_jsonl(path, required):
     """Yields (line number, object) of a JSON-lines file, each with the `required` string
     fields; InputError naming the file and line otherwise."""
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path) from None
-    with f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
-            if not isinstance(obj, dict):
-                raise InputError("not a JSON object", path=path, line=number)
-            for field in required:
-                if not isinstance(obj.get(field), str):
-                    raise InputError(f"field {field!r} missing or not a string", path=path,
-                                     line=number)
-            yield number, obj
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
+        if not isinstance(obj, dict):
+            raise InputError("not a JSON object", path=path, line=number)
+        for field in required:
+            if not isinstance(obj.get(field), str):
+                raise InputError(f"field {field!r} missing or not a string", path=path,
+                                 line=number)
+        yield number, obj
 
 
 def _unique_ids(rows, path, what):
@@ -156,12 +152,7 @@ def read_qrels(path):
     """{query id: {document id: score}} of a qrels TSV (header line first); InputError
     naming the line for a malformed row or a pair given twice."""
     qrels = {}
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path) from None
-    with f:
-        lines = f.read().splitlines()
+    lines = read_lines(path)
     if not lines:
         raise InputError("empty qrels file (expected the header query-id, corpus-id, "
                          "score)", path=path)
