@@ -16,6 +16,7 @@ from hf_checkpoints import FAMILIES, make_sentence_transformers_dir, make_tiny_c
 from tfsent.encoders import (DROPOUT_SITES, SentenceEncoder, hf_config, hf_state_dict,
                              load_encoder)
 from tfsent.encoders import keras_hub_adapter as kh
+from tfsent.encoders.families import TABLE
 from tfsent.errors import ConfigError, InputError
 from tfsent.layers.augment import shuffle_position_ids
 
@@ -133,7 +134,7 @@ def test_forward_equals_hugging_face_numpy(family, encoders, hf_checkpoint_dirs)
 def test_forward_equals_keras_hub_backbone(family, encoders):
     """The same weights through keras-hub's own backbone (its activation, dropout off)."""
     enc = encoders[family]
-    same = SentenceEncoder(enc.backbone, enc.tokenizer, "cls", kh.KERAS_HUB_ACTIVATIONS[family])
+    same = SentenceEncoder(enc.backbone, enc.tokenizer, "cls", TABLE[family].activation)
     feats = _features(enc)
     ours = same(feats, training=False)
     inputs = {"token_ids": feats["token_ids"], "padding_mask": feats["padding_mask"]}
@@ -246,8 +247,8 @@ def test_tfsent_encoder_dir_round_trip(family, encoders, hf_checkpoint_dirs, tmp
     for key, value in enc.mlm_head.items():  # the checkpoint's MLM head travels along
         np.testing.assert_array_equal(again.mlm_head[key], value)
     # hf_state_dict / hf_config write the weights back under Hugging Face's names.
-    state = hf_state_dict(enc)
-    config = hf_config(enc)
+    state = hf_state_dict(enc.backbone, prefix=False)
+    config = hf_config(enc.backbone, enc.activation)
     assert config["model_type"] == family
     stored = {n.split(".", 1)[1] if n.split(".", 1)[0] in ("bert", "roberta", "distilbert")
               else n: v for n, v in _hf_weights(hf_checkpoint_dirs[family]).items()}

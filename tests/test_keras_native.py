@@ -101,7 +101,7 @@ def _layer_cases(hf_dirs):
 
 
 def _backbone_config(backbone):
-    from tfsent.encoders.loading import _backbone_config as config_of
+    from tfsent.encoders.encoder_dir import _backbone_config as config_of
 
     return config_of(backbone)
 

@@ -332,8 +332,9 @@ def test_tokenizer_json_matches_tfsent_tokenizer(tmp_path, lowercase):
 # --------------------------------------------------------------------------------------
 
 def _nothing_written(parent, name):
+    """Neither `name` nor a hidden staging sibling of it (`.NAME.*`) exists in `parent`."""
     return not os.path.exists(parent / name) and not [
-        n for n in os.listdir(parent) if n.startswith(f".{name}.tmp")]
+        n for n in os.listdir(parent) if n.startswith(f".{name}.")]
 
 
 def test_inexpressible_pooling_refused(tmp_path, encoder):

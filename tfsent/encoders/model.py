@@ -22,10 +22,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent.encoders import keras_hub_adapter as kh
+import tfsent.encoders.encoder_dir as encoder_dir
+import tfsent.encoders.families as families
+import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import check_pooling, pool
 from tfsent.errors import ConfigError, InputError
+from tfsent.matryoshka import check_dims
 
 DROPOUT_SITES = ("embeddings", "attention_probs", "attention_output", "ffn_output")
 
@@ -106,10 +109,10 @@ class SentenceEncoder(keras.Model):
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
                  normalize=False, mlm_head=None, **kwargs):
         super().__init__(**kwargs)
-        family = kh.family_of(backbone)
+        family = families.family_of(backbone)
         if family is None:
             raise ConfigError(f"unsupported backbone {type(backbone).__name__}; supported: "
-                              f"{', '.join(c for c, _ in kh.BACKBONE_CLASSES.values())}")
+                              f"{', '.join(families.backbone_class_names())}")
         self.family = family
         self.backbone = backbone
         self.tokenizer = tokenizer
@@ -260,8 +263,6 @@ class SentenceEncoder(keras.Model):
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         dim = self.hidden_dim
         if truncate_dim is not None:
-            from tfsent.matryoshka import check_dims
-
             (truncate_dim,) = check_dims([truncate_dim], dim, "truncate_dim")
         if not sentences:
             return np.zeros((0, truncate_dim or dim), np.float32)
@@ -320,9 +321,7 @@ class SentenceEncoder(keras.Model):
         """Writes a tfsent encoder directory that `load_encoder(directory)` reads back
         (format (c)); atomic: written beside `directory` and renamed into place.
         (`keras.Model.save` keeps its Keras meaning: a `.keras` archive.)"""
-        from tfsent.encoders.loading import save_encoder_dir
-
-        save_encoder_dir(self, directory)
+        encoder_dir.save_encoder_dir(self, directory)
 
     _SEED_KEY = "dropout_seed_state"
 

@@ -46,7 +46,7 @@ class LexicalExtractor(keras.layers.Layer):
     @classmethod
     def from_encoder(cls, encoder, num_layers):
         """A frozen copy of `encoder`'s embeddings and first `num_layers` layers."""
-        from tfsent.encoders.loading import _backbone_config
+        from tfsent.encoders.encoder_dir import _backbone_config
 
         layer = cls(_backbone_config(encoder.backbone), num_layers, encoder.activation,
                     encoder.family, dtype=encoder.backbone.dtype_policy)
@@ -137,7 +137,7 @@ class Fusioner(keras.layers.Layer):
         which head is used. Returns True when the checkpoint's head was loaded."""
         from absl import logging
 
-        from tfsent.encoders.keras_hub_adapter import LAYER_NORM_EPSILON
+        from tfsent.encoders.families import TABLE
 
         head = encoder.mlm_head
         if head is None:
@@ -152,7 +152,7 @@ class Fusioner(keras.layers.Layer):
         self.layer_norm.gamma.assign(head["gamma"])
         self.layer_norm.beta.assign(head["beta"])
         self.output_bias.assign(head["output_bias"])
-        self.layer_norm_epsilon = LAYER_NORM_EPSILON[encoder.family]
+        self.layer_norm_epsilon = TABLE[encoder.family].layer_norm_epsilon
         self.layer_norm.epsilon = self.layer_norm_epsilon
         logging.info("CMLM-CSE: MLM head from the %s checkpoint", encoder.family)
         return True

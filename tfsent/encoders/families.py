@@ -1,0 +1,129 @@
+"""The encoder families tfsent runs, as data: one record per family, read by loading
+(`hf_format`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.publish`).
+
+    families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert")
+    families.TABLE[name]           the family's `Family` record
+    families.family_of(backbone)   the family of a keras-hub backbone (None if not ours)
+
+A family's name is Hugging Face's config.json `model_type`. Each record holds the keras-hub
+class names (`keras_hub_adapter` turns them into classes), the settings keras-hub fixes for
+the family (feed-forward activation, LayerNorm epsilon), Hugging Face's naming (model class,
+base-model prefix, tokenizer class, MLM head), and the weight map.
+
+Weight map: the Hugging Face module name of every weight-holding sublayer, by the role
+`keras_hub_adapter` gives that sublayer (`EmbeddingParts` / `BlockParts` fields), and of
+the pooler Dense; `{i}` stands for the transformer layer's index. Each module has `.weight`
+and `.bias` (LayerNorms too), embedding tables `.weight` only. How a role's tensors change
+layout between keras-hub and Hugging Face is `hf_format`'s (`ROLE_KINDS`). Hugging Face
+tensors with no keras-hub counterpart are `zero_tensors` (written as zeros, folded or ignored
+when read).
+"""
+
+from typing import NamedTuple
+
+
+class Family(NamedTuple):
+    """Everything tfsent knows about one encoder family."""
+
+    name: str  # Hugging Face model_type
+    keras_hub_backbone: str  # keras_hub.models class names
+    keras_hub_tokenizer: str
+    keras_hub_text_embedder: object  # str, or None: keras-hub has no TextEmbedder for it
+    activation: str  # the feed-forward activation keras-hub builds the backbone with
+    layer_norm_epsilon: float  # fixed by keras-hub's backbone class
+    positions_after_padding: bool  # position ids start at pad_token_id + 1 (fairseq's)
+    tokenizer_kind: str  # wordpiece | byte_bpe | sentencepiece
+    hf_model_class: str  # `architectures` of a base model's config.json
+    hf_tokenizer_class: str  # tokenizer_config.json's tokenizer_class
+    base_prefix: str  # names of the base model inside a *ForMaskedLM checkpoint
+    embeddings: dict  # role -> Hugging Face module name
+    pooler: object  # Hugging Face module name of the pooler Dense, or None (no pooler)
+    layer: dict  # role -> Hugging Face module name template ("{i}": layer index)
+    zero_tensors: dict  # Hugging Face tensor name -> rows (of hidden_dim zeros)
+    mlm_head: tuple  # (dense module, LayerNorm module, output-bias names, first found)
+
+    def position_offset(self, pad_token_id):
+        """Rows of the Hugging Face position table before position 0 (RoBERTa, XLM-R:
+        pad_token_id + 1; keras-hub's positions, like tfsent's, start at 0)."""
+        return int(pad_token_id) + 1 if self.positions_after_padding else 0
+
+
+# Post-LayerNorm encoder blocks under BERT's names (BERT, RoBERTa, XLM-R).
+_BERT_LAYER = {
+    "query": "encoder.layer.{i}.attention.self.query",
+    "key": "encoder.layer.{i}.attention.self.key",
+    "value": "encoder.layer.{i}.attention.self.value",
+    "attention_output": "encoder.layer.{i}.attention.output.dense",
+    "attention_norm": "encoder.layer.{i}.attention.output.LayerNorm",
+    "ffn_inner": "encoder.layer.{i}.intermediate.dense",
+    "ffn_output": "encoder.layer.{i}.output.dense",
+    "ffn_norm": "encoder.layer.{i}.output.LayerNorm",
+}
+_DISTILBERT_LAYER = {
+    "query": "transformer.layer.{i}.attention.q_lin",
+    "key": "transformer.layer.{i}.attention.k_lin",
+    "value": "transformer.layer.{i}.attention.v_lin",
+    "attention_output": "transformer.layer.{i}.attention.out_lin",
+    "attention_norm": "transformer.layer.{i}.sa_layer_norm",
+    "ffn_inner": "transformer.layer.{i}.ffn.lin1",
+    "ffn_output": "transformer.layer.{i}.ffn.lin2",
+    "ffn_norm": "transformer.layer.{i}.output_layer_norm",
+}
+_EMBEDDINGS = {"token": "embeddings.word_embeddings",
+               "position": "embeddings.position_embeddings",
+               "norm": "embeddings.LayerNorm"}
+_ROBERTA = Family(
+    name="roberta", keras_hub_backbone="RobertaBackbone", keras_hub_tokenizer="RobertaTokenizer",
+    keras_hub_text_embedder=None, activation="gelu", layer_norm_epsilon=1e-5,
+    positions_after_padding=True, tokenizer_kind="byte_bpe", hf_model_class="RobertaModel",
+    hf_tokenizer_class="RobertaTokenizer", base_prefix="roberta.", embeddings=_EMBEDDINGS,
+    pooler=None, layer=_BERT_LAYER,
+    # A single token-type row: keras-hub's RoBERTa has no token types (Hugging Face adds row
+    # 0 to every token; zero in converted fairseq checkpoints).
+    zero_tensors={"embeddings.token_type_embeddings.weight": 1},
+    mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")))
+
+TABLE = {
+    "bert": Family(
+        name="bert", keras_hub_backbone="BertBackbone", keras_hub_tokenizer="BertTokenizer",
+        keras_hub_text_embedder="BertTextEmbedder",
+        # keras-hub's BERT presets were converted for its tanh-approximate GELU.
+        activation="gelu_approximate", layer_norm_epsilon=1e-12,
+        positions_after_padding=False, tokenizer_kind="wordpiece",
+        hf_model_class="BertModel", hf_tokenizer_class="BertTokenizer", base_prefix="bert.",
+        embeddings={**_EMBEDDINGS, "segment": "embeddings.token_type_embeddings"},
+        pooler="pooler.dense", layer=_BERT_LAYER, zero_tensors={},
+        mlm_head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                  ("cls.predictions.bias", "cls.predictions.decoder.bias"))),
+    "roberta": _ROBERTA,
+    # XLM-R is RoBERTa's architecture with a SentencePiece vocabulary.
+    "xlm-roberta": _ROBERTA._replace(
+        name="xlm-roberta", keras_hub_backbone="XLMRobertaBackbone",
+        keras_hub_tokenizer="XLMRobertaTokenizer",
+        keras_hub_text_embedder="XLMRobertaTextEmbedder", tokenizer_kind="sentencepiece",
+        hf_model_class="XLMRobertaModel", hf_tokenizer_class="XLMRobertaTokenizer"),
+    "distilbert": Family(
+        name="distilbert", keras_hub_backbone="DistilBertBackbone",
+        keras_hub_tokenizer="DistilBertTokenizer", keras_hub_text_embedder=None,
+        activation="gelu", layer_norm_epsilon=1e-12, positions_after_padding=False,
+        tokenizer_kind="wordpiece", hf_model_class="DistilBertModel",
+        hf_tokenizer_class="DistilBertTokenizer", base_prefix="distilbert.",
+        embeddings=_EMBEDDINGS, pooler=None, layer=_DISTILBERT_LAYER, zero_tensors={},
+        mlm_head=("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",))),
+}
+FAMILIES = tuple(TABLE)
+
+
+def family_of(backbone):
+    """The family of a keras-hub backbone instance, by its class or the nearest keras-hub
+    class it derives from (XLMRobertaBackbone before RobertaBackbone); None for others."""
+    by_class = {f.keras_hub_backbone: f.name for f in TABLE.values()}
+    for cls in type(backbone).__mro__:
+        if cls.__name__ in by_class:
+            return by_class[cls.__name__]
+    return None
+
+
+def backbone_class_names():
+    """The keras-hub backbone class names tfsent runs, in FAMILIES order."""
+    return [f.keras_hub_backbone for f in TABLE.values()]
