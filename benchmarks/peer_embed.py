@@ -6,7 +6,9 @@ Runs in the peer venv (peer_env.py); tfsent itself never imports torch:
 
 JOBS.json is a list of jobs, each writing one .npy array (`out`):
   {"kind": "sentence_transformers", "model_dir": D, "sentences": S.json, "out": O.npy}
-      SentenceTransformer(D).encode(sentences), exactly as a user calls it.
+      SentenceTransformer(D).encode(sentences), exactly as a user calls it; with
+      "encode": "query" | "document", its encode_query / encode_document (the export's
+      prompts applied by sentence-transformers).
   {"kind": "transformers", "model_dir": D, "sentences": S.json, "pooling": P,
    "max_seq_length": N, "normalize": bool, "out": O.npy}
       AutoTokenizer + AutoModel (the bare Hugging Face export) and tfsent's pooling P
@@ -104,7 +106,9 @@ def run_sentence_transformers(job, sentences):
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(job["model_dir"], device="cpu")
-    emb = model.encode(sentences, batch_size=64, convert_to_numpy=True)
+    encode = {"query": model.encode_query, "document": model.encode_document}.get(
+        job.get("encode"), model.encode)
+    emb = encode(sentences, batch_size=64, convert_to_numpy=True)
     dim = (model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
            else model.get_sentence_embedding_dimension())
     report = {"modules": [type(m).__name__ for m in model], "dimension": dim,

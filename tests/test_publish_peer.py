@@ -27,6 +27,8 @@ import peer_env  # noqa: E402
 from tfsent import publish  # noqa: E402
 from tfsent.encoders import SentenceEncoder, load_encoder, resolve_short_name  # noqa: E402
 from tfsent.layers.heads import MLPEncoder  # noqa: E402
+from tfsent.saved_model import export_encoder  # noqa: E402
+from tfsent.serving import SavedModelEncoder  # noqa: E402
 from tfsent.testing import tiny_encoder  # noqa: E402
 
 MIN_COSINE = export_fidelity.MIN_COSINE
@@ -97,8 +99,6 @@ def clsr_run(tmp_path_factory, tiny_encoder_dir):
 
 
 def _served(run_dir, sentences):
-    from tfsent.serving import SavedModelEncoder
-
     return SavedModelEncoder(os.path.join(run_dir, "export")).encode(sentences)
 
 
@@ -167,6 +167,17 @@ def peer(request, tmp_path_factory, sentences):
     ref = np.array(head(enc.encode(sentences, pooling="cls", verbose=0)))
     add("st_head", ref / np.linalg.norm(ref, axis=1, keepdims=True),
         {"kind": "sentence_transformers", "model_dir": path, "sentences": sentences_file})
+    # Query / document prompts: sentence-transformers' encode_query / encode_document on
+    # the published folder against the SavedModel's encode_query / encode_document.
+    prompts = {"query_prompt": "query: ", "document_prompt": "passage: "}
+    served = SavedModelEncoder(export_encoder(enc, os.path.join(work, "sm_prompts"),
+                                              pooling="mean", **prompts))
+    path = publish.export_encoder_as(enc, os.path.join(work, "st_prompts"),
+                                     "sentence_transformers", pooling="mean", **prompts)
+    for side in ("query", "document"):
+        add(f"st_prompts_{side}", getattr(served, f"encode_{side}")(sentences),
+            {"kind": "sentence_transformers", "model_dir": path,
+             "sentences": sentences_file, "encode": side})
     hf = publish.export_encoder_as(enc, os.path.join(work, "hf"), "huggingface")
     for pooling in HF_POOLINGS:
         add(f"hf_{pooling}", enc.encode(sentences, pooling=pooling, verbose=0),
@@ -291,3 +302,16 @@ def test_family_weight_maps_in_transformers(peer, family):
     assert report["unexpected_keys"] == [] and report["mismatched_keys"] == []
     mask = np.load(report["out"].replace(".npy", ".npz"))["padding_mask"].astype(bool)
     np.testing.assert_allclose(got[mask], reference[mask], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_sentence_transformers_applies_the_exported_prompts(peer, side):
+    """SentenceTransformer(dir).encode_query / encode_document equal the SavedModel's
+    encode_query / encode_document (cosine >= 0.99999), and differ from plain encode."""
+    reference, got, _ = peer[f"st_prompts_{side}"]
+    cosine = np.sum(reference * got, 1) / (np.linalg.norm(reference, axis=1)
+                                           * np.linalg.norm(got, axis=1))
+    assert cosine.min() >= 0.99999, cosine.min()
+    plain, _, _ = peer["st_mean"]  # the same encoder, mean pooling, normalized, no prompt
+    unit = reference / np.linalg.norm(reference, axis=1, keepdims=True)
+    assert not np.allclose(unit, plain, atol=1e-3)

@@ -68,11 +68,15 @@ def _export_from_flags():
                               metadata=metadata, jit_compile=FLAGS.jit_compile,
                               truncate_dim=FLAGS.truncate_dim,
                               quantize_outputs=quantize_outputs,
-                              calibration_sentences=calibration)
+                              calibration_sentences=calibration,
+                              query_prompt=FLAGS.query_prompt,
+                              document_prompt=FLAGS.document_prompt)
     else:
         path = publish.export_encoder_as(encoder, FLAGS.export_dir, FLAGS.format,
                                  pooling=FLAGS.pooling, normalize=FLAGS.normalize,
-                                 metadata={"model": FLAGS.model})
+                                 metadata={"model": FLAGS.model},
+                                 query_prompt=FLAGS.query_prompt,
+                                 document_prompt=FLAGS.document_prompt)
     logging.info("exported %s (pooling %s) as %s to %s", FLAGS.model, FLAGS.pooling,
                  FLAGS.format, path)
     return path
@@ -100,6 +104,10 @@ def _define_flags():
                         "int8,binary (outputs embedding_int8 / embedding_binary).")
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges; required with --quantize=int8.")
+    flags.DEFINE_string("query_prompt", "", "Text put before each query: the SavedModel's "
+                        "encode_query signature, sentence-transformers' prompts['query'].")
+    flags.DEFINE_string("document_prompt", "", "Text put before each document: "
+                        "encode_document, sentence-transformers' prompts['document'].")
     flags.mark_flag_as_required("export_dir")
 
 

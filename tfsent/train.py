@@ -377,7 +377,8 @@ def finalize_run(r, nan_guard, guard):
         metrics["exports"] = export_run_formats(
             r.encoder, r.output_dir, config.export_formats, pooling=r.model.export_pooling,
             head=head, max_seq_length=config.eval_max_seq_length,
-            metadata={"method": r.method, "step": export_step})
+            metadata={"method": r.method, "step": export_step},
+            query_prompt=config.query_prompt, document_prompt=config.document_prompt)
     if head is None:  # a head on top has no place in an encoder directory
         r.encoder.pooling = r.model.export_pooling
         r.encoder.save_encoder_dir(os.path.join(r.output_dir, "encoder"))

@@ -60,7 +60,8 @@ __all__ = ["FORMATS", "EXPORT_INFO_FILE", "FAMILIES", "export_encoder_as", "expo
 
 
 def export_encoder_as(encoder, directory, format="sentence_transformers", head=None,
-                      pooling=None, normalize=False, max_seq_length=None, metadata=None):
+                      pooling=None, normalize=False, max_seq_length=None, metadata=None,
+                      query_prompt="", document_prompt=""):
     """Writes `encoder` (+ `head`, a layer on the pooled embedding, e.g. a method's
     `export_head`) in `format` (one of FORMATS) to `directory`; returns the path written.
 
@@ -76,7 +77,13 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
         max_seq_length: truncation length, special tokens included (default: the
             tokenizer's, clamped to the position table).
         metadata: extra entries for tfsent_export.json (e.g. method, step).
+        query_prompt, document_prompt: text put before queries / documents (retrieval):
+            the SavedModel's `encode_query` / `encode_document` signatures, the
+            sentence-transformers `prompts` ("query", "document") that its
+            `encode_query` / `encode_document` apply; recorded in tfsent_export.json.
     """
+    prompts = {name: text for name, text in (("query", query_prompt),
+                                             ("document", document_prompt)) if text}
     if format not in FORMATS:
         raise ConfigError(f"--format={format!r} is not a format; choose one of "
                           f"{', '.join(FORMATS)}")
@@ -84,7 +91,8 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
     if format == "saved_model":
         meta = dict(metadata or {}, normalize=bool(normalize))
         return export_encoder(encoder, directory, pooling=pooling, metadata=meta,
-                              max_seq_length=max_seq_length, head=head)
+                              max_seq_length=max_seq_length, head=head,
+                              query_prompt=query_prompt, document_prompt=document_prompt)
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
     family = checked_family(encoder.backbone)  # refuses unknown backbones before writing
@@ -100,7 +108,7 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
     with staged_dir(directory, f"{format} export") as tmp:
         if format == "sentence_transformers":
             details = sentence_transformers.write(encoder, tmp, pooling, head, normalize,
-                                                  length)
+                                                  length, prompts)
         elif format == "huggingface":
             details = huggingface.write(encoder, tmp, length)
         else:
@@ -108,7 +116,8 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
         info = {"format": format, "family": family, "pooling": pooling,
                 "normalize": bool(normalize), "max_seq_length": int(length),
                 "activation": encoder.activation,
-                "head": None if head is None else type(head).__name__, **details}
+                "head": None if head is None else type(head).__name__, "prompts": prompts,
+                **details}
         info.update(metadata or {})
         write_json(os.path.join(tmp, EXPORT_INFO_FILE), info)
     logging.info("exported a %s encoder as %s to %s", family, format, directory)
@@ -127,7 +136,8 @@ def export_formats(spec):
 
 
 def export_run_formats(encoder, output_dir, formats, pooling=None, head=None,
-                       max_seq_length=None, metadata=None):
+                       max_seq_length=None, metadata=None, query_prompt="",
+                       document_prompt=""):
     """The training CLI's exports besides its SavedModel: every format named in `formats`
     (`--config.export_formats`) other than saved_model, each to
     OUTPUT_DIR/export_<format>/<version> (the next integer, as SavedModel versions), so a
@@ -141,5 +151,7 @@ def export_run_formats(encoder, output_dir, formats, pooling=None, head=None,
             parent) else []
         target = os.path.join(parent, str(max(versions, default=0) + 1))
         paths[name] = export_encoder_as(encoder, target, name, head=head, pooling=pooling,
-                                        max_seq_length=max_seq_length, metadata=metadata)
+                                        max_seq_length=max_seq_length, metadata=metadata,
+                                        query_prompt=query_prompt,
+                                        document_prompt=document_prompt)
     return paths

@@ -109,9 +109,10 @@ def check(pooling, head):
     dense_stack(head)
 
 
-def write(encoder, directory, pooling, head, normalize, max_seq_length):
+def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=None):
     """The sentence_transformers format into the existing `directory`; returns the details
-    `tfsent_export.json` records."""
+    `tfsent_export.json` records. `prompts` ({"query": ..., "document": ...}) go into
+    config_sentence_transformers.json, where `encode_query` / `encode_document` find them."""
     check_sentence_transformers_pooling(pooling)
     dense_layers = dense_stack(head)  # refuses inexpressible heads before anything is written
     backbone = encoder.backbone
@@ -168,7 +169,8 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length):
         os.makedirs(add("Normalize", "Normalize"))
     write_json(os.path.join(directory, "modules.json"), modules)
     write_json(os.path.join(directory, "config_sentence_transformers.json"),
-               {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
+               {"prompts": dict(prompts or {}), "default_prompt_name": None,
+                "similarity_fn_name": "cosine"})
     dim = dense_layers[-1][0].shape[1] if dense_layers else hidden
     return {"embedding_dim": int(dim), "modules": [m["type"].rsplit(".", 1)[1]
                                                    for m in modules]}
