@@ -123,3 +123,29 @@ def test_mine_never_overwrites_its_input_or_an_existing_file(tmp_path):
              f"--out={existing}", "--num_negatives=1")
     assert r.returncode == 2 and "already exists" in r.stderr, r.stderr[-2000:]
     assert pairs.read_text() == before and existing.read_text() == "keep\n"
+
+
+def test_a_checkpoint_of_another_model_is_a_clear_error(tmp_path):
+    """Resuming from a checkpoint whose variables do not fit the model names the checkpoint
+    and the variable's two shapes, not a raw TensorFlow traceback."""
+    import keras
+
+    from conftest import TINY_VOCAB
+    from tfsent.methods import SimCSE
+    from tfsent.testing import tiny_encoder
+    from tfsent.training import RunState
+
+    def state(hidden):
+        model = SimCSE(tiny_encoder(TINY_VOCAB, hidden_dim=hidden, max_seq_length=8))
+        optimizer = keras.optimizers.AdamW(1e-3)
+        model.compile(optimizer=optimizer)
+        optimizer.build(model.trainable_variables)
+        return RunState(str(tmp_path), model, optimizer)
+
+    state(16).save_checkpoint(2)
+    with pytest.raises(ConfigError) as info:
+        state(24).restore()
+    message = str(info.value)
+    assert "checkpoints" in message and "does not fit this model" in message
+    assert "shape (16, 16)" in message and "shape (24, 24)" in message, message
+    assert "and name " in message  # TensorFlow's words: the variable restored into
