@@ -35,6 +35,7 @@ positives excluded, filters) are counted in a warning and written with what they
 
 import os
 
+import keras
 import numpy as np
 from absl import app, flags, logging
 
@@ -242,8 +243,6 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
     embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     bar = None
     if verbose:
-        import keras
-
         bar = keras.utils.Progbar(len(problem.unique_anchors), unit_name="anchor")
     scores, indices = top_k_cosine(
         embeddings[problem.unique_anchors], embeddings[:problem.num_candidates], depth,

@@ -23,11 +23,11 @@ def require_matplotlib():
     """Imports matplotlib with the file-only Agg backend; a ConfigError naming the extra
     if it is not installed."""
     try:
-        import matplotlib
+        import matplotlib  # optional (the plots extra): imported only when plots are asked for
     except ImportError as e:
         raise ConfigError(f"plots need matplotlib, which is not installed: {PLOTS_EXTRA}") from e
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): the backend must be chosen first
     return plt
 
 

@@ -21,6 +21,7 @@ equal.
 import numpy as np
 import tensorflow as tf
 
+from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
 
 QUANTIZATIONS = ("int8", "binary")
@@ -43,8 +44,6 @@ def parse_quantize(spec, option="--quantize"):
 def read_calibration_sentences(path):
     """The sentences of a calibration file (one per line, blank lines skipped).
     InputError naming the file when it is missing or has no sentence."""
-    from tfsent.data.textio import read_lines
-
     sentences = [" ".join(line.split()) for line in read_lines(path)]
     sentences = [s for s in sentences if s]
     if not sentences:

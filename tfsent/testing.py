@@ -1,6 +1,7 @@
 """Helpers for tests and smoke runs: tiny randomly initialised encoders."""
 
 import keras
+import keras_hub
 
 from tfsent.encoders import SentenceEncoder, SentenceTokenizer
 
@@ -8,8 +9,6 @@ from tfsent.encoders import SentenceEncoder, SentenceTokenizer
 def tiny_encoder(vocabulary, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
                  max_seq_length=16, pooling="mean", dropout=0.1, seed=0, lowercase=True):
     """A small randomly initialised BERT `SentenceEncoder` (tests, smoke runs)."""
-    import keras_hub
-
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=len(vocabulary), num_layers=num_layers, num_heads=num_heads,

@@ -30,6 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from google.protobuf import text_format
+from tensorboard.plugins import projector
 
 from tfsent import fsio
 from tfsent.errors import ConfigError
@@ -142,9 +144,6 @@ def write_projector_snapshot(log_dir, name, sentences, embeddings, max_points=10
     projector/NAME.tsv (their vectors) and (re)writes projector_config.pbtxt listing every
     snapshot of the directory. Each file is written to a temporary name and renamed.
     """
-    from google.protobuf import text_format
-    from tensorboard.plugins import projector
-
     folder = os.path.join(log_dir, "projector")
     os.makedirs(folder, exist_ok=True)
     sentences = list(sentences)[:max_points]

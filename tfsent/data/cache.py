@@ -13,12 +13,12 @@ import os
 import numpy as np
 from absl import logging
 
+from tfsent.encoders.loading import SHORT_NAMES, resolve_short_name
+
 
 def encoder_identity(name):
     """A string identifying an encoder: its name, and for a directory its files' sizes and
     modification times (retraining into the same directory changes the identity)."""
-    from tfsent.encoders import SHORT_NAMES, resolve_short_name
-
     path = resolve_short_name(name) if name in SHORT_NAMES else name
     if not os.path.isdir(path):
         return name

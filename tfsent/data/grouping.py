@@ -14,6 +14,8 @@ rows, so every example is seen exactly once per epoch and shapes stay static.
 import numpy as np
 from absl import logging
 
+from tfsent.errors import ConfigError
+
 OPEN_WINDOW = 16  # partially filled batches considered per group (keeps packing O(n))
 
 
@@ -138,8 +140,6 @@ def duplicate_free_stream(texts, batch_size, seed, skip_batches=0, shuffle=True)
                          "later batch (a text of theirs was already in the batch), %d left "
                          "for the next epoch", epoch, deferred, len(texts), left_over)
         if not len(batches):
-            from tfsent.errors import ConfigError
-
             raise ConfigError(f"no duplicate-free batch of {batch_size} examples exists in "
                               f"the training data ({len(texts)} examples); lower batch_size")
         for batch in batches:

@@ -6,11 +6,14 @@ runs after batching (vectorised) and is prefetched. `skip_batches` fast-forwards
 deterministic stream when a run resumes, without tokenizing the skipped batches.
 """
 
+import itertools
 import math
 
 import numpy as np
 import tensorflow as tf
 
+from tfsent.data.grouping import (duplicate_free_batches, duplicate_free_stream, epoch_stream,
+                                  grouped_batches, premise_groups, shuffled_stream)
 from tfsent.errors import ConfigError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -85,10 +88,6 @@ def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repea
 def _duplicate_free_strings(rows, columns, batch_size, seed, shuffle, repeat, skip_batches):
     """Batches of the columns' strings (a tuple of (B,) string tensors), drawn by
     `duplicate_free_stream`; one epoch when not `repeat`."""
-    import itertools
-
-    from tfsent.data.grouping import duplicate_free_batches, duplicate_free_stream
-
     texts = [frozenset(row) for row in rows]
     if repeat:
         def stream():
@@ -177,11 +176,6 @@ def nli_pair_dataset(rows, tokenizer, batch_size, seed=0, skip_batches=0,
     False: ordinary shuffled batches (a new permutation every epoch, remainder dropped,
     `valid` all 1), as ConSERT's reference reads NLI pairs. `premise_id` numbers the
     distinct premise texts in both. `repeat=False`: one epoch."""
-    import itertools
-
-    from tfsent.data.grouping import (epoch_stream, grouped_batches, premise_groups,
-                                      shuffled_stream)
-
     _check_batch(len(rows), batch_size, "the NLI pairs")
     premises = [r[0] for r in rows]
     groups = premise_groups(premises)

@@ -290,7 +290,7 @@ class SafetensorsCheckpoint:
         """The prefix of the base model's names ("", "bert.", "roberta.", ...)."""
         matches = sorted((n for n in self.names if n.endswith(_ANCHOR)), key=len)
         if not matches:
-            raise InputError(f"no embeddings.word_embeddings.weight tensor: not a BERT-family "
+            raise InputError("no embeddings.word_embeddings.weight tensor: not a BERT-family "
                              "checkpoint", path=self.path)
         return matches[0][: -len(_ANCHOR)]
 

@@ -1,8 +1,14 @@
 """CMLM-CSE's auxiliary network: a frozen lexical extractor and a trainable fusioner."""
 
 import keras
+import keras_hub
 import tensorflow as tf
+from absl import logging
 
+from tfsent.encoders.encoder_dir import _backbone_config
+from tfsent.encoders.families import TABLE
+from tfsent.encoders.keras_hub_adapter import make_backbone
+from tfsent.encoders.model import SentenceEncoder
 from tfsent.errors import ConfigError
 
 
@@ -27,9 +33,6 @@ class LexicalExtractor(keras.layers.Layer):
     def __init__(self, backbone_config, num_layers, activation="gelu", family="bert",
                  **kwargs):
         super().__init__(**kwargs)
-        from tfsent.encoders import SentenceEncoder
-        from tfsent.encoders.keras_hub_adapter import make_backbone
-
         if not 1 <= num_layers <= backbone_config["num_layers"]:
             raise ConfigError(f"extractor_layers must be in [1, {backbone_config['num_layers']}]"
                               f", got {num_layers}")
@@ -46,8 +49,6 @@ class LexicalExtractor(keras.layers.Layer):
     @classmethod
     def from_encoder(cls, encoder, num_layers):
         """A frozen copy of `encoder`'s embeddings and first `num_layers` layers."""
-        from tfsent.encoders.encoder_dir import _backbone_config
-
         layer = cls(_backbone_config(encoder.backbone), num_layers, encoder.activation,
                     encoder.family, dtype=encoder.backbone.dtype_policy)
         src, dst = encoder.backbone, layer.encoder.backbone
@@ -91,8 +92,6 @@ class Fusioner(keras.layers.Layer):
     def __init__(self, vocabulary_size, hidden_dim, num_heads, intermediate_dim, num_layers=3,
                  dropout=0.1, tie_embeddings=True, layer_norm_epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
-        import keras_hub
-
         self.vocabulary_size = int(vocabulary_size)
         self.hidden_dim = int(hidden_dim)
         self.num_heads = int(num_heads)
@@ -135,10 +134,6 @@ class Fusioner(keras.layers.Layer):
         """Copies `encoder.mlm_head` (the checkpoint's MLM head: transform Dense, LayerNorm,
         output bias) into this head when there is one and the projection is tied; logs
         which head is used. Returns True when the checkpoint's head was loaded."""
-        from absl import logging
-
-        from tfsent.encoders.families import TABLE
-
         head = encoder.mlm_head
         if head is None:
             logging.info("CMLM-CSE: new MLM head (the %s checkpoint has none)", encoder.family)

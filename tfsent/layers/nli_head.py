@@ -4,6 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfsent.data.pipelines import NLI_LABEL_IDS
+
 
 @keras.saving.register_keras_serializable(package="tfsent")
 class NLIHead(keras.layers.Layer):
@@ -78,8 +80,6 @@ class NLIHead(keras.layers.Layer):
     def rows_accuracy(self, embed, rows):
         """Accuracy (x100) on (premise, hypothesis, label name) rows; `embed` maps a list of
         strings to their (N, H) embeddings (with the pooling the head was trained on)."""
-        from tfsent.data.pipelines import NLI_LABEL_IDS
-
         u = np.asarray(embed([r[0] for r in rows]), np.float32)
         v = np.asarray(embed([r[1] for r in rows]), np.float32)
         labels = np.array([NLI_LABEL_IDS[r[2]] for r in rows])

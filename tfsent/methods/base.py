@@ -15,6 +15,7 @@ import tensorflow as tf
 from tfsent import grad_cache
 from tfsent.checks import Field
 from tfsent.data import preprocessing
+from tfsent.encoders.loading import load_encoder
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
 from tfsent.grad_cache import FEATURE_KEYS
@@ -84,8 +85,6 @@ class SentenceMethod(keras.Model):
         `encoder` is anything `tfsent.encoders.load_encoder` takes (a short name, a
         keras-hub preset, a Hugging Face / sentence-transformers / tfsent directory);
         `kwargs` go to the method's constructor."""
-        from tfsent.encoders import load_encoder
-
         loaded = load_encoder(encoder, pooling=pooling, max_seq_length=max_seq_length)
         return cls(loaded, **kwargs)
 
