@@ -145,7 +145,7 @@ def read_nli_pairs_jsonl(path):
     return rows
 
 
-TFDS_PIP_LINE = 'pip install "tfsent[tfds]"'
+TFDS_PIP_LINE = 'pip install "tfsent[tfds]"  (from a checkout: pip install -e ".[tfds]")'
 
 
 def import_tfds(source):
