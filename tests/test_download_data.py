@@ -1,8 +1,14 @@
-"""tools/download_data.py: the layout step on a small local tree (no network)."""
+"""tools/download_data.py on small local files (no network): the layout step, the sha256
+verification of pinned files, and a whole fetch from a file:// archive."""
 
+import hashlib
 import os
+import zipfile
 
-from conftest import load_tool
+import pytest
+
+from conftest import load_tool, shared_data_or_skip
+from tfsent.errors import InputError
 
 
 def _tool():
@@ -36,3 +42,57 @@ def test_organize_builds_senteval_layout(tmp_path):
         "SICK/SICK_trial.txt", "MR/rt-polarity.pos", "CR/custrev.neg",
         "SNLI/snli_1.0_dev.jsonl"])
     assert (out / "STS/STS12-en-test/STS.gs.MSRpar.txt").read_text() == "4.0\n"
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_verify_pinned_accepts_matching_files_and_names_a_mismatch(tmp_path):
+    tool = _tool()
+    (tmp_path / "MRPC").mkdir()
+    good, bad = b"\xef\xbb\xbfQuality\t#1 ID\n1\t2\n", b"Quality\t#1 ID\n1\t2\n"
+    (tmp_path / "MRPC" / "a.txt").write_bytes(good)
+    (tmp_path / "MRPC" / "b.txt").write_bytes(bad)
+    pins = {"MRPC/a.txt": _sha256(good)}
+    assert tool.verify_pinned(str(tmp_path), pins) == [str(tmp_path / "MRPC" / "a.txt")]
+    with pytest.raises(InputError) as e:
+        tool.verify_pinned(str(tmp_path), {"MRPC/b.txt": _sha256(good)})
+    message = str(e.value)
+    assert str(tmp_path / "MRPC" / "b.txt") in message
+    assert _sha256(good) in message and _sha256(bad) in message
+    with pytest.raises(InputError, match="missing"):
+        tool.verify_pinned(str(tmp_path), {"MRPC/c.txt": _sha256(good)})
+
+
+def test_fetch_verifies_the_pinned_files_after_unpacking(tmp_path, monkeypatch):
+    """The whole fetch on a local archive (a file:// URL): unpacked, placed, verified."""
+    tool = _tool()
+    gold = b"4.000\n3.500\n"
+
+    def archive(name, gs_bytes):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("test-gold/STS.input.MSRpar.txt", "a\tb\nc\td\n")
+            z.writestr("test-gold/STS.gs.MSRpar.txt", gs_bytes)
+        return path.as_uri()
+
+    rel = "STS/STS12-en-test/STS.gs.MSRpar.txt"
+    monkeypatch.setattr(tool, "PINNED_SHA256", {"sts": {rel: _sha256(gold)}})
+    monkeypatch.setattr(tool, "STS_URLS", {"STS12": archive("STS2012-en-test.zip", gold)})
+    written = tool.fetch(str(tmp_path / "ok"), {"sts"})
+    assert str(tmp_path / "ok" / rel) in written
+    changed = gold.replace(b"3.500", b"3.400")
+    monkeypatch.setattr(tool, "STS_URLS", {"STS12": archive("changed/STS2012-en-test.zip",
+                                                            changed)})
+    with pytest.raises(InputError, match=f"expected {_sha256(gold)}, got {_sha256(changed)}"):
+        tool.fetch(str(tmp_path / "bad"), {"sts"})
+
+
+def test_pinned_digests_are_those_of_the_shared_copy():
+    """The digests were computed from ../shared/data; they still match it."""
+    data = shared_data_or_skip()
+    tool = _tool()
+    for group, pins in tool.PINNED_SHA256.items():
+        assert len(tool.verify_pinned(data, pins)) == len(pins), group

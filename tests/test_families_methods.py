@@ -1,10 +1,12 @@
-"""Every method on every encoder family: 2 training steps in-process (the model built as
-`python -m tfsent.train` builds it; eager steps), an export, and the export serving strings
+"""Every method on every encoder family: a training step in-process (the model built as
+`python -m tfsent.train` builds it; an eager step), an export, and the export serving strings
 in a fresh process that imports only tensorflow and tensorflow_text and loads it as TF
 Serving does, equal to `encode`. A diagonal of the grid also goes through the CLI
 (`python -m tfsent.train --config.encoder=DIR`, traced XLA train steps).
 
-Cost: the exports of the whole grid are served by ONE fresh process (module fixture)."""
+Cost: the exports of the whole grid are served by ONE fresh process (module fixture),
+started before the first cell and fed each export as soon as it is written, so that its
+TensorFlow import and the loading of each export overlap the next cells' training."""
 
 import json
 import os
@@ -22,26 +24,31 @@ SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", "",
              "Café crème, naïve résumé 😀 東京は日本の首都です。", "word " * 40]
 SERVE_LEN = 24
 # Tiny-model settings every cell shares (the methods' own defaults otherwise).
-OVERRIDES = ["steps=2", "eval_every=2", "batch_size=8", "max_seq_length=16",
+# One step: it moves the variables as two would (the cells check that training runs and
+# changes the model, not how far it gets).
+OVERRIDES = ["steps=1", "eval_every=1", "batch_size=8", "max_seq_length=16",
              f"eval_max_seq_length={SERVE_LEN}", "jit_compile=False", "learning_rate=1e-3",
              "steps_per_execution=1"]
 METHOD_OVERRIDES = {"cmlm_cse": ["extractor_layers=1", "fusion_layers=1"],
                     "clsr": ["cache_dir={tmp}/cache"]}
 
-# Loads each SavedModel named on the command line as TF Serving does and serves the
-# sentences; reports which of tfsent / keras_hub got imported (none should).
+# Reads `KEY<TAB>SAVEDMODEL PATH` lines from stdin, loads each SavedModel as TF Serving
+# does and serves the sentences as soon as its line arrives; at the end of input prints the
+# embeddings and which of tfsent / keras_hub got imported (none should).
 SERVE_MANY = TF_SERVING_LOADER + r"""
 import json, sys
-paths, sentences = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {key: serve_like_tf_serving(path, sentences, ("embedding",))["embedding"].tolist()
-       for key, path in paths.items()}
+sentences = json.loads(sys.argv[1])
+out = {}
+for line in sys.stdin:
+    key, path = line.rstrip("\n").split("\t")
+    out[key] = serve_like_tf_serving(path, sentences, ("embedding",))["embedding"].tolist()
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
 json.dump({"embeddings": out, "modules": mods}, sys.stdout)
 """
 
 
 def train_and_export(method, family, checkpoint, workdir):
-    """2 steps of `method` on the tiny `family` checkpoint, then an export; returns
+    """A step of `method` on the tiny `family` checkpoint, then an export; returns
     (export path, model.encode(SENTENCES), logs of the last step)."""
     import keras
 
@@ -53,7 +60,7 @@ def train_and_export(method, family, checkpoint, workdir):
     config = resolve_config(method, None, [f"encoder={checkpoint}", *OVERRIDES, *extra])
     spec = get_method(method)
     keras.utils.set_random_seed(0)
-    encoder, model, optimizer = build_model(spec, config, 2, jit=False)
+    encoder, model, optimizer = build_model(spec, config, 1, jit=False)
     # Eager train steps: tracing a train function per cell would triple the grid's cost;
     # the traced (XLA) step of every family runs in test_cli_trains_a_family_checkpoint.
     model.compile(optimizer=optimizer, run_eagerly=True)
@@ -61,8 +68,8 @@ def train_and_export(method, family, checkpoint, workdir):
     before = [v.numpy().copy() for v in model.trainable_variables]
     examples = load_training_data(spec, config)
     dataset = make_dataset(spec, config, encoder, examples, 0, workdir)
-    history = model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
-    assert int(optimizer.iterations.numpy()) == 2
+    history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+    assert int(optimizer.iterations.numpy()) == 1
     logs = {k: v[-1] for k, v in history.history.items()}
     assert all(np.isfinite(v) for v in logs.values()), logs
     moved = [not np.array_equal(b, v.numpy()) for b, v in zip(before,
@@ -80,20 +87,32 @@ def grid(hf_checkpoint_dirs, tmp_path_factory):
     """{(method, family): (export path, encode output, logs) or the exception raised},
     plus the fresh process's served embeddings for every export."""
     results = {}
-    for family in FAMILIES:
-        for method in METHODS:
-            workdir = str(tmp_path_factory.mktemp(f"{method}-{family}"))
-            try:
-                results[method, family] = train_and_export(method, family,
-                                                           hf_checkpoint_dirs[family], workdir)
-            except Exception as e:  # noqa: BLE001  (reported by the cell's own test)
-                results[method, family] = e
-    paths = {f"{m}|{f}": r[0] for (m, f), r in results.items() if not isinstance(r, Exception)}
-    served = subprocess.run([sys.executable, "-c", SERVE_MANY, json.dumps(paths),
-                             json.dumps(SENTENCES)], capture_output=True, text=True,
-                            timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert served.returncode == 0, served.stderr[-3000:]
-    return results, json.loads(served.stdout)
+    stderr = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(stderr, "w") as err:
+        server = subprocess.Popen([sys.executable, "-c", SERVE_MANY, json.dumps(SENTENCES)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                  text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    try:
+        for family in FAMILIES:
+            for method in METHODS:
+                workdir = str(tmp_path_factory.mktemp(f"{method}-{family}"))
+                try:
+                    results[method, family] = train_and_export(
+                        method, family, hf_checkpoint_dirs[family], workdir)
+                except Exception as e:  # noqa: BLE001  (reported by the cell's own test)
+                    results[method, family] = e
+                    continue
+                try:
+                    server.stdin.write(f"{method}|{family}\t{results[method, family][0]}\n")
+                    server.stdin.flush()
+                except BrokenPipeError:  # the server died: its stderr is reported below
+                    pass
+        out, _ = server.communicate(timeout=900)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, stderr.read_text()[-3000:]
+    return results, json.loads(out)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -175,15 +175,18 @@ def test_bad_raw_examples_are_clear():
         supcon.fit([("a", "b", "maybe")] * 16, batch_size=8, verbose=0)
 
 
+# Reads `NAME<TAB>PATH.keras` lines from stdin and handles each model as soon as its line
+# arrives (loads it, embeds, takes one training step); prints the results at end of input.
 LOAD_SCRIPT = r"""
 import json, sys
 import numpy as np
 import keras
 import tfsent  # registers tfsent's classes
 from tfsent.data import preprocessing
-paths, probe, raw = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+probe, raw = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 out = {}
-for name, path in json.loads(paths).items():
+for line in sys.stdin:
+    name, path = line.rstrip("\n").split("\t")
     model = keras.saving.load_model(path)
     emb = model.encode(probe)
     step = int(model.optimizer.iterations.numpy())
@@ -201,30 +204,46 @@ json.dump(out, sys.stdout)
 def test_keras_save_and_load_model_in_a_fresh_process(tmp_path):
     """model.save("x.keras") then keras.saving.load_model in a new interpreter: the same
     class, identical embeddings and optimizer state, and one more training step gives the
-    same weights as the same step taken by the original model."""
+    same weights as the same step taken by the original model.
+
+    The new interpreter starts first and gets each model as soon as it is saved, so its
+    imports and its work on one model overlap the training of the next."""
     from tfsent.data import preprocessing
 
-    paths, expected = {}, {}
-    for name in METHODS:
-        model = _build(name)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-3))
-        rows = RAW[model.input_kind]
-        model.fit(preprocessing.dataset_for(model, rows, 8, shuffle=False), epochs=1,
-                  steps_per_epoch=2, verbose=0)
-        paths[name] = str(tmp_path / f"{name}.keras")
-        model.save(paths[name])
-        emb = model.encode(PROBE)
-        opt_norm = float(sum(np.abs(v.numpy()).sum() for v in model.optimizer.variables))
-        model.fit(preprocessing.dataset_for(model, rows, 8, shuffle=False), epochs=1,
-                  steps_per_epoch=1, verbose=0)
-        expected[name] = (type(model).__name__, emb, opt_norm, model.encode(PROBE))
     raw = {k: [list(r) if isinstance(r, tuple) else r for r in v] for k, v in RAW.items()}
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, json.dumps(paths),
-                             json.dumps(PROBE), json.dumps(raw)], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = json.loads(result.stdout)
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        loader = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, json.dumps(PROBE),
+                                   json.dumps(raw)], cwd=REPO, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    expected = {}
+    try:
+        for name in METHODS:
+            model = _build(name)
+            model.compile(optimizer=keras.optimizers.AdamW(1e-3))
+            # One dataset for both fits: each fit iterates it from its first batch, as the
+            # new interpreter's fit does.
+            dataset = preprocessing.dataset_for(model, RAW[model.input_kind], 8,
+                                                shuffle=False)
+            model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+            path = str(tmp_path / f"{name}.keras")
+            model.save(path)
+            try:
+                loader.stdin.write(f"{name}\t{path}\n")
+                loader.stdin.flush()
+            except BrokenPipeError:  # the loader died: its stderr is reported below
+                pass
+            emb = model.encode(PROBE)
+            opt_norm = float(sum(np.abs(v.numpy()).sum() for v in model.optimizer.variables))
+            model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+            expected[name] = (type(model).__name__, emb, opt_norm, model.encode(PROBE))
+        out, _ = loader.communicate(timeout=900)
+    finally:
+        if loader.poll() is None:
+            loader.kill()
+    assert loader.returncode == 0, stderr.read_text()[-3000:]
+    loaded = json.loads(out)
     for name, (cls, emb, opt_norm, after) in expected.items():
         got = loaded[name]
         assert got["class"] == cls

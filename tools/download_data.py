@@ -11,25 +11,43 @@ readers (and SentEval) expect:
     wiki/wiki1m_for_simcse.txt                   SNLI/*.jsonl  MNLI/*.jsonl
 
 The placing step (`organize`) is separate from downloading so it can be tested offline.
+
+Every URL is https. All hosts but one are known to serve https; ixa2.si.ehu.es (the STS
+archives) serves its wiki pages over https, but its file downloads over https could not be
+confirmed when this was written (no internet where it was written).
+
+Integrity: after placing, the files listed in PINNED_SHA256 are checked against their sha256
+(a mismatch or a missing file is an InputError naming the file and both digests). Only
+files whose bytes are known are pinned: the digests were computed from the project's shared
+copy of SentEval's `data/downstream` (../shared/data, see its README), and only the files
+SentEval's own download script leaves byte for byte as the sources ship them -- the STS12
+gold scores and the two MRPC files. The other files in that copy (STS inputs, STS-B, SICK,
+MR, CR, TREC, SNLI) were tokenized or otherwise rewritten by SentEval, so they are not what
+this tool writes, and their digests would be wrong; the archives themselves and the full
+wiki1m / NLI files could not be fetched to be hashed. Those files are not checked.
 """
 
+import hashlib
 import os
 import shutil
+import sys
 import tarfile
 import urllib.request
 import zipfile
 
 from absl import app, flags, logging
 
+from tfsent.errors import InputError
+
 FLAGS = flags.FLAGS
 
 STS_URLS = {
-    "STS12": "http://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
-    "STS13": "http://ixa2.si.ehu.es/stswiki/images/2/2f/STS2013-en-test.zip",
-    "STS14": "http://ixa2.si.ehu.es/stswiki/images/8/8c/STS2014-en-test.zip",
-    "STS15": "http://ixa2.si.ehu.es/stswiki/images/d/da/STS2015-en-test.zip",
-    "STS16": "http://ixa2.si.ehu.es/stswiki/images/9/98/STS2016-en-test.zip",
-    "STSBenchmark": "http://ixa2.si.ehu.es/stswiki/images/4/48/Stsbenchmark.tar.gz",
+    "STS12": "https://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
+    "STS13": "https://ixa2.si.ehu.es/stswiki/images/2/2f/STS2013-en-test.zip",
+    "STS14": "https://ixa2.si.ehu.es/stswiki/images/8/8c/STS2014-en-test.zip",
+    "STS15": "https://ixa2.si.ehu.es/stswiki/images/d/da/STS2015-en-test.zip",
+    "STS16": "https://ixa2.si.ehu.es/stswiki/images/9/98/STS2016-en-test.zip",
+    "STSBenchmark": "https://ixa2.si.ehu.es/stswiki/images/4/48/Stsbenchmark.tar.gz",
     "SICK": "https://zenodo.org/record/2787612/files/SICK.zip",
 }
 TRANSFER_URLS = {
@@ -58,6 +76,29 @@ BINARY_FILES = {"rt-polarity.pos": "MR", "rt-polarity.neg": "MR", "custrev.pos":
                 "mpqa.pos": "MPQA", "mpqa.neg": "MPQA"}
 SICK_FILES = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
 STSB_FILES = ("sts-train.csv", "sts-dev.csv", "sts-test.csv")
+
+# sha256 of placed files, by task group, relative to OUT_DIR (see the module docstring for
+# why only these): computed from ../shared/data, which holds them as the sources ship them.
+PINNED_SHA256 = {
+    "sts": {
+        "STS/STS12-en-test/STS.gs.MSRpar.txt":
+            "5526be59228bc34ccb3cb6f1f56c0d7278d3419b8886713ae016fd92b151f19c",
+        "STS/STS12-en-test/STS.gs.MSRvid.txt":
+            "9c6096c6bcfb0144c8bbddb00900ca9198c88498630cd0c8f08d18365f1d7150",
+        "STS/STS12-en-test/STS.gs.SMTeuroparl.txt":
+            "708530c4d006d06881f3289fce35d624d7efe562dcf0fe5f8aa0eec3a135f6d4",
+        "STS/STS12-en-test/STS.gs.surprise.OnWN.txt":
+            "088d8ca22c0aa406e4a5d2e6e308a4f38b482b8e736c2445a38ffb6e4c4fb4fd",
+        "STS/STS12-en-test/STS.gs.surprise.SMTnews.txt":
+            "aa6dfc868db333c43dc59be14d46fa6587c7ebddc0d497e717f647bf35121cf1",
+    },
+    "transfer": {
+        "MRPC/msr_paraphrase_train.txt":
+            "60a9b09084528f0673eedee2b69cb941920f0b8cd0eeccefc464a98768457f89",
+        "MRPC/msr_paraphrase_test.txt":
+            "a04e271090879aaba6423d65b94950c089298587d9c084bf9cd7439bd785f784",
+    },
+}
 
 
 def _download(url, path):
@@ -131,12 +172,40 @@ def _sts_year(folder):
     return None
 
 
-def main(argv):
-    """Downloads the requested groups and organizes them."""
-    del argv
-    out = FLAGS.out_dir
+def sha256_of(path):
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_pinned(out_dir, pins):
+    """Checks the files `pins` names ({path relative to out_dir: sha256}) under `out_dir`.
+
+    Returns the paths checked; raises InputError naming the first file that is missing or
+    whose sha256 differs (with both digests)."""
+    checked = []
+    for rel, expected in sorted(pins.items()):
+        path = os.path.join(out_dir, rel)
+        if not os.path.exists(path):
+            raise InputError(f"expected after download and placing, but missing (sha256 "
+                             f"{expected} expected); the source archive's layout may have "
+                             f"changed", path=path)
+        got = sha256_of(path)
+        if got != expected:
+            raise InputError(f"sha256 mismatch: expected {expected}, got {got}; the source "
+                             f"changed or the download is corrupt (delete it and the archive "
+                             f"under _raw/ to fetch again)", path=path)
+        checked.append(path)
+    return checked
+
+
+def fetch(out, groups):
+    """Downloads the task `groups` (sts, transfer, wiki1m, nli) into `out`, places the files
+    and verifies the pinned ones; returns the paths placed from archives."""
     raw = os.path.join(out, "_raw")
-    groups = set(FLAGS.tasks.split(","))
     if "sts" in groups:
         for key, url in STS_URLS.items():
             archive = _download(url, os.path.join(raw, os.path.basename(url)))
@@ -159,6 +228,19 @@ def main(argv):
                     os.path.join(raw, key))
     written = organize(raw, out)
     logging.info("placed %d files under %s", len(written), out)
+    for group in sorted(groups):
+        checked = verify_pinned(out, PINNED_SHA256.get(group, {}))
+        logging.info("%s: sha256 of %d pinned files verified", group, len(checked))
+    return written
+
+
+def main(argv):
+    """Downloads the requested groups and organizes them."""
+    del argv
+    try:
+        fetch(FLAGS.out_dir, set(FLAGS.tasks.split(",")))
+    except InputError as e:
+        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from absl import logging
 
 from tfsent.data import senteval as senteval_data
 from tfsent.data.textio import read_lines
-from tfsent.errors import InputError
+from tfsent.errors import ConfigError, InputError
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
 DEMO_SENTENCES = os.path.join(DEMO_DIR, "sentences.txt")
@@ -146,10 +146,26 @@ def read_nli_pairs_jsonl(path):
     return rows
 
 
+TFDS_PIP_LINE = 'pip install "tfsent[tfds]"  (from a checkout: pip install -e ".[tfds]")'
+
+
+def import_tfds(source):
+    """The tensorflow_datasets module, or a ConfigError naming `source` (a `tfds:` training
+    source) and the install line when the optional package is missing."""
+    try:
+        # Optional and heavy: only the `tfds:` sources need it (the `tfds` extra).
+        import tensorflow_datasets
+    except ImportError as e:
+        raise ConfigError(
+            f"train_data={source!r} reads TensorFlow Datasets, but tensorflow-datasets is not "
+            f"installed (an optional dependency): {TFDS_PIP_LINE}, or pass a local file or "
+            f"directory as --config.train_data") from e
+    return tensorflow_datasets
+
+
 def read_nli_pairs_tfds(name, split="train"):
     """TFDS `snli` / `multi_nli` (needs network on first use) -> list of (p, h, label)."""
-    import tensorflow_datasets as tfds
-
+    tfds = import_tfds(f"tfds:{name}")
     ds = tfds.load(name, split=split)
     rows = []
     for ex in tfds.as_numpy(ds):
@@ -199,8 +215,7 @@ def read_training_sentences(source):
     if source == "demo":
         return read_sentences(DEMO_SENTENCES)
     if source.startswith("tfds:"):
-        import tensorflow_datasets as tfds
-
+        tfds = import_tfds(source)
         parts = source[5:].split(":")
         name, field = parts[0], (parts[1] if len(parts) > 1 else "text")
         ds = tfds.load(name, split="train")

