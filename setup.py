@@ -26,9 +26,10 @@ setup(
         # matplotlib: the plot tests (tfsent[plots]); hypothesis: tests/reliability fuzzing;
         # tokenizers, sentencepiece, transformers (no torch): tiny Hugging Face checkpoints of
         # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py);
-        # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports
+        # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports;
+        # faiss-cpu: the exact-search reference of the search exports and their benchmark
         "test": ["pytest", "matplotlib", "hypothesis", "tokenizers", "sentencepiece",
-                 "transformers"],
+                 "transformers", "faiss-cpu>=1.8,<2"],
         "plots": ["matplotlib"],
     },
 )

@@ -68,10 +68,11 @@ DEFAULT_RESCORE_MULTIPLIER = 4
 
 
 def check_index_kind(quantize_flag, option="--quantize"):
-    """`""`/None -> "float32"; "int8" / "binary" as given; ConfigError naming `option`."""
+    """`""`/None/"float32" -> "float32"; "int8" / "binary" as given; ConfigError naming
+    `option` otherwise."""
     if not quantize_flag:
         return "float32"
-    if quantize_flag not in INDEX_KINDS[1:]:
+    if quantize_flag not in INDEX_KINDS:
         raise ConfigError(f"{option}: {quantize_flag!r} is not an index quantization; valid: "
                           f"int8, binary (or none for float32)")
     return quantize_flag
@@ -293,16 +294,17 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
     width = embedding_width(encoder)
     if truncate_dim is not None:
         (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
-    final = new_version_path(export_dir, version)
-    module = ServingModule(encoder, pooling, max_seq_length, truncate_dim=truncate_dim)
-    if embeddings is None:
-        vectors = encode_documents(module, [document_prompt + t for t in corpus.texts],
-                                   truncate_dim or width, batch_size, verbose)
-    else:
+    if embeddings is not None:
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.shape != (len(corpus), width):
             raise InputError(f"embeddings have shape {embeddings.shape}, expected "
                              f"({len(corpus)}, {width}) (one row per document)")
+    final = new_version_path(export_dir, version)
+    if embeddings is None:
+        module = ServingModule(encoder, pooling, max_seq_length, truncate_dim=truncate_dim)
+        vectors = encode_documents(module, [document_prompt + t for t in corpus.texts],
+                                   truncate_dim or width, batch_size, verbose)
+    else:
         vectors = quantize.l2_normalize(embeddings[:, :truncate_dim or width])
     search = SearchModule(encoder, pooling, corpus.ids, vectors, kind, max_seq_length,
                           truncate_dim, query_prompt, rescore_multiplier, chunk_rows)
