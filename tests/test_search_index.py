@@ -51,7 +51,8 @@ for job in jobs:
             except tf.errors.InvalidArgumentError as e:
                 answers.append({"error": e.message})
                 continue
-            answers.append({n: (v.astype(str).tolist() if v.dtype == object else v.tolist())
+            answers.append({n: (np.array([b.decode("utf-8") for b in v.ravel()], object)
+                                .reshape(v.shape).tolist() if v.dtype == object else v.tolist())
                             for n, v in zip(names, values)})
         results.append(answers)
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
