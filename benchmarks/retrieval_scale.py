@@ -168,7 +168,7 @@ def measure_size(size, kinds, encoder, work_dir):
             row[f"ratio_b{b}"] = row[f"p50_ms_b{b}"] / row[f"faiss_p50_ms_b{b}"]
         print(f"[bench] {size} {kind}: {row}", file=sys.stderr, flush=True)
         rows.append(row)
-        del search, theirs
+        del search, ours, theirs, position
         shutil.rmtree(os.path.join(work_dir, f"{size}"))
         gc.collect()
     return rows

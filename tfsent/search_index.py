@@ -98,13 +98,19 @@ class SearchModule(ServingModule):
         if kind == "float32":
             self.index_vectors = tf.Variable(vectors, trainable=False, name="index_float32")
         elif kind == "int8":
-            lo, hi = quantize.calibrate_int8(vectors)
+            # In blocks of rows: the float64 arithmetic of `quantize` on a whole 1M-row
+            # corpus would take several GB at once.
+            blocks = range(0, self.num_documents, 65536)
+            ranges = [quantize.calibrate_int8(vectors[i:i + 65536]) for i in blocks]
+            lo = np.min([r[0] for r in ranges], axis=0)
+            hi = np.max([r[1] for r in ranges], axis=0)
             self.int8_lo, self.int8_hi = lo, hi
             steps = np.where(hi - lo > 0, (hi - lo) / 255.0, 1.0)
             self._int8_step = np.asarray(steps, np.float32)
             self._int8_offset = np.asarray(lo + 128.0 * steps, np.float32)
-            self.index_int8 = tf.Variable(quantize.int8_codes(vectors, lo, hi),
-                                          trainable=False, name="index_int8")
+            codes = np.concatenate([quantize.int8_codes(vectors[i:i + 65536], lo, hi)
+                                    for i in blocks])
+            self.index_int8 = tf.Variable(codes, trainable=False, name="index_int8")
         elif kind == "binary":
             self.index_binary = tf.Variable(quantize.binary_codes(vectors), trainable=False,
                                             name="index_binary")
