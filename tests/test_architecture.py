@@ -9,7 +9,8 @@ from conftest import REPO
 
 # The command-line modules (`python -m tfsent.NAME`): they import the library, never the
 # other way round.
-CLI_MODULES = {"tfsent.train", "tfsent.evaluate", "tfsent.export", "tfsent.mine"}
+CLI_MODULES = {"tfsent.train", "tfsent.evaluate", "tfsent.export", "tfsent.mine",
+               "tfsent.index"}
 
 
 def _modules():

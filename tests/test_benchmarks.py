@@ -1,6 +1,7 @@
 """benchmarks/: tfsent's side of train_throughput.py, train_profile.py, encode_throughput.py
-and serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark peer venv), their
-JSON, flag errors, the FLOP count behind MFU and the latency statistics."""
+and serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark peer venv),
+retrieval_scale.py at a tiny size, their JSON, flag errors, the FLOP count behind MFU and
+the latency statistics."""
 
 import json
 import math
@@ -169,6 +170,34 @@ def test_op_profile_grouping_hand_case():
                                             "kernels": 137}
 
 
+def test_retrieval_scale_harness_at_a_tiny_size(tmp_path):
+    pytest.importorskip("faiss")
+    out = tmp_path / "retrieval.json"
+    r = _run("retrieval_scale.py", "--sizes=300,1200", "--dim=64", "--repeats=2",
+             "--large_repeats=1", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {(row["documents"], row["kind"]): row for row in result["rows"]}
+    assert set(rows) == {(m, kind) for m in (300, 1200) for kind in ("float32", "int8",
+                                                                    "binary")}
+    for row in rows.values():
+        for key in ("p50_ms_b1", "p50_ms_b32", "faiss_p50_ms_b1", "faiss_p50_ms_b32",
+                    "disk_bytes"):
+            assert _positive_finite(row[key]), (key, row)
+    for m in (300, 1200):
+        # 4 bytes, 1 byte and 1 bit per dimension; exact search finds the exact top 10.
+        assert rows[(m, "float32")]["index_bytes"] == 4 * rows[(m, "int8")]["index_bytes"] \
+            == 32 * rows[(m, "binary")]["index_bytes"] == m * 64 * 4
+        assert rows[(m, "float32")]["recall_at_k"] == 1.0
+        assert rows[(m, "float32")]["faiss_recall_at_k"] == 1.0
+        assert rows[(m, "int8")]["recall_at_k"] >= 0.9
+        assert rows[(m, "binary")]["recall_at_k"] >= 0.5
+    assert rows[(1200, "float32")]["disk_bytes"] > rows[(1200, "int8")]["disk_bytes"] \
+        > rows[(1200, "binary")]["disk_bytes"]
+    assert result["settings"]["dim"] == 64 and result["machine"]["cpu_model"] is not None
+    assert "search_embeddings vs faiss-cpu" in r.stdout
+
+
 def test_percentile_matches_numpy_and_a_hand_case():
     import numpy as np
 
@@ -227,6 +256,8 @@ def test_peer_quantization_config_follows_the_isa():
     ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
+    ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
+    ("retrieval_scale.py", ["--kinds=float32,pq", "--json=JSON"], "--kinds"),
 ])
 def test_bad_flags_name_the_flag(script, args, flag, tmp_path):
     out = tmp_path / "never.json"

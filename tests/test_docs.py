@@ -18,7 +18,7 @@ from conftest import REPO
 
 DOCUMENTS = ["README.md"] + sorted(
     os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
-TFSENT_COMMANDS = ("train", "evaluate", "export", "mine")
+TFSENT_COMMANDS = ("train", "evaluate", "export", "mine", "index")
 # Flags of programs that are not tfsent's, named in the docs: flag -> whose.
 FOREIGN_FLAGS = {
     "no-deps": "pip install",

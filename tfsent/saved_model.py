@@ -45,7 +45,7 @@ METADATA_FILE = "tfsent_export.json"
 _STAGED_VERSION = re.compile(r"\.(\d+)\.tfsent-staging-\d+")
 
 
-class _ServingModule(tf.Module):
+class ServingModule(tf.Module):
     """The tf.Module that is saved: tokenizer + encoder forward + pooling."""
 
     def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
@@ -90,13 +90,18 @@ class _ServingModule(tf.Module):
             out["embedding_binary"] = quantize.binary_codes_tf(normalized)
         return out
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
-    def serve(self, sentences):
-        """Signature `serving_default`: strings -> embedding, embedding_normalized."""
+    def embed_sentences(self, sentences):
+        """Strings -> the outputs of `serving_default` (tokenizer + forward), in the graph
+        of the calling tf.function (the search export's `search` calls it too)."""
         features = self.tokenizer(sentences)
         if self.jit_compile:
             return call_in_buckets(self._xla_embed, features, self.tokenizer.max_seq_length)
         return self._embed(features["token_ids"], features["padding_mask"])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def serve(self, sentences):
+        """Signature `serving_default`: strings -> embedding, embedding_normalized."""
+        return self.embed_sentences(sentences)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
     def encode_query(self, sentences):
@@ -167,25 +172,15 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     check_pooling(pooling)
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
-    export_dir = os.fspath(export_dir)
-    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
-        raise ConfigError(f"export directory {export_dir} exists and is not a folder")
-    os.makedirs(export_dir, exist_ok=True)
-    if version is None:
-        existing = list_versions(export_dir)
-        version = (existing[-1] + 1) if existing else 1
-    final = os.path.join(export_dir, str(int(version)))
-    _remove_abandoned_staging(export_dir)
-    if os.path.exists(final):
-        raise ConfigError(f"export version {version} already exists at {final}")
-    width = _embedding_width(encoder, head)
+    final = new_version_path(export_dir, version)
+    width = embedding_width(encoder, head)
     if truncate_dim is not None:
         (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
     quantize_outputs = quantize.parse_quantize(quantize_outputs, "quantize_outputs")
     if "int8" in quantize_outputs and not calibration_sentences:
         raise ConfigError("int8 quantization needs calibration sentences (--calibration_file)")
-    module = _ServingModule(encoder, pooling, max_seq_length, head, jit_compile,
-                            truncate_dim, query_prompt, document_prompt)
+    module = ServingModule(encoder, pooling, max_seq_length, head, jit_compile,
+                           truncate_dim, query_prompt, document_prompt)
     calibration = {}
     if "int8" in quantize_outputs:
         module.int8_ranges = _calibrate(module, calibration_sentences)
@@ -198,19 +193,50 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     # would be a second (wasted) trace of the tokenizer and the encoder.
     signatures = {"serving_default": module.serve, "encode_query": module.encode_query,
                   "encode_document": module.encode_document, "encode_ids": module.encode_ids}
-    meta = {"pooling": pooling, "max_seq_length": module.tokenizer.max_seq_length,
-            "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
-            "strip_accents": encoder.tokenizer.strip_accents, "jit_compile": bool(jit_compile),
-            "embedding_dim": truncate_dim or width, "truncate_dim": truncate_dim,
-            "quantize": list(quantize_outputs), "query_prompt": module.query_prompt,
-            "document_prompt": module.document_prompt, **calibration}
+    meta = {**encoder_metadata(module, encoder, width), "quantize": list(quantize_outputs),
+            "query_prompt": module.query_prompt, "document_prompt": module.document_prompt,
+            **calibration}
     meta.update(metadata or {})
+    write_version(final, module, signatures, meta)
+    return final
+
+
+def encoder_metadata(module, encoder, width):
+    """The metadata entries describing the encoder path of a ServingModule (pooling,
+    lengths, tokenizer options, embedding width and truncation)."""
+    return {"pooling": module.pooling, "max_seq_length": module.tokenizer.max_seq_length,
+            "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
+            "strip_accents": encoder.tokenizer.strip_accents,
+            "jit_compile": bool(module.jit_compile),
+            "embedding_dim": module.truncate_dim or width, "truncate_dim": module.truncate_dim}
+
+
+def new_version_path(export_dir, version=None):
+    """`EXPORT_DIR/<version>` for a new export (default: the next integer version), after
+    removing the abandoned staging folders of killed exports there. ConfigError when
+    `export_dir` is a file or the version exists. Creates `export_dir` if needed."""
+    export_dir = os.fspath(export_dir)
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise ConfigError(f"export directory {export_dir} exists and is not a folder")
+    os.makedirs(export_dir, exist_ok=True)
+    if version is None:
+        existing = list_versions(export_dir)
+        version = (existing[-1] + 1) if existing else 1
+    final = os.path.join(export_dir, str(int(version)))
+    _remove_abandoned_staging(export_dir)
+    if os.path.exists(final):
+        raise ConfigError(f"export version {version} already exists at {final}")
+    return final
+
+
+def write_version(final, module, signatures, metadata):
+    """Saves `module` with `signatures` and `metadata` (assets.extra/METADATA_FILE) as the
+    version folder `final`, built in a marked staging folder and renamed into place."""
     with fsio.staged_dir(final, "SavedModel version") as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)
         os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
         with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
-            json.dump(meta, f, indent=2)
-    return final
+            json.dump(metadata, f, indent=2)
 
 
 def _remove_abandoned_staging(export_dir):
@@ -222,7 +248,7 @@ def _remove_abandoned_staging(export_dir):
             fsio.recover(os.path.join(export_dir, match.group(1)))
 
 
-def _embedding_width(encoder, head):
+def embedding_width(encoder, head=None):
     """Width of the exported embedding: the head's output units, else the encoder's."""
     if head is None:
         return encoder.hidden_dim
