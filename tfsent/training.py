@@ -267,6 +267,11 @@ RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", ".work
 # resumed run may change them.
 RESUME_FREE_FIELDS = frozenset({"projector_every", "projector_points", "test_tasks",
                                 "report_geometry", "export_formats", "tpu"})
+# The knobs a run stopped by the divergence guard or a non-finite loss is resumed with
+# (its error message says so): an unfinished run may change them, logged.
+RECOVERY_FIELDS = frozenset({"learning_rate", "max_grad_norm", "clip_norm", "loss_scale",
+                             "divergence_drop", "collapse_cosine_rise",
+                             "collapse_uniformity_ratio"})
 
 
 def _json_normal(value):
@@ -305,7 +310,8 @@ def prepare_run_dir(output_dir, config, overwrite=False):
     """Decides what a run in `output_dir` does before anything is written there.
 
     Returns "new" (empty or missing folder), "resume" (a run with the same config that
-    has not finished) or "finished" (the same config, already exported: nothing to do).
+    has not finished; its recovery knobs, RECOVERY_FIELDS such as learning_rate, may
+    differ) or "finished" (the same config, already exported: nothing to do).
     Raises ConfigError when the folder is not empty and holds no tfsent run, or holds a
     run whose config differs (the message lists the fields and the ways on). With
     `overwrite`, an earlier tfsent run's own files (RUN_ENTRIES) are removed first and
@@ -332,6 +338,12 @@ def prepare_run_dir(output_dir, config, overwrite=False):
         return "new"
     method = config.get("method")
     differences = config_differences(stored, dict(config, method=method))
+    finished = run_finished(output_dir)
+    recovery = [d for d in differences if d[0] in RECOVERY_FIELDS]
+    if recovery and len(recovery) == len(differences) and not finished:
+        logging.warning("resuming the run in %s with changed %s", output_dir,
+                        ", ".join(f"{k} ({old!r} -> {new!r})" for k, old, new in recovery))
+        return "resume"
     if differences:
         listed = "\n".join(f"  {k}: {old!r} in the folder's run, {new!r} now"
                            for k, old, new in differences)
@@ -339,7 +351,7 @@ def prepare_run_dir(output_dir, config, overwrite=False):
             f"--output_dir={output_dir} holds a run with another config:\n{listed}\n"
             f"Rerun with the folder's config to resume it, choose a new --output_dir, or "
             f"pass --overwrite to discard that run.")
-    return "finished" if run_finished(output_dir) else "resume"
+    return "finished" if finished else "resume"
 
 
 def run_finished(output_dir):
