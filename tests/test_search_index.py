@@ -307,7 +307,7 @@ def test_chunked_scan_equals_one_chunk(tiny_encoder_dir):
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case,expected", [
-    ("missing", "corpus.jsonl: cannot read"),
+    ("missing", "corpus.jsonl: file not found"),
     ("duplicate", "duplicate document _id 'x'"),
     ("quantize", "--quantize: 'int4' is not an index quantization"),
     ("truncate", "--truncate_dim must be >= 1, got 0"),
