@@ -33,6 +33,30 @@ TINY_RUN_FLAGS = ["--config.export_if_worse=true", "--config.divergence_drop=0",
                   "--config.first_eval_step=0"]
 
 
+# Shared sample rows (the demo data sets shipped in tfsent.data.readers), one list per
+# training-data kind, and probe sentences for embedding comparisons.
+def _sample_rows():
+    from tfsent.data import readers
+
+    sentences = readers.read_sentences(readers.DEMO_SENTENCES)[:48]
+    triplets = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)[:24]
+    nli_rows = readers.read_nli_pairs("demo_nli")[:48]
+    return sentences, triplets, nli_rows, [(p, e) for p, e, _ in triplets]
+
+
+SENTENCES, TRIPLETS, NLI_ROWS, PAIRS = _sample_rows()
+RAW = {"sentences": SENTENCES, "sentences_mlm": SENTENCES, "triplets": TRIPLETS,
+       "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS}
+PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
+
+
+def tiny_method_encoder():
+    """The tiny random encoder the per-method tests build their models on."""
+    from tfsent.testing import tiny_encoder
+
+    return tiny_encoder(TINY_VOCAB, num_layers=3, max_seq_length=12, seed=3)
+
+
 def shared_data_or_skip(*parts):
     """Path under ../shared/data, or skip the test when that folder is absent."""
     path = os.path.join(SHARED_DATA, *parts)

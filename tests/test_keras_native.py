@@ -13,25 +13,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_VOCAB
+from conftest import (NLI_ROWS, PROBE, RAW, REPO, SENTENCES, TINY_VOCAB, TRIPLETS,
+                      tiny_method_encoder)
 from tfsent.data import readers
 from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
-
-SENTENCES = readers.read_sentences(readers.DEMO_SENTENCES)[:48]
-TRIPLETS = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)[:24]
-NLI_ROWS = readers.read_nli_pairs("demo_nli")[:48]
-PAIRS = [(p, e) for p, e, _ in TRIPLETS]
-RAW = {"sentences": SENTENCES, "sentences_mlm": SENTENCES, "triplets": TRIPLETS,
-       "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS}
-PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
 
 
 def _build(name):
     """A tiny instance of each method (and each mode that reads other data)."""
     from tfsent import methods
 
-    enc = tiny_encoder(TINY_VOCAB, num_layers=3, max_seq_length=12, seed=3)
+    enc = tiny_method_encoder()
     return {
         "simcse_unsup": lambda: methods.SimCSE(enc),
         "simcse_sup": lambda: methods.SimCSE(enc, supervised=True),
