@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB, TINY_RUN_FLAGS
+from method_harness import MethodHarness
 from tfsent.data import cache
 from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
@@ -228,3 +229,8 @@ def test_projection_dim_sets_the_loss_space_from_the_config():
     assert default.projection.kernel.shape == (16, 16)  # 0: the paper's h, output size
     with pytest.raises(ConfigError, match=re.escape("clsr_projection_dim must be an integer")):
         build_config(SPEC.defaults, {}, ["clsr_projection_dim=-1"], method="clsr")
+
+
+class TestCLSRHarness(MethodHarness):
+    def build(self, encoder):
+        return CLSR(encoder, hidden_dim=24, output_dim=8)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import TINY_VOCAB
+from method_harness import MethodHarness
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
 from tfsent.layers import Fusioner, LexicalExtractor
@@ -146,3 +147,8 @@ def test_logged_losses_are_the_means_of_their_terms():
     want = float(logs["contrastive_loss"]) + model.mlm_weight * float(logs["mlm_loss"])
     assert float(objective) == pytest.approx(want, rel=1e-6)
     assert float(logs["loss"]) == pytest.approx(want, rel=1e-6)
+
+
+class TestCMLMCSEHarness(MethodHarness):
+    def build(self, encoder):
+        return CMLMCSE(encoder, extractor_layers=2, fusion_layers=1, mask_rate=0.3)

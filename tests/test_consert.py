@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import TINY_VOCAB
+from method_harness import MethodHarness
 from tfsent import losses
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
@@ -463,3 +464,18 @@ def test_joint_two_replicas_match_one_replica():
     for a, b, w0 in zip(w1, w2, init):
         np.testing.assert_allclose(a, b, atol=1e-5)
     assert any(not np.allclose(a, w0) for a, w0 in zip(w1, init))
+
+
+class TestConSERTUnsupervisedHarness(MethodHarness):
+    def build(self, encoder):
+        return ConSERT(encoder, mode="unsup")
+
+
+class TestConSERTJointHarness(MethodHarness):
+    def build(self, encoder):
+        return ConSERT(encoder, mode="joint")
+
+
+class TestConSERTSupervisedHarness(MethodHarness):
+    def build(self, encoder):
+        return ConSERT(encoder, mode="sup")

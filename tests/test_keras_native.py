@@ -1,7 +1,8 @@
-"""One harness for every method and layer (keras-hub's test_case pattern): serialization
+"""The Keras-native behaviours that are not per method (those are the harness classes of
+tests/method_harness.py, one in each method's test file): every registered layer's config
 round trip, `.keras` save/load in a fresh process (same embeddings, same optimizer state,
-training continues identically), `evaluate`, `fit` on raw examples with raw
-`validation_data`, and a `ModelCheckpoint` on the dev score that keeps the best epoch."""
+training continues identically), fit on datasets of other shapes (batched, dict rows),
+the shuffle seed, and a `ModelCheckpoint` on the dev score that keeps the best epoch."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import tensorflow as tf
 
 from conftest import (NLI_ROWS, PROBE, RAW, REPO, SENTENCES, TINY_VOCAB, TRIPLETS,
                       tiny_method_encoder)
+from method_harness import string_dataset, strip_names
 from tfsent.data import readers
 from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
@@ -40,25 +42,6 @@ def _build(name):
 
 METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "supcon", "scd", "consert",
            "consert_joint", "clsr")
-
-
-def _strip_names(config):
-    """A config without auto-generated object names (they differ between instances)."""
-    if isinstance(config, dict):
-        return {k: _strip_names(v) for k, v in config.items() if k != "name"}
-    if isinstance(config, list):
-        return [_strip_names(v) for v in config]
-    return config
-
-
-@pytest.mark.parametrize("name", METHODS)
-def test_method_config_round_trip(name):
-    model = _build(name)
-    config = model.get_config()
-    clone = type(model).from_config(config)
-    assert _strip_names(clone.get_config()) == _strip_names(config)
-    registered = keras.saving.get_registered_name(type(model))
-    assert registered == f"tfsent>{type(model).__name__}"
 
 
 def _layer_cases(hf_dirs):
@@ -114,7 +97,7 @@ def test_every_registered_layer_round_trips(hf_checkpoint_dirs):
     for name, (layer, inputs) in cases.items():
         config = layer.get_config()
         clone = type(layer).from_config(config)
-        assert _strip_names(clone.get_config()) == _strip_names(config), name
+        assert strip_names(clone.get_config()) == strip_names(config), name
         if inputs is None:
             continue
         out = layer(inputs)
@@ -124,25 +107,6 @@ def test_every_registered_layer_round_trips(hf_checkpoint_dirs):
         again = clone(inputs)
         for a, b in zip(tf.nest.flatten(out), tf.nest.flatten(again)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, err_msg=name)
-
-
-@pytest.mark.parametrize("name", METHODS)
-def test_raw_examples_fit_evaluate_and_validation(name):
-    """fit on raw examples (tokenized in the tf.data pipeline), with raw validation_data;
-    evaluate reports the objective's parts; compile(loss=...) is refused."""
-    model = _build(name)
-    raw = RAW[model.input_kind]
-    model.compile(optimizer=keras.optimizers.AdamW(1e-3))
-    history = model.fit(raw, batch_size=8, epochs=1, steps_per_epoch=2,
-                        validation_data=raw[:16], verbose=0)
-    assert "val_loss" in history.history and np.isfinite(history.history["val_loss"][0])
-    result = model.evaluate(raw[:16], batch_size=8, verbose=0, return_dict=True)
-    assert set(result) == set(model.metric_names), result
-    assert all(np.isfinite(v) for v in result.values())
-    with pytest.raises(ConfigError, match="loss="):
-        model.compile(optimizer="adam", loss="mse")
-    with pytest.raises(ConfigError, match="metrics="):
-        model.compile(optimizer="adam", metrics=["mae"])
 
 
 def test_pre_tokenized_path_still_works():
@@ -323,20 +287,11 @@ DICT_ROWS = {
 }
 
 
-def _string_dataset(rows, batch):
-    """A tf.data.Dataset of the rows (strings, tuples or dicts), batched by `batch` or not."""
-    if isinstance(rows[0], dict):
-        ds = tf.data.Dataset.from_tensor_slices({k: [r[k] for r in rows] for k in rows[0]})
-    elif isinstance(rows[0], tuple):
-        ds = tf.data.Dataset.from_tensor_slices(tuple(list(c) for c in zip(*rows)))
-    else:
-        ds = tf.data.Dataset.from_tensor_slices(rows)
-    return ds.batch(batch) if batch else ds
-
-
+# One method per data kind (sentences, MLM sentences, triplets, NLI rows, pairs), rows as
+# lists or dicts.
 @pytest.mark.parametrize("name,rows", [
-    ("simcse_unsup", "list"), ("simcse_sup", "list"), ("simcse_sup", "dicts"),
-    ("supcon", "dicts"), ("cmlm_cse", "list"), ("clsr", "list")])
+    ("simcse_unsup", "list"), ("simcse_sup", "dicts"), ("supcon", "dicts"),
+    ("cmlm_cse", "list"), ("clsr", "list")])
 @pytest.mark.parametrize("batch", [0, 8])
 def test_fit_and_evaluate_on_a_dataset_of_strings(name, rows, batch):
     """What Keras users pass: a tf.data.Dataset of raw strings (or rows of them, tuples or
@@ -345,9 +300,9 @@ def test_fit_and_evaluate_on_a_dataset_of_strings(name, rows, batch):
     model = _build(name)
     model.compile(optimizer=keras.optimizers.AdamW(1e-3))
     raw = DICT_ROWS[model.input_kind] if rows == "dicts" else RAW[model.input_kind]
-    ds = _string_dataset(raw, batch)
+    ds = string_dataset(raw, batch)
     history = model.fit(ds, batch_size=None if batch else 8, epochs=1, steps_per_epoch=2,
-                        validation_data=_string_dataset(raw[:16], batch), verbose=0)
+                        validation_data=string_dataset(raw[:16], batch), verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     assert np.isfinite(history.history["val_loss"]).all()
     result = model.evaluate(ds, batch_size=None if batch else 8, verbose=0,

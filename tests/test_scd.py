@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import TINY_VOCAB
+from method_harness import MethodHarness
 from tfsent.config import BASE_DEFAULTS, build_config
 from tfsent.data import pipelines
 from tfsent.encoders import DROPOUT_SITES
@@ -371,3 +372,8 @@ def test_get_config_round_trips():
     assert len(proj.weights) == len(model.projector.weights)
     with pytest.raises(Exception, match="dropout_rate_b"):
         SCD(_encoder(), dropout_rate_b=1.0)
+
+
+class TestSCDHarness(MethodHarness):
+    def build(self, encoder):
+        return SCD(encoder, projector_width=32)

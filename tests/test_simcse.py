@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from conftest import TINY_VOCAB
+from method_harness import MethodHarness
 from tfsent.methods import CMLMCSE, SimCSE
 from tfsent.testing import tiny_encoder
 
@@ -28,3 +29,13 @@ def test_encoder_dropout_is_the_one_name_and_dropout_still_works():
         assert SimCSE.from_config(saved).encoder_dropout == 0.2
     cmlm = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, encoder_dropout=0.0)
     assert cmlm.encoder_dropout == 0.0
+
+
+class TestSimCSEUnsupervisedHarness(MethodHarness):
+    def build(self, encoder):
+        return SimCSE(encoder)
+
+
+class TestSimCSESupervisedHarness(MethodHarness):
+    def build(self, encoder):
+        return SimCSE(encoder, supervised=True)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import TINY_VOCAB
+from method_harness import MethodHarness
 from tfsent import losses
 from tfsent.data import pipelines
 from tfsent.data.grouping import grouped_batches, premise_groups
@@ -259,3 +260,8 @@ def test_matryoshka_wraps_the_scl_term():
     _, logs = nested.compute_losses(batch, training=False)
     assert float(logs["scl_loss"]) == pytest.approx(want, rel=1e-5)
     assert nested.get_config()["matryoshka_dims"] == [16, 4]
+
+
+class TestSupConSBERTHarness(MethodHarness):
+    def build(self, encoder):
+        return SupConSBERT(encoder, scl_weight=0.3)
