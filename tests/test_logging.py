@@ -8,7 +8,8 @@ from conftest import REPO
 # The CLI entry points print their result (tests and scripts read it from stdout).
 PRINT_ALLOWED = {("tfsent/train.py", "main"), ("tfsent/evaluate.py", "_evaluate_from_flags"),
                  ("tfsent/export.py", "main"), ("tfsent/train.py", "run"),
-                 ("tfsent/mine.py", "main"), ("tfsent/cli.py", "fail")}
+                 ("tfsent/mine.py", "main"), ("tfsent/cli.py", "fail"),
+                 ("tfsent/index.py", "main")}
 
 
 def _package_files():

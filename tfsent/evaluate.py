@@ -127,12 +127,12 @@ def _evaluate_from_flags():
     tasks = resolve_tasks(FLAGS.tasks)
     retrieval = check_tasks(tasks)
     run_files = _run_file_flags(retrieval)
+    if FLAGS.plots_dir:
+        plots.require_matplotlib()  # fail before any encoding when the extra is missing
     if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
         raise ConfigError(f"--data_dir={FLAGS.data_dir} is not a folder (the SentEval "
                           f"data/downstream folder; tools/download_data.py fetches it)")
     dims, quantizations, calibration = _variant_flags()
-    if FLAGS.plots_dir:
-        plots.require_matplotlib()  # fail before any encoding when the extra is missing
     if FLAGS.output_json:
         fsio.check_new_file(FLAGS.output_json, "--output_json", overwrite=True,
                             inputs=[FLAGS.model, FLAGS.compare_model])

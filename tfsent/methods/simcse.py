@@ -1,8 +1,7 @@
 """SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
 
-import warnings
-
 import tensorflow as tf
+from absl import logging
 
 from tfsent import checks, losses, matryoshka
 from tfsent.checks import Field
@@ -65,8 +64,8 @@ class SimCSE(SentenceMethod):
             old = kwargs.pop("dropout")
             if encoder_dropout is None:
                 encoder_dropout = old
-            warnings.warn(f"{type(self).__name__}(dropout=...) is now encoder_dropout=... "
-                          "(the run-config field's name)", DeprecationWarning, stacklevel=2)
+            logging.warning("%s(dropout=...) is now encoder_dropout=... (the run-config "
+                            "field's name); dropout= will be removed", type(self).__name__)
         super().__init__(encoder, train_pooling, export_pooling, **kwargs)
         self.duplicate_free_batches = bool(duplicate_free_batches)
         self.temperature = checks.POSITIVE.check("temperature", temperature)
