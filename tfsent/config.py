@@ -12,6 +12,7 @@ import os
 
 from tfsent import checks
 from tfsent.checks import Field
+from tfsent.data import mixture
 from tfsent.distribute import STRATEGIES
 from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError
@@ -49,8 +50,16 @@ RUN_FIELDS = [
           doc="also write: sentence_transformers,huggingface,keras_hub (comma-separated; "
               "the SavedModel is always written)"),
     # Data.
-    Field("train_data", "demo", types=(str,),
-          doc="demo | demo_nli | text file | NLI source | tfds:NAME"),
+    Field("train_data", "demo", types=(str, tuple),
+          doc="demo | demo_nli | text file | NLI source | tfds:NAME; several sources: "
+              "comma-separated (a list in a recipe) make a mixture"),
+    Field("source_weights", "", types=(str, tuple),
+          doc="mixture: one positive weight per train_data source, comma-separated "
+              "(\"\": proportional to the sources' sizes)"),
+    Field("mixture_sampling", "proportional", checks.Choices(mixture.SAMPLINGS),
+          doc="mixture: proportional (random by weight) | round_robin (sources in turn)"),
+    Field("batch_per_source", True,
+          doc="mixture: every batch from one source (false: examples mixed within batches)"),
     Field("train_split", "train", types=(str,), doc="split for NLI directories / TFDS"),
     Field("batch_size", 32, checks.SIZE, doc="global batch (all replicas)"),
     Field("steps", 150, checks.COUNT, doc="total optimizer steps (0: derive from epochs)"),
@@ -248,12 +257,25 @@ def validate(config, method=None):
     if config.eval_every % config.steps_per_execution:
         raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
                           f"eval_every ({config.eval_every})")
+    _validate_mixture(config, method)
     from tfsent import publish  # its exporters import optional packages
 
     if "sentence_transformers" in publish.export_formats(config.export_formats):
         publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
     if method is not None:
         get_method(method).validate(config)  # its fields, then its validation hook
+
+
+def _validate_mixture(config, method):
+    """The mixture fields (train_data's sources, source_weights, mixture_sampling,
+    batch_per_source) against each other and the method's batches (`tfsent.data.mixture`)."""
+    if method is None:
+        mixture.check_config(config)
+        return
+    spec = get_method(method)
+    duplicate_free = spec.data_kind == "triplets" and config.get("duplicate_free_batches", False)
+    mixture.check_config(config, spec.data_kind, duplicate_free=duplicate_free,
+                         premise_grouped=spec.data_kind == "nli_pairs" and spec.premise_grouped)
 
 
 def help_text(method=None):

@@ -21,13 +21,13 @@ from absl import app, flags, logging
 
 from tfsent import cli, distribute
 from tfsent.config import build_config, load_recipe
-from tfsent.data import pipelines, readers
+from tfsent.data import mixture, pipelines, readers
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
                               RetrievalDevEvaluation, RunCheckpoint, STSDevEvaluation,
                               Throughput)
-from tfsent.errors import ConfigError, TrainingError
+from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
 from tfsent.evaluation.retrieval import read_task_split
 from tfsent.evaluation.runner import run_tasks
@@ -82,9 +82,10 @@ def total_steps(config, n_examples):
     return rounded
 
 
-def load_training_data(spec, config):
-    """Reads the method's training data; returns (examples, kind)."""
-    source = config.train_data
+def load_training_data(spec, config, source=None):
+    """Reads one training source (default: `train_data`, a single source) as the method's
+    data kind; returns its examples."""
+    source = config.train_data if source is None else source
     if spec.data_kind == "embedding_pairs":
         return readers.read_positive_pairs(source, config.eval_data_dir,
                                            config.positive_threshold, config.train_split)
@@ -94,6 +95,33 @@ def load_training_data(spec, config):
     if spec.data_kind == "nli_pairs":
         return readers.read_nli_pairs(source, config.train_split)
     return readers.read_training_sentences(source)
+
+
+def load_training_sources(spec, config):
+    """The run's training examples: one source's examples as `load_training_data` reads
+    them, or (several `train_data` sources) a `tfsent.data.mixture.SourceMixture` of
+    each source read the same way. A source that holds no examples, or that the method's
+    reader refuses, is an error naming it."""
+    sources = mixture.parse_sources(config.train_data)
+    if len(sources) == 1:
+        return load_training_data(spec, config, sources[0])
+    examples = []
+    for i, source in enumerate(sources):
+        try:
+            rows = load_training_data(spec, config, source)
+        except (ConfigError, InputError) as e:
+            raise type(e)(f"train_data source {i + 1} of {len(sources)} ({source}) cannot be "
+                          f"read as {spec.data_kind} for {spec.name}: {e}") from None
+        if not len(rows):
+            raise InputError(f"train_data source {source!r} holds no training examples for "
+                             f"{spec.name} (data kind {spec.data_kind})")
+        examples.append(rows)
+    mixed = mixture.SourceMixture(
+        sources, examples, mixture.parse_weights(config.source_weights, len(sources)),
+        config.mixture_sampling, config.batch_per_source, config.seed)
+    mixed.check_widths(spec.data_kind)
+    mixed.log_sources(spec.data_kind)
+    return mixed
 
 
 def build_model(spec, config, steps, jit):
@@ -142,10 +170,17 @@ def make_optimizer(config, steps):
 
 def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
     """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
-    pipeline `fit` uses too)."""
+    pipeline `fit` uses too; a `SourceMixture` of several sources mixes one such pipeline
+    per source)."""
     embed = None
     if spec.data_kind == "embedding_pairs":
         embed = _cached_embedder(config, encoder, output_dir)
+    if isinstance(examples, mixture.SourceMixture):
+        return examples.dataset(
+            spec.data_kind, encoder.tokenizer, config.batch_size, skip_batches=skip_batches,
+            mask_rate=config.get("mask_rate"),
+            duplicate_free=config.get("duplicate_free_batches", False),
+            premise_grouped=spec.premise_grouped, embed=embed)
     return pipelines.dataset_for_kind(
         spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
         skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
@@ -225,7 +260,7 @@ def resolve_run(r):
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
                           f"{replicas} replicas")
     _check_encoder_source(config.encoder)
-    r.examples = load_training_data(r.spec, config)
+    r.examples = load_training_sources(r.spec, config)
     if not len(r.examples):
         raise ConfigError(f"train_data={config.train_data!r} holds no training examples "
                           f"for {r.method} (data kind {r.spec.data_kind})")
@@ -338,6 +373,13 @@ def fit_run(r):
                     verbose=1)
         r.metrics["train_seconds"] = r.metrics.get("train_seconds", 0.0) + time.time() - t0
         r.metrics["examples_per_second"] = throughput.examples_per_second()
+    if isinstance(r.examples, mixture.SourceMixture):
+        # Replayed from the seeded choice stream for the steps taken (tfsent.data.mixture):
+        # exact under steps_per_execution, prefetching and any replica count.
+        drawn = r.examples.drawn(int(r.optimizer.iterations.numpy()), config.batch_size)
+        r.metrics.update(drawn)
+        for key, counts in sorted(drawn.items()):
+            logging.info("%s drawn: %s", key, ", ".join(f"{k} {v}" for k, v in counts.items()))
     return nan_guard, guard
 
 
@@ -386,17 +428,29 @@ def finalize_run(r, nan_guard, guard):
         metrics["test"] = _evaluate_tasks(r.model, config)
     if config.get("report_geometry") and config.eval_data_dir:
         metrics["geometry_after"] = _geometry(r.model, config, use_head=head is not None)
-    if config.get("nli_eval_split") and config.train_data not in ("demo", "demo_nli"):
-        rows = readers.read_nli_pairs(config.train_data, config.nli_eval_split)
-        acc = r.model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
-        metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
-        logging.info("NLI accuracy on %s (%s): %.2f", config.train_data,
-                     config.nli_eval_split, acc)
+    if config.get("nli_eval_split"):
+        _nli_accuracy(r.model, config, metrics)
     _write_json_atomic(r.metrics_path, metrics)
     score = exported["score"]
     logging.info("exported the %s (dev %s %s, step %s): %s", exported["which"], r.monitor,
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
     return metrics
+
+
+def _nli_accuracy(model, config, metrics):
+    """NLI accuracy of the model's head on the train_data source's `nli_eval_split`
+    (skipped for the demo, which has no such split, and for a mixture of sources)."""
+    sources = mixture.parse_sources(config.train_data)
+    if len(sources) > 1:
+        logging.info("nli_eval_split: skipped (train_data is a mixture of %d sources)",
+                     len(sources))
+        return
+    if sources[0] in ("demo", "demo_nli"):
+        return
+    rows = readers.read_nli_pairs(sources[0], config.nli_eval_split)
+    acc = model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
+    metrics[f"nli_accuracy_{config.nli_eval_split}"] = acc
+    logging.info("NLI accuracy on %s (%s): %.2f", sources[0], config.nli_eval_split, acc)
 
 
 def _cached_embedder(config, encoder, output_dir):
