@@ -241,9 +241,10 @@ class SourceMixture:
         """Logs each source's size and share of the draws (absl, at the start of a run)."""
         logging.info("training on a mixture of %d sources (%s sampling, one source per %s)",
                      len(self.names), self.sampling, self.unit)
+        units = "batches" if self.batch_per_source else "examples"
         for i, (name, size, share) in enumerate(zip(self.names, self.sizes, self.shares())):
-            logging.info("  source %d %s: %d examples (%s), %.1f%% of the %ss", i, name, size,
-                         data_kind, 100 * share, self.unit)
+            logging.info("  source %d %s: %d examples (%s), %.1f%% of the %s", i, name, size,
+                         data_kind, 100 * share, units)
 
     def check_widths(self, data_kind):
         """Triplet sources must have the same number of hard negatives per row."""
