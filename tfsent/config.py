@@ -273,7 +273,8 @@ def _validate_mixture(config, method):
         mixture.check_config(config)
         return
     spec = get_method(method)
-    duplicate_free = spec.data_kind == "triplets" and config.get("duplicate_free_batches", False)
+    duplicate_free = (spec.data_kind in mixture.ROW_KINDS
+                      and config.get("duplicate_free_batches", False))
     mixture.check_config(config, spec.data_kind, duplicate_free=duplicate_free,
                          premise_grouped=spec.data_kind == "nli_pairs" and spec.premise_grouped)
 

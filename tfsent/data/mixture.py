@@ -41,6 +41,8 @@ from tfsent.errors import ConfigError, InputError
 SAMPLINGS = ("proportional", "round_robin")
 _BLOCK = 4096  # choices drawn per numpy call (the stream does not depend on it)
 _CHOICE_SALT = 0x5EED  # keeps the choice stream apart from the sources' shuffles
+# Kinds whose rows are (anchor, positive, negative_1..negative_N): N is the row width - 2.
+ROW_KINDS = ("triplets", "pairs")
 
 
 def parse_sources(train_data):
@@ -247,8 +249,9 @@ class SourceMixture:
                          data_kind, 100 * share, units)
 
     def check_widths(self, data_kind):
-        """Triplet sources must have the same number of hard negatives per row."""
-        if data_kind != "triplets":
+        """Sources of (anchor, positive, negatives...) rows must have the same number of
+        hard negatives per row (their batches must have one structure and shape)."""
+        if data_kind not in ROW_KINDS:
             return
         widths = {name: len(rows[0]) - 2 for name, rows in zip(self.names, self.examples)}
         if len(set(widths.values())) > 1:
@@ -284,24 +287,23 @@ class SourceMixture:
             return mixed.prefetch(pipelines.AUTOTUNE)
         start = skip_batches * batch_size
         skips = self.sampler.counts(start)
-        negatives = len(self.examples[0][0]) - 2 if data_kind == "triplets" else 0
+        negatives = len(self.examples[0][0]) - 2 if data_kind in ROW_KINDS else 0
         sources = []
         for i in range(len(self.names)):
             ds = source_dataset(i, skips[i] // batch_size)
-            ds = ds.map(lambda b, i=i: _per_example(b, data_kind, negatives, i,
-                                                    len(self.names)))
+            ds = ds.map(lambda b, i=i: _per_example(b, negatives, i, len(self.names)))
             sources.append(ds.unbatch().skip(skips[i] % batch_size))
         mixed = tf.data.Dataset.choose_from_datasets(sources, self.sampler.dataset(start))
         mixed = mixed.batch(batch_size, drop_remainder=True)
-        mixed = mixed.map(lambda b: _per_batch(b, data_kind, negatives))
+        mixed = mixed.map(lambda b: _per_batch(b, negatives))
         return mixed.prefetch(pipelines.AUTOTUNE)
 
 
-def _per_example(batch, data_kind, negatives, source, n_sources):
+def _per_example(batch, negatives, source, n_sources):
     """A source's batch made unbatchable row by row: N hard negatives per anchor as one
     (B, N, L) entry; NLI premise ids made distinct across sources."""
     batch = dict(batch)
-    if data_kind == "triplets":
+    if negatives:
         batch["negative"] = {k: tf.reshape(v, [-1, negatives, *v.shape[1:]])
                              for k, v in batch["negative"].items()}
     if "premise_id" in batch:
@@ -309,9 +311,9 @@ def _per_example(batch, data_kind, negatives, source, n_sources):
     return batch
 
 
-def _per_batch(batch, data_kind, negatives):
+def _per_batch(batch, negatives):
     """The inverse of `_per_example`'s reshape on a re-cut batch (negatives anchor-major)."""
-    if data_kind != "triplets":
+    if not negatives:
         return batch
     batch = dict(batch)
     batch["negative"] = {k: tf.reshape(v, [-1, *v.shape[2:]])
