@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB
-from tfsent.config import build_config
+from tfsent.config import Recipe, build_config
 from tfsent.data.mixture import SourceMixture, SourceSampler, parse_sources
 from tfsent.encoders import SentenceTokenizer
 from tfsent.errors import ConfigError, InputError
@@ -208,10 +208,20 @@ def test_bad_mixture_fields_for_the_method():
         build_config(get_method("supcon").defaults, None,
                      ["train_data=demo_nli,x.jsonl", "batch_per_source=false"],
                      method="supcon")
-    # A recipe's list of sources is checked the same way.
-    with pytest.raises(ConfigError, match="must be a string"):
-        parse_sources(["a.txt", 3])
-    assert parse_sources(["a.txt", " b.txt"]) == ["a.txt", "b.txt"]
+    # A recipe gives lists; they are checked the same way.
+    recipe = Recipe({"train_data": ["a.txt", "b.txt"], "source_weights": [1, 2.5]}, "r.py")
+    config = build_config(get_method("simcse_unsup").defaults, recipe, method="simcse_unsup")
+    assert parse_sources(config.train_data) == ["a.txt", "b.txt"]
+    for bad, message in [({"train_data": ["a.txt", 3]}, "must be a string"),
+                         ({"train_data": ["a.txt", "b.txt"], "source_weights": [1, "x"]},
+                          "'x' is not a number"),
+                         ({"train_data": ["a.txt", "b.txt"], "source_weights": [1, True]},
+                          "True"),
+                         ({"train_data": ["a.txt", "b.txt"], "source_weights": [2]},
+                          "1 weight")]:
+        with pytest.raises(ConfigError, match=message):
+            build_config(get_method("simcse_unsup").defaults, Recipe(bad, "r.py"),
+                         method="simcse_unsup")
 
 
 def _write(path, lines):
