@@ -256,8 +256,11 @@ class SourceMixture:
         widths = {name: len(rows[0]) - 2 for name, rows in zip(self.names, self.examples)}
         if len(set(widths.values())) > 1:
             listed = ", ".join(f"{name}: {n}" for name, n in widths.items())
+            hint = ("; --config.hard_negatives=false trains on every source's (anchor, "
+                    "positive) columns" if data_kind == "pairs" else "")
             raise InputError(f"the train_data sources have different numbers of hard "
-                             f"negatives per row ({listed}); mix sources of one width")
+                             f"negatives per row ({listed}): one batch structure is needed, "
+                             f"so mix sources of one width{hint}")
 
     def drawn(self, steps, batch_size):
         """{"source_examples": {name: n}, and with batch_per_source "source_batches":
