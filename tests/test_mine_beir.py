@@ -257,3 +257,18 @@ def test_cli_writes_jsonl_n_tuples(tmp_path, beir_dir, tiny_encoder_dir):
     for row in rows:
         assert set(row) == {"anchor", "positive", "negative_1", "negative_2"}
         assert all(isinstance(v, str) and v.strip() for v in row.values())
+
+
+def test_pairs_with_prompts_embed_anchors_apart_and_still_exclude_their_own_text():
+    pairs = [("a", "p1"), ("p1", "p2"), ("a", "p3")]
+    plain = mine.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"])
+    assert plain.embed_texts == plain.texts == ["p1", "p2", "p3", "a", "x"]
+    prompted = mine.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"],
+                                  query_prompt="q: ", document_prompt="d: ")
+    assert prompted.texts == ["p1", "p2", "p3", "a", "x", "a", "p1"]
+    assert prompted.embed_texts == ["d: p1", "d: p2", "d: p3", "d: a", "d: x", "q: a", "q: p1"]
+    for problem in (plain, prompted):
+        excluded = {problem.texts[problem.unique_anchors[r]]: sorted(
+            problem.texts[i] for i in problem.exclude[r] if i >= 0) for r in range(2)}
+        assert excluded == {"a": ["a", "p1", "p3"], "p1": ["p1", "p2"]}
+        assert [problem.texts[i] for i in problem.anchor_ids] == ["a", "p1", "a"]
