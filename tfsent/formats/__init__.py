@@ -29,6 +29,8 @@ import dataclasses
 import importlib
 import os
 
+from absl import logging
+
 from tfsent.errors import ConfigError
 
 
@@ -139,3 +141,24 @@ def export(encoder, target, format="tf_saved_model", quantize=(), **kwargs):
     if quantize:
         kwargs[entry.quantize_kwarg] = quantize
     return writer(encoder, os.fspath(target), **kwargs)
+
+
+def keras_export(encoder, filepath, format, verbose, input_signature, defaults, kwargs):
+    """The body of `SentenceMethod.export` / `SentenceEncoder.export` (Keras'
+    `Model.export(filepath, format, verbose, input_signature, **kwargs)`): `encoder`
+    written through `export` with the writer options `defaults` (the model's pooling,
+    head, ...) updated by `kwargs` (a `metadata` dict is merged). `input_signature` must
+    be None: a tfsent export's signatures are fixed (see `tfsent.saved_model`). Logs the
+    path at INFO when `verbose` (None: True, as Keras does for a SavedModel). Returns the
+    path written."""
+    if input_signature is not None:
+        raise ConfigError("input_signature: a tfsent export has fixed signatures (strings "
+                          "in for tf_saved_model, token ids for onnx / litert); leave it "
+                          "None")
+    options = {**defaults, **kwargs}
+    if "metadata" in defaults and "metadata" in kwargs:
+        options["metadata"] = {**defaults["metadata"], **(kwargs["metadata"] or {})}
+    path = export(encoder, filepath, format=format, **options)
+    (logging.info if verbose is None or verbose else logging.debug)(
+        "exported the encoder as %s to %s", format, path)
+    return path
