@@ -146,8 +146,9 @@ def _define_flags():
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
                          "embedding (a Matryoshka-trained model), truncated before "
                          "normalisation.")
-    flags.DEFINE_string("quantize", "", "Also serve quantized embeddings: int8, binary or "
-                        "int8,binary (outputs embedding_int8 / embedding_binary).")
+    flags.DEFINE_string("quantize", "", "tf_saved_model: also serve quantized embeddings: "
+                        "int8, binary or int8,binary (outputs embedding_int8 / "
+                        "embedding_binary); onnx / litert: int8 weights.")
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges; required with --quantize=int8.")
     flags.DEFINE_string("query_prompt", "", "Text put before each query: the SavedModel's "
