@@ -187,7 +187,7 @@ def test_encoder_export_and_the_registrys_refusals(tmp_path, tiny_encoder_dir):
                                           "tf_saved_model, onnx, litert"):
         encoder.export(str(tmp_path / "a"), format="bogus")
     with pytest.raises(ConfigError, match="format=onnx cannot write 'binary'"):
-        formats.export(encoder, str(tmp_path / "b"), format="onnx", quantize=("binary",))
+        formats.export(encoder, str(tmp_path / "b"), format="onnx", quantize="int8,binary")
     with pytest.raises(ConfigError, match="exists and is not an empty directory"):
         formats.export(encoder, str(full), format="litert")
     with pytest.raises(ConfigError, match="input_signature"):

@@ -131,10 +131,12 @@ def check_export(name, target, quantize=(), option="--format",
 def export(encoder, target, format="tf_saved_model", quantize=(), **kwargs):
     """Writes `encoder` (a `tfsent.encoders.SentenceEncoder`) as `format` to `target`;
     returns the path written (for tf_saved_model the new version directory). `quantize`
-    is a tuple of the format's quantize modes; `kwargs` go to the format's writer
+    is a tuple (or comma-separated string) of the format's quantize modes; `kwargs` go to the format's writer
     (pooling, head, max_seq_length, metadata, query_prompt, document_prompt, ...).
     Everything `check_export` refuses is refused before the writer runs."""
-    quantize = tuple(quantize or ())
+    if isinstance(quantize, str):  # "int8,binary", as on the command line
+        quantize = quantize.split(",")
+    quantize = tuple(q.strip() for q in quantize or () if q.strip())
     entry = check_export(format, target, quantize, option="format",
                          target_option="target", quantize_option="quantize")
     writer = entry.load_writer()
