@@ -24,6 +24,9 @@ FOREIGN_FLAGS = {
     "no-deps": "pip install",
     "dist": "pytest-xdist",
     "xla_cpu_compilation_enabled": "TF Serving's tensorflow_model_server",
+    "enable_batching": "TF Serving's tensorflow_model_server",
+    "batching_parameters_file": "TF Serving's tensorflow_model_server",
+    "enable_model_warmup": "TF Serving's tensorflow_model_server",
 }
 _ABSL_FLAGS = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok",
                "logtostderr", "alsologtostderr", "verbosity", "v", "log_dir",
