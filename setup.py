@@ -34,11 +34,15 @@ setup(
         # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py);
         # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports;
         # pytrec-eval-terrier (trec_eval) and faiss-cpu: the references of the retrieval
-        # measures and of the exact search (tests/test_retrieval.py, test_search_index.py)
+        # measures and of the exact search (tests/test_retrieval.py, test_search_index.py);
+        # ai-edge-litert: the LiteRT export tests (tests/test_litert_export.py)
         "test": ["pytest>=9.2,<10", "matplotlib>=3.11,<4", "hypothesis>=6.170,<7",
                  "tokenizers>=0.23,<0.24", "sentencepiece>=0.2.3,<0.3",
                  "transformers>=5.24,<6", "pytrec-eval-terrier>=0.5.11,<0.6",
-                 "faiss-cpu>=1.15,<2"],
+                 "faiss-cpu>=1.15,<2", "ai-edge-litert>=2.3,<3"],
         "plots": ["matplotlib>=3.11,<4"],
+        # ai-edge-litert: the LiteRT export's Interpreter (tfsent.formats.litert checks the
+        # converted model with it; users run the .tflite with it)
+        "litert": ["ai-edge-litert>=2.3,<3"],
     },
 )

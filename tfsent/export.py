@@ -5,6 +5,7 @@ SavedModels, `tfsent.publish` the other ecosystems' formats).
         [--truncate_dim=D] [--quantize=int8,binary --calibration_file=SENTENCES.txt]
     python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
         --export_dir=NEW_DIR [--normalize]
+    python -m tfsent.export --model=... --format=litert --export_dir=NEW_DIR [--quantize=int8]
 
 Every flag is checked before the model is loaded; a bad flag or input prints `error: ...`
 on stderr and exits with status 2. The SavedModel layout and signatures are described in
@@ -18,6 +19,7 @@ from absl import app, flags, logging
 from tfsent import cli, publish, quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError
+from tfsent.formats import litert
 from tfsent.matryoshka import check_dims
 # The library names this command is built on, importable from here as before.
 from tfsent.saved_model import METADATA_FILE, export_encoder, list_versions, tf_variables  # noqa: F401
@@ -34,6 +36,8 @@ def _export_from_flags():
     """Checks the flags, loads --model and writes the export; returns its path."""
     FLAGS = flags.FLAGS
     # Refuse what can be refused before loading the model.
+    if FLAGS.format == "litert":
+        return _export_litert_from_flags()
     if FLAGS.format == "saved_model" and FLAGS.normalize:
         raise ConfigError("--normalize applies to the other formats: a SavedModel serves "
                           "both `embedding` and `embedding_normalized`")
@@ -82,15 +86,37 @@ def _export_from_flags():
     return path
 
 
+def _export_litert_from_flags():
+    """--format=litert: --quantize is the model's precision (int8 = dynamic-range
+    weights), not the output codes of the SavedModel; returns the export's path."""
+    FLAGS = flags.FLAGS
+    quantize_mode = litert.check_quantize(FLAGS.quantize)
+    for flag in ("jit_compile", "truncate_dim", "calibration_file", "normalize",
+                 "query_prompt", "document_prompt"):
+        if getattr(FLAGS, flag):
+            raise ConfigError(f"--{flag} does not apply to --format=litert (the file "
+                              "serves embedding and embedding_normalized of token ids)")
+    publish.check_export_target(FLAGS.export_dir)
+    litert.interpreter_class()  # the tfsent[litert] extra, before loading the model
+    encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
+                           max_seq_length=FLAGS.max_seq_length)
+    path = litert.export_litert(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
+                                quantize=quantize_mode, metadata={"model": FLAGS.model})
+    logging.info("exported %s (pooling %s) as litert %s to %s", FLAGS.model, FLAGS.pooling,
+                 quantize_mode or "fp32", path)
+    return path
+
+
 def _define_flags():
     """The command's flags (defined only when it runs as a command)."""
     flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint dir or minilm-l6.")
     flags.DEFINE_string("pooling", "mean", "Pooling carried by the export.")
     flags.DEFINE_integer("max_seq_length", 256, "Tokenizer truncation length.")
-    flags.DEFINE_enum("format", "saved_model", publish.FORMATS,
+    flags.DEFINE_enum("format", "saved_model", [*publish.FORMATS, "litert"],
                       "saved_model: versioned SavedModels for TF Serving under --export_dir; "
                       "sentence_transformers / huggingface / keras_hub: a new directory "
-                      "--export_dir (see tfsent.publish).")
+                      "--export_dir (see tfsent.publish); litert: a .tflite and its "
+                      "tokenizer files in a new directory (tfsent.formats.litert).")
     flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels, or the new "
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
@@ -101,7 +127,8 @@ def _define_flags():
                          "embedding (a Matryoshka-trained model), truncated before "
                          "normalisation.")
     flags.DEFINE_string("quantize", "", "Also serve quantized embeddings: int8, binary or "
-                        "int8,binary (outputs embedding_int8 / embedding_binary).")
+                        "int8,binary (outputs embedding_int8 / embedding_binary); with "
+                        "--format=litert: int8 = dynamic-range int8 weights.")
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges; required with --quantize=int8.")
     flags.DEFINE_string("query_prompt", "", "Text put before each query: the SavedModel's "

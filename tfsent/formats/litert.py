@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from tfsent.encoders import check_pooling
 from tfsent.encoders.hf_format import checked_family
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.publish import EXPORT_INFO_FILE
 from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
 from tfsent.publish.staging import check_export_target, staged_dir, write_json
@@ -102,10 +102,13 @@ def convert(encoder, pooling=None, quantize="", head=None):
         out = module.embed_ids(input_ids, attention_mask)
         return {name: out[name] for name in OUTPUTS}
 
-    # `module` is the trackable that owns the tf.Variables the converter freezes into the
-    # file (the encoder's Keras variables are not tracked through it: see ServingModule).
+    # The trackable the converter freezes the variables from: the tf.Variables alone (the
+    # encoder's Keras variables do not reach tf.Module tracking, see ServingModule; the
+    # module itself also tracks the tokenizer, whose lookup tables have no TFLite op).
+    weights = tf.Module()
+    weights.tf_variables = module.tf_variables
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serve.get_concrete_function()], module)
+        [serve.get_concrete_function()], weights)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -120,14 +123,32 @@ def run_litert(model, input_ids, attention_mask, num_threads=None):
     """Runs a LiteRT encoder (`model`: the file's path or bytes) on one batch of ids
     through `ai-edge-litert`'s Interpreter (XNNPACK, `num_threads` threads; None: the
     runtime's default); returns {embedding, embedding_normalized} as numpy arrays."""
+    input_ids, attention_mask = check_ids(input_ids, attention_mask)
     interpreter_cls = interpreter_class()
     if isinstance(model, (bytes, bytearray)):
         interpreter = interpreter_cls(model_content=bytes(model), num_threads=num_threads)
     else:
         interpreter = interpreter_cls(model_path=os.fspath(model), num_threads=num_threads)
     runner = interpreter.get_signature_runner()
-    return runner(input_ids=np.asarray(input_ids, np.int32),
-                  attention_mask=np.asarray(attention_mask, np.int32))
+    return runner(input_ids=input_ids, attention_mask=attention_mask)
+
+
+def check_ids(input_ids, attention_mask):
+    """The ids and mask as int32 arrays; InputError unless both are integer (batch,
+    length) arrays of the same shape (the Interpreter's own errors do not say which
+    input is wrong)."""
+    arrays = []
+    for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask)):
+        array = np.asarray(value)
+        if array.ndim != 2 or not (np.issubdtype(array.dtype, np.integer)
+                                   or np.issubdtype(array.dtype, np.bool_)):
+            raise InputError(f"{name} must be an integer array of shape (batch, length), "
+                             f"got {array.dtype} {array.shape}")
+        arrays.append(array.astype(np.int32))
+    if arrays[0].shape != arrays[1].shape:
+        raise InputError(f"input_ids {arrays[0].shape} and attention_mask "
+                         f"{arrays[1].shape} must have the same shape")
+    return arrays
 
 
 def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=None,
