@@ -115,8 +115,11 @@ def convert(encoder, pooling=None, quantize="", head=None):
     try:
         return converter.convert()
     except Exception as e:  # noqa: BLE001  (the converter raises its own ConverterError)
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        # The converter's summary names the ops without a builtin kernel ("TF Select ops:").
+        named = [line for line in lines if "TF Select ops" in line] or lines[-1:]
         raise ConfigError(f"the {encoder.family} encoder does not convert to LiteRT "
-                          f"builtin ops: {str(e).strip().splitlines()[-1][:500]}") from e
+                          f"builtin ops: {named[0].strip()[:500]}") from e
 
 
 def run_litert(model, input_ids, attention_mask, num_threads=None):
