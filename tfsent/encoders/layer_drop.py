@@ -50,7 +50,7 @@ def parse_layers(value, num_layers=None, field="student_layers"):
         known = f" of 0..{num_layers - 1} (the model has {num_layers})" \
             if num_layers is not None else " >= 0"
         raise ConfigError(f"{field}={value!r}: layer {bad} is out of range; indices are "
-                          f"layers{known}")
+                          f"layers{known}; an empty {field} keeps every layer")
     return tuple(layers)
 
 
