@@ -2,7 +2,6 @@
 teacher's sentence embeddings (MSE), optionally plus SimCSE's in-batch contrastive loss."""
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tfsent import checks, losses
