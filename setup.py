@@ -34,11 +34,15 @@ setup(
         # each encoder family and the tokenizer parity references (tests/hf_checkpoints.py);
         # tokenizers also runs the tokenizer.json of tfsent's Hugging Face exports;
         # pytrec-eval-terrier (trec_eval) and faiss-cpu: the references of the retrieval
-        # measures and of the exact search (tests/test_retrieval.py, test_search_index.py)
-        "test": ["pytest>=9.2,<10", "matplotlib>=3.11,<4", "hypothesis>=6.170,<7",
+        # measures and of the exact search (tests/test_retrieval.py, test_search_index.py);
+        # tensorflow-serving-api: TF Serving's PredictionLog proto, which parses the warm-up
+        # requests of every SavedModel export (tests/test_tf_serving_files.py);
+        # pytest-xdist: the suite runs on 2 worker processes (README, "Test")
+        "test": ["pytest>=9.2,<10", "pytest-xdist>=3.8,<4", "matplotlib>=3.11,<4",
+                 "hypothesis>=6.170,<7",
                  "tokenizers>=0.23,<0.24", "sentencepiece>=0.2.3,<0.3",
                  "transformers>=5.24,<6", "pytrec-eval-terrier>=0.5.11,<0.6",
-                 "faiss-cpu>=1.15,<2"],
+                 "faiss-cpu>=1.15,<2", "tensorflow-serving-api==2.21.*"],
         "plots": ["matplotlib>=3.11,<4"],
     },
 )

@@ -17,7 +17,6 @@ import tensorflow as tf
 
 from conftest import PROBE, RAW, tiny_method_encoder
 from tfsent.errors import ConfigError
-from tfsent.saved_model import export_encoder
 from tfsent.serving import SavedModelEncoder
 
 
@@ -91,9 +90,10 @@ class MethodHarness:
         np.testing.assert_allclose(loaded.encode(PROBE), model.encode(PROBE), atol=1e-6)
 
     def test_export_serves_what_encode_gives(self, tmp_path):
-        """The exported SavedModel (export pooling and head) embeds as `encode` does."""
+        """`model.export` (Keras-native) writes a SavedModel (export pooling and head) that
+        embeds as `encode` does."""
         model = self.model()
-        path = export_encoder(model.encoder, str(tmp_path / "export"),
-                              pooling=model.export_pooling, head=model.export_head)
+        path = model.export(str(tmp_path / "export"), verbose=False)
+        assert path == str(tmp_path / "export" / "1")
         served = SavedModelEncoder(path).encode(PROBE)
         np.testing.assert_allclose(served, model.encode(PROBE), atol=1e-5)

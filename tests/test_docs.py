@@ -22,7 +22,11 @@ TFSENT_COMMANDS = ("train", "evaluate", "export", "mine", "index")
 # Flags of programs that are not tfsent's, named in the docs: flag -> whose.
 FOREIGN_FLAGS = {
     "no-deps": "pip install",
+    "dist": "pytest-xdist",
     "xla_cpu_compilation_enabled": "TF Serving's tensorflow_model_server",
+    "enable_batching": "TF Serving's tensorflow_model_server",
+    "batching_parameters_file": "TF Serving's tensorflow_model_server",
+    "enable_model_warmup": "TF Serving's tensorflow_model_server",
 }
 _ABSL_FLAGS = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok",
                "logtostderr", "alsologtostderr", "verbosity", "v", "log_dir",
@@ -211,3 +215,22 @@ def test_relative_links_resolve():
                 if anchor not in anchors:
                     problems.append(f"{doc}: {target}: no heading with that anchor")
     assert not problems, "\n".join(problems)
+
+
+def _code_block_after(text, heading):
+    """The first fenced code block after the Markdown heading `heading`, as lines."""
+    section = text.split(f"\n{heading}\n", 1)[1]
+    return section.split("```", 2)[1].strip().splitlines()
+
+
+def test_ci_runs_the_readme_install_and_test_commands():
+    """.ci/run installs with README's "Install" line and runs exactly its "Test" command."""
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    ci = [line.strip() for line in open(os.path.join(REPO, ".ci", "run"), encoding="utf-8")]
+    install = _code_block_after(readme, "## Install")
+    test = _code_block_after(readme, "## Test")
+    assert len(test) == 1 and test[0].startswith("python -m pytest"), test
+    assert ci[-1] == test[0], (ci[-1], test[0])
+    for line in install:
+        if line.startswith("pip install"):  # .ci/run adds pip's -q (quiet)
+            assert line in [c.replace(" -q ", " ") for c in ci], f"README's install line {line!r} is not what .ci/run runs"

@@ -93,7 +93,11 @@ def test_versions_and_no_partial_directory(tmp_path, tiny_encoder_dir):
             os.sep + "2")
         assert list_versions(export_dir) == [1, 2]
         assert sorted(os.listdir(export_dir)) == [
-            f".8.tfsent-staging-{live.pid}", ".tmp-export-7-999", "1", "2"]
+            f".8.tfsent-staging-{live.pid}", ".tmp-export-7-999", "1", "2",
+            "batching_parameters.txt"]
+        for version in ("1", "2"):  # TF Serving's warm-up requests came with each version
+            assert os.path.getsize(os.path.join(export_dir, version, "assets.extra",
+                                                "tf_serving_warmup_requests")) > 0
     finally:
         live.kill()
         live.wait()

@@ -3,19 +3,31 @@
     python -m tfsent.mine --model=NAME_OR_DIR --pairs=PAIRS.tsv [--corpus=SENTENCES.txt] \
         --out=TRIPLETS.tsv [--num_negatives=3] [--range_min=0] [--range_max=N] \
         [--max_score=S] [--margin=M] [--relative_margin=R] [--output_format=triplet|n-tuple]
+    python -m tfsent.mine --model=NAME_OR_DIR --beir=DIR[:SPLIT] --out=ROWS.jsonl \
+        [--query_prompt=...] [--document_prompt=...] [the options above]
 
 `--pairs` has two tab-separated columns per line (anchor, positive). Candidates are the
 lines of `--corpus` (one sentence per line), else every positive of the pairs file;
-duplicates are merged. Every text is embedded once with the encoder (anything
-`tfsent.encoders.load_encoder` takes, or an exported SavedModel directory), and for each
-distinct anchor the most similar candidates by exact cosine are found chunk by chunk (a
-running top-k over candidate chunks: memory grows with chunk sizes and k, never with
-anchors x candidates; the embeddings themselves, 1.5 GB for 1M sentences at 384 dims,
-are the largest allocation).
+duplicates are merged. `--beir` reads a BEIR folder instead (`tfsent/data/beir.py`; split
+`train` by default): the anchors are the split's queries with a qrel score > 0, one row
+per (query, relevant document), the document text as the retrieval evaluation builds it
+(title + " " + text), and the candidates are the corpus's distinct non-empty document
+texts. Documents judged with score <= 0 are judged non-relevant: valid negatives. A query
+with several positives gets one row per positive; the rows share the query's ranked
+candidates and each row's margin filters use its own positive's score.
 
-Candidates that are never negatives of an anchor: the anchor's own text and every
-positive the pairs file gives for that anchor. Ranks count the remaining candidates
-(rank 0 = the most similar). From ranks [range_min, range_max) a candidate is kept if
+Every text is embedded once with the encoder (anything `tfsent.encoders.load_encoder`
+takes, or an exported SavedModel directory; `--query_prompt` before anchors,
+`--document_prompt` before candidates and positives, the written rows without them), and
+for each distinct anchor the most similar candidates by exact cosine are found chunk by
+chunk (a running top-k over candidate chunks: memory grows with chunk sizes and k, never
+with anchors x candidates; the embeddings themselves, 1.5 GB for 1M sentences at 384
+dims, are the largest allocation).
+
+Candidates that are never negatives of an anchor: the candidate with the anchor's own
+text and every positive the pairs file (or the qrels) give for that anchor. Ranks count
+the remaining candidates (rank 0 = the most similar). From ranks [range_min, range_max) a
+candidate is kept if
   sim(anchor, neg) <= max_score                              (--max_score)
   sim(anchor, neg) <  sim(anchor, pos) - margin              (--margin)
   sim(anchor, neg) <  sim(anchor, pos) * (1 - relative_margin) (--relative_margin)
@@ -24,8 +36,11 @@ positive the pairs file gives for that anchor. Ranks count the remaining candida
 (the hardest) are written. `--output_format=triplet` (default): one row
 `anchor<TAB>positive<TAB>negative` per negative, the file `tfsent.train --method=simcse_sup
 --config.train_data=FILE` reads; `n-tuple`: one row `anchor<TAB>positive<TAB>neg1..negN`,
-anchors with fewer than N negatives left out. How many anchors got fewer negatives than
-asked, and which filter removed their candidates, is logged.
+anchors with fewer than N negatives left out. `--out` ending in `.jsonl` writes the same
+rows as JSON objects with the keys "anchor", "positive", "negative_1".."negative_N" (the
+pairs-file format); a text holding a tab or a line break can only go there. How many
+anchors got fewer negatives than asked, and which filter removed their candidates, is
+logged, with the cosines of positives and selected negatives.
 
 `--num_negatives` larger than what any anchor can get (the distinct candidates minus
 the fewest excluded texts of an anchor, minus --range_min), or than the rank window, is
@@ -33,13 +48,16 @@ an error before the model is loaded; anchors that get fewer for their own reason
 positives excluded, filters) are counted in a warning and written with what they got.
 """
 
+import json
 import os
+import time
 
 import keras
 import numpy as np
 from absl import app, flags, logging
 
 from tfsent import cli, fsio
+from tfsent.data.beir import check_folder, parse_source, qrels_path, read_split
 from tfsent.data.readers import read_sentences, read_tsv_rows
 from tfsent.errors import ConfigError, InputError
 from tfsent.search import l2_normalize_rows, top_k_cosine  # noqa: F401  (mine.top_k_cosine)
@@ -128,26 +146,45 @@ class MiningProblem:
 
     `texts` lists the candidates first (indices 0..num_candidates-1) and then the anchors
     and positives that are not candidates, so the candidate embeddings are a prefix of the
-    embedding matrix. `anchor_ids`/`positive_ids` index `texts` per pair row;
-    `unique_anchors` are the distinct anchor text ids and `row_anchor` maps each row to
-    its position there; `exclude` (len(unique_anchors), E) holds the candidate indices no
-    anchor may take as a negative (its own text, all of its positives), -1 padded.
+    embedding matrix; `embed_texts` are the same texts as the encoder sees them (with the
+    query prompt before anchors and the document prompt before candidates and positives).
+    With equal prompts an anchor that is also a candidate is embedded once; with different
+    prompts the anchors get entries of their own after the documents. `anchor_ids` /
+    `positive_ids` index `texts` per pair row; `unique_anchors` are the distinct anchor
+    ids and `row_anchor` maps each row to its position there; `exclude`
+    (len(unique_anchors), E) holds the candidate indices no anchor may take as a negative
+    (the candidate with the anchor's own text, all of its positives), -1 padded.
     """
 
-    def __init__(self, pairs, corpus=None):
+    def __init__(self, pairs, corpus=None, query_prompt="", document_prompt=""):
         candidates = list(dict.fromkeys(corpus if corpus is not None
                                         else (p for _, p in pairs)))
         index = {t: i for i, t in enumerate(candidates)}
         self.num_candidates = len(candidates)
-        for text in (t for pair in pairs for t in pair):
-            index.setdefault(text, len(index))
-        self.texts = list(index)
-        self.anchor_ids = np.array([index[a] for a, _ in pairs], np.int64)
+        if query_prompt == document_prompt:
+            for text in (t for pair in pairs for t in pair):
+                index.setdefault(text, len(index))
+            anchor_index = index
+            self.texts = list(index)
+            self.embed_texts = [document_prompt + t for t in self.texts]
+        else:
+            for _, positive in pairs:
+                index.setdefault(positive, len(index))
+            anchor_index = {}
+            for anchor, _ in pairs:
+                anchor_index.setdefault(anchor, len(index) + len(anchor_index))
+            self.texts = list(index) + list(anchor_index)
+            self.embed_texts = ([document_prompt + t for t in index]
+                                + [query_prompt + t for t in anchor_index])
+        self.anchor_ids = np.array([anchor_index[a] for a, _ in pairs], np.int64)
         self.positive_ids = np.array([index[p] for _, p in pairs], np.int64)
         self.unique_anchors, self.row_anchor = np.unique(self.anchor_ids, return_inverse=True)
-        excluded = {int(a): {int(a)} for a in self.unique_anchors}
-        for a, p in zip(self.anchor_ids, self.positive_ids):
-            excluded[int(a)].add(int(p))
+        excluded = {}
+        for (anchor, _), a, p in zip(pairs, self.anchor_ids, self.positive_ids):
+            banned = excluded.setdefault(int(a), set())
+            banned.add(int(p))
+            if anchor in index:  # the candidate with the anchor's own text
+                banned.add(index[anchor])
         lists = [sorted(i for i in excluded[int(a)] if i < self.num_candidates)
                  for a in self.unique_anchors]
         width = max(1, max(len(x) for x in lists))
@@ -201,7 +238,8 @@ def check_available(problem, num_negatives, range_min, candidates_source):
 def mine_hard_negatives(encoder, pairs, corpus=None, num_negatives=3, range_min=0,
                         range_max=None, max_score=None, margin=None, relative_margin=None,
                         batch_size=64, query_chunk=256, candidate_chunk=16384, verbose=1,
-                        candidates_source="the positives of the pairs"):
+                        candidates_source="the positives of the pairs", query_prompt="",
+                        document_prompt=""):
     """Mines hard negatives for (anchor, positive) pairs; see the module docstring.
 
     Args:
@@ -214,33 +252,67 @@ def mine_hard_negatives(encoder, pairs, corpus=None, num_negatives=3, range_min=
         batch_size: encoding batch size; query_chunk, candidate_chunk: see `top_k_cosine`.
         verbose: 1 shows progress bars, 0 none.
         candidates_source: how the candidates are named in errors.
+        query_prompt, document_prompt: put before each anchor / each candidate and
+            positive when embedding (the negatives returned are the texts without it).
     Returns:
         a list, per pair row, of its negatives (strings, hardest first; possibly fewer
         than num_negatives), and the shortfall report (`shortfall_report`).
     """
     check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
                   "triplet")
-    problem = MiningProblem(pairs, corpus)
+    problem = MiningProblem(pairs, corpus, query_prompt, document_prompt)
     check_available(problem, num_negatives, range_min, candidates_source)
     return mine_problem(encoder, problem, num_negatives, range_min, range_max, max_score,
                         margin, relative_margin, batch_size, query_chunk, candidate_chunk,
                         verbose)
 
 
+def score_summary(positive_scores, negative_scores, hardest_negative_scores):
+    """Numbers for the log (and docs/search.md): mean and 10/50/90th percentiles of the
+    positives' and the selected negatives' cosines to their anchor, and the share of rows
+    whose hardest selected negative scores at least as high as the row's positive."""
+    def stats(values):
+        values = np.asarray(values, np.float64)
+        if not len(values):
+            return None
+        p10, p50, p90 = np.percentile(values, [10, 50, 90])
+        return {"mean": float(values.mean()), "p10": float(p10), "p50": float(p50),
+                "p90": float(p90)}
+
+    hardest = np.asarray(hardest_negative_scores, np.float64)
+    positive = np.asarray(positive_scores, np.float64)
+    with_negative = ~np.isnan(hardest)
+    above = hardest[with_negative] >= positive[with_negative]
+    return {"positive": stats(positive), "negative": stats(negative_scores),
+            "hardest_at_least_positive": float(above.mean()) if above.size else 0.0}
+
+
+def _format_stats(stats):
+    """'mean 0.512 (p10 0.401, p50 0.515, p90 0.620)' or 'none'."""
+    if stats is None:
+        return "none"
+    return (f"mean {stats['mean']:.3f} (p10 {stats['p10']:.3f}, p50 {stats['p50']:.3f}, "
+            f"p90 {stats['p90']:.3f})")
+
+
 def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
                  max_score=None, margin=None, relative_margin=None, batch_size=64,
                  query_chunk=256, candidate_chunk=16384, verbose=1):
     """`mine_hard_negatives` on a prepared, checked `MiningProblem` (same arguments and
-    result)."""
+    result). Logs the time of each stage and the score summary (`score_summary`)."""
     depth = range_max if range_max is not None else range_min + 10 * num_negatives
     depth = min(depth, problem.num_candidates)
     num_rows = len(problem.anchor_ids)
     logging.info("mining: %d pairs, %d distinct anchors, %d candidates, %d texts to embed, "
                  "top %d per anchor", num_rows, len(problem.unique_anchors),
                  problem.num_candidates, len(problem.texts), depth)
-    embeddings = np.asarray(encoder.encode(problem.texts, batch_size=batch_size,
+    start = time.perf_counter()
+    embeddings = np.asarray(encoder.encode(problem.embed_texts, batch_size=batch_size,
                                            normalize=True, verbose=verbose), np.float32)
     embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    logging.info("embedded %d texts in %.1f s", len(problem.texts),
+                 time.perf_counter() - start)
+    start = time.perf_counter()
     bar = None
     if verbose:
         bar = keras.utils.Progbar(len(problem.unique_anchors), unit_name="anchor")
@@ -248,6 +320,9 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
         embeddings[problem.unique_anchors], embeddings[:problem.num_candidates], depth,
         exclude=problem.exclude, query_chunk=query_chunk, candidate_chunk=candidate_chunk,
         on_chunk=None if bar is None else bar.add)
+    logging.info("searched %d anchors over %d candidates in %.1f s",
+                 len(problem.unique_anchors), problem.num_candidates,
+                 time.perf_counter() - start)
     positive_scores = pair_cosines(embeddings, problem.anchor_ids, problem.positive_ids)
     row_scores, row_indices = scores[problem.row_anchor], indices[problem.row_anchor]
     masks = negative_filters(row_scores, row_indices, positive_scores, range_min, range_max,
@@ -255,6 +330,13 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
     selected = first_n(masks["keep"], num_negatives)
     negatives = [[problem.texts[i] for i in row_indices[r][selected[r]]]
                  for r in range(num_rows)]
+    first = np.argmax(selected, axis=1)
+    hardest = np.where(selected.any(axis=1), row_scores[np.arange(num_rows), first], np.nan)
+    summary = score_summary(positive_scores, row_scores[selected], hardest)
+    logging.info("cosine to the anchor: positives %s; selected negatives %s; rows whose "
+                 "hardest negative scores >= their positive: %.1f%%",
+                 _format_stats(summary["positive"]), _format_stats(summary["negative"]),
+                 100 * summary["hardest_at_least_positive"])
     return negatives, shortfall_report(masks, selected, num_negatives)
 
 
@@ -285,18 +367,133 @@ def format_rows(pairs, negatives, output_format, num_negatives):
     return rows
 
 
+def is_jsonl(path):
+    """True when `path` names a JSON-lines output (ends in .jsonl), else it is a .tsv."""
+    return os.fspath(path).lower().endswith(".jsonl")
+
+
+def row_object(row):
+    """(anchor, positive, neg1..negN) -> the pairs-file JSON object: "anchor", "positive",
+    "negative_1".."negative_N" (sentence-transformers' column names)."""
+    obj = {"anchor": row[0], "positive": row[1]}
+    obj.update((f"negative_{i}", text) for i, text in enumerate(row[2:], start=1))
+    return obj
+
+
 def write_rows(path, rows):
-    """Writes tab-separated rows to `path` atomically (a temporary file, fsynced, renamed)."""
-    fsio.write_file_atomic(path, "".join("\t".join(row) + "\n" for row in rows)
-                           .encode("utf-8"))
+    """Writes rows to `path` atomically (a temporary file, fsynced, renamed): one JSON
+    object a line (`row_object`) when `path` ends in .jsonl, else tab-separated."""
+    if is_jsonl(path):
+        text = "".join(json.dumps(row_object(row), ensure_ascii=False) + "\n" for row in rows)
+    else:
+        text = "".join("\t".join(row) + "\n" for row in rows)
+    fsio.write_file_atomic(path, text.encode("utf-8"))
+
+
+def check_tsv_safe(texts, out, source):
+    """A .tsv row cannot hold a tab or a line break: InputError naming the first such
+    text (and `source`, the file it comes from) unless `out` is a .jsonl file. Run before
+    the model loads, over every text a row could hold."""
+    if is_jsonl(out):
+        return
+    bad = [t for t in texts if "\t" in t or "\n" in t or "\r" in t]
+    if bad:
+        raise InputError(f"a .tsv row cannot hold a tab or a line break, and {len(bad)} of "
+                         f"the texts do (the first: {bad[0][:80]!r}); write JSON lines "
+                         f"instead (--out=....jsonl)", path=source)
+
+
+# -- BEIR -----------------------------------------------------------------------------------
+def beir_pairs(split):
+    """(query text, document text) for every qrel with score > 0 of a
+    `tfsent.data.beir.RetrievalSplit`: queries in queries.jsonl order, each query's
+    positives in qrels order; rows repeated because two documents share a text are
+    merged. InputError naming the file and id for an empty query or positive text."""
+    doc_text = dict(zip(split.corpus.ids, split.corpus.texts))
+    queries_path = os.path.join(split.directory, "queries.jsonl")
+    pairs = []
+    for query_id, query_text in zip(split.query_ids, split.query_texts):
+        if not query_text.strip():
+            raise InputError(f"query {query_id!r} has an empty text", path=queries_path)
+        for doc_id, score in split.qrels[query_id].items():
+            if score <= 0:
+                continue  # judged non-relevant: a valid negative, not a positive
+            if not doc_text[doc_id].strip():
+                raise InputError(f"document {doc_id!r}, a positive of query {query_id!r}, "
+                                 f"has an empty title and text",
+                                 path=os.path.join(split.directory, "corpus.jsonl"))
+            pairs.append((query_text, doc_text[doc_id]))
+    unique = list(dict.fromkeys(pairs))
+    if len(unique) < len(pairs):
+        logging.info("%d repeated (query, positive) rows merged (documents or queries with "
+                     "the same text)", len(pairs) - len(unique))
+    return unique
+
+
+def prepare_beir(directory, split="train", query_prompt="", document_prompt=""):
+    """Reads split `split` of a BEIR folder (`tfsent.data.beir.read_split`: missing files,
+    malformed lines, no qrel with score > 0 are errors; qrels naming unknown ids are
+    counted in a warning and ignored, as the retrieval evaluation does) and builds its
+    mining problem: anchors = the split's queries with a positive, candidates = the
+    distinct non-empty document texts. Returns (pairs, MiningProblem, a description of the
+    candidates for errors). Cheap: run before the model loads."""
+    data = read_split(directory, split)
+    pairs = beir_pairs(data)
+    documents = [t for t in data.corpus.texts if t.strip()]
+    if len(documents) < len(data.corpus.texts):
+        logging.info("%d documents with an empty text are not candidates",
+                     len(data.corpus.texts) - len(documents))
+    logging.info("%s, split %s: %d queries with a relevant document, %d (query, positive) "
+                 "rows, %d documents", directory, split, len(data.query_ids), len(pairs),
+                 len(data.corpus))
+    problem = MiningProblem(pairs, documents, query_prompt, document_prompt)
+    source = f"the documents of {os.path.join(directory, 'corpus.jsonl')}"
+    return pairs, problem, source
+
+
+def mine_beir(encoder, directory, split="train", num_negatives=3, range_min=0,
+              range_max=None, max_score=None, margin=None, relative_margin=None,
+              query_prompt="", document_prompt="", batch_size=64, query_chunk=256,
+              candidate_chunk=16384, verbose=1):
+    """Mines hard negatives for the (query, relevant document) rows of a BEIR split.
+
+    One row per qrel with score > 0 (a query with several positives gets several rows,
+    which share the query's ranked candidates; each row's margin filters use that row's
+    positive score). A query's positives (and documents with the same text) are never its
+    negatives; documents judged with score <= 0 are non-relevant and may be. Arguments as
+    `mine_hard_negatives`; `directory`/`split` name the BEIR folder and qrels split.
+    Returns (pairs, negatives per pair, shortfall report).
+    """
+    check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
+                  "triplet")
+    pairs, problem, source = prepare_beir(directory, split, query_prompt, document_prompt)
+    check_available(problem, num_negatives, range_min, source)
+    negatives, report = mine_problem(encoder, problem, num_negatives, range_min, range_max,
+                                     max_score, margin, relative_margin, batch_size,
+                                     query_chunk, candidate_chunk, verbose)
+    return pairs, negatives, report
 
 
 # -- CLI ------------------------------------------------------------------------------------
-def _mine_from_flags():
-    """Checks the flags and inputs, loads --model, mines, writes --out; returns the rows."""
-    FLAGS = flags.FLAGS
-    if not FLAGS.pairs:
-        raise ConfigError("--pairs is required (a file of anchor<TAB>positive lines)")
+def _beir_flag(value):
+    """--beir=DIR[:SPLIT] (a leading "beir:" allowed) -> (DIR, SPLIT), split train by
+    default."""
+    source = value if value.startswith("beir:") else "beir:" + value
+    return parse_source(source, default_split="train")
+
+
+def _mine_from_flags(FLAGS=None):  # noqa: N803  (absl's name for the flag values)
+    """Checks the flags and inputs (of `FLAGS`, absl's global flag values by default),
+    loads --model, mines, writes --out; returns the rows."""
+    FLAGS = flags.FLAGS if FLAGS is None else FLAGS
+    if FLAGS.pairs and FLAGS.beir:
+        raise ConfigError("--pairs and --beir both given; mine one source at a time")
+    if not FLAGS.pairs and not FLAGS.beir:
+        raise ConfigError("--pairs (a file of anchor<TAB>positive lines) or --beir (a BEIR "
+                          "folder, DIR[:SPLIT]) is required")
+    if FLAGS.beir and FLAGS.corpus:
+        raise ConfigError("--corpus goes with --pairs; with --beir the candidates are the "
+                          "documents of DIR/corpus.jsonl")
     if not FLAGS.out:
         raise ConfigError("--out is required (where to write the mined rows)")
     check_options(FLAGS.num_negatives, FLAGS.range_min, FLAGS.range_max, FLAGS.max_score,
@@ -307,14 +504,28 @@ def _mine_from_flags():
     out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
     if not os.path.isdir(out_dir):
         raise InputError("the directory of --out does not exist", path=out_dir)
-    fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite,
-                        inputs=[FLAGS.pairs, FLAGS.corpus])
-    pairs = read_pairs(FLAGS.pairs)
-    corpus = read_sentences(FLAGS.corpus) if FLAGS.corpus else None
-    source = f"--corpus={FLAGS.corpus}" if FLAGS.corpus else f"the positives of {FLAGS.pairs}"
-    # Refuse an impossible --num_negatives before loading the model.
-    problem = MiningProblem(pairs, corpus)
+    prompts = (FLAGS.query_prompt, FLAGS.document_prompt)
+    if FLAGS.beir:
+        directory, split = _beir_flag(FLAGS.beir)
+        check_folder(directory, split)
+        fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite, inputs=[
+            os.path.join(directory, "corpus.jsonl"),
+            os.path.join(directory, "queries.jsonl"), qrels_path(directory, split)])
+        pairs, problem, source = prepare_beir(directory, split, *prompts)
+        where, text_source = qrels_path(directory, split), directory
+    else:
+        fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite,
+                            inputs=[FLAGS.pairs, FLAGS.corpus])
+        pairs = read_pairs(FLAGS.pairs)
+        corpus = read_sentences(FLAGS.corpus) if FLAGS.corpus else None
+        source = (f"--corpus={FLAGS.corpus}" if FLAGS.corpus
+                  else f"the positives of {FLAGS.pairs}")
+        problem = MiningProblem(pairs, corpus, *prompts)
+        where, text_source = FLAGS.pairs, FLAGS.corpus or FLAGS.pairs
+    # Refuse an impossible --num_negatives, or texts a .tsv cannot hold, before loading
+    # the model.
     check_available(problem, FLAGS.num_negatives, FLAGS.range_min, source)
+    check_tsv_safe(problem.texts, FLAGS.out, text_source)
     encoder = load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length)
     negatives, report = mine_problem(
         encoder, problem, FLAGS.num_negatives, FLAGS.range_min, FLAGS.range_max,
@@ -329,7 +540,7 @@ def _mine_from_flags():
     if not rows:
         raise InputError("no pair got a negative that passes the filters; nothing written "
                          "(loosen --max_score/--margin/--relative_margin or raise "
-                         "--range_max)", path=FLAGS.pairs)
+                         "--range_max)", path=where)
     write_rows(FLAGS.out, rows)
     return rows
 
@@ -341,35 +552,48 @@ def main(argv):
     print(f"wrote {len(rows)} {flags.FLAGS.output_format} rows to {flags.FLAGS.out}")
 
 
-def _define_flags():
-    """The command's flags (defined only when it runs as a command)."""
+def _define_flags(flag_values=None):
+    """The command's flags (defined only when it runs as a command; tests define them on
+    a FlagValues of their own)."""
+    fv = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
     flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint or tfsent "
-                        "directory, minilm-l6, or an exported SavedModel directory.")
-    flags.DEFINE_string("pooling", None, "Pooling (default: the model directory's, else mean).")
+                        "directory, minilm-l6, or an exported SavedModel directory.", **fv)
+    flags.DEFINE_string("pooling", None, "Pooling (default: the model directory's, else "
+                        "mean).", **fv)
     flags.DEFINE_integer("max_seq_length", None, "Tokenizer truncation length (default: the "
-                         "model directory's, else 128).")
-    flags.DEFINE_string("pairs", None, "anchor<TAB>positive per line.")
+                         "model directory's, else 128).", **fv)
+    flags.DEFINE_string("pairs", None, "anchor<TAB>positive per line (or --beir).", **fv)
+    flags.DEFINE_string("beir", None, "A BEIR folder DIR[:SPLIT] (split train by default): "
+                        "its queries with a qrel score > 0 are the anchors, those documents "
+                        "their positives, every document of corpus.jsonl a candidate.", **fv)
+    flags.DEFINE_string("query_prompt", "", "Text put before each anchor (query) when "
+                        "embedding, as tfsent.evaluate / tfsent.export take it.", **fv)
+    flags.DEFINE_string("document_prompt", "", "Text put before each candidate and "
+                        "positive when embedding.", **fv)
     flags.DEFINE_string("corpus", None, "Candidate sentences, one per line (default: the "
-                        "positives of --pairs).")
-    flags.DEFINE_string("out", None, "Output .tsv (a new file; never one of the inputs).")
-    flags.DEFINE_bool("overwrite", False, "Replace --out if it exists (never --pairs or "
-                      "--corpus).")
-    flags.DEFINE_integer("num_negatives", 3, "Negatives per pair.")
-    flags.DEFINE_integer("range_min", 0, "Skip this many of the most similar candidates.")
+                        "positives of --pairs).", **fv)
+    flags.DEFINE_string("out", None, "Output .tsv, or .jsonl (one object a line: anchor, "
+                        "positive, negative_1..N); a new file, never one of the inputs.", **fv)
+    flags.DEFINE_bool("overwrite", False, "Replace --out if it exists (never --pairs, "
+                      "--corpus or the --beir folder's files).", **fv)
+    flags.DEFINE_integer("num_negatives", 3, "Negatives per pair.", **fv)
+    flags.DEFINE_integer("range_min", 0, "Skip this many of the most similar candidates.",
+                         **fv)
     flags.DEFINE_integer("range_max", None, "Consider only candidates ranked below this "
-                         "(default: range_min + 10 * num_negatives).")
-    flags.DEFINE_float("max_score", None, "Keep only negatives with cosine <= this.")
+                         "(default: range_min + 10 * num_negatives).", **fv)
+    flags.DEFINE_float("max_score", None, "Keep only negatives with cosine <= this.", **fv)
     flags.DEFINE_float("margin", None, "Keep only negatives with cosine < cos(anchor, "
-                       "positive) - margin.")
+                       "positive) - margin.", **fv)
     flags.DEFINE_float("relative_margin", None, "Keep only negatives with cosine < "
-                       "cos(anchor, positive) * (1 - relative_margin); NV-Retriever: 0.05.")
+                       "cos(anchor, positive) * (1 - relative_margin); NV-Retriever: 0.05.",
+                       **fv)
     flags.DEFINE_enum("output_format", "triplet", list(OUTPUT_FORMATS),
                       "triplet: anchor, positive, negative per row (one row per negative); "
-                      "n-tuple: anchor, positive, neg1..negN per row.")
-    flags.DEFINE_integer("batch_size", 64, "Encoding batch size.")
-    flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block.")
-    flags.DEFINE_integer("candidate_chunk", 16384, "Candidates per similarity block.")
-    flags.DEFINE_bool("progress", True, "Show progress bars.")
+                      "n-tuple: anchor, positive, neg1..negN per row.", **fv)
+    flags.DEFINE_integer("batch_size", 64, "Encoding batch size.", **fv)
+    flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block.", **fv)
+    flags.DEFINE_integer("candidate_chunk", 16384, "Candidates per similarity block.", **fv)
+    flags.DEFINE_bool("progress", True, "Show progress bars.", **fv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Writes a SentenceEncoder as a SavedModel that TF Serving loads (the export stage).
 
 Layout (TF Serving's): `EXPORT_DIR/<version>/saved_model.pb`, integer versions, each new
-export takes the next version. A version is built in a marked staging folder inside
+export takes the next version; each version's `assets.extra/` holds `tfsent_export.json`
+(the metadata) and `tf_serving_warmup_requests`, and `EXPORT_DIR/batching_parameters.txt`
+TF Serving's batching settings (`tfsent.tf_serving`). A version is built in a marked staging folder inside
 EXPORT_DIR (`tfsent.fsio.staged_dir`) and renamed into place only when complete and
 flushed to disk, so a server watching EXPORT_DIR never sees a partial model; a staging
 folder of an export that was killed is removed by the next export (only its own, marked,
@@ -36,7 +38,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tfsent import fsio, quantize
+from tfsent import fsio, quantize, tf_serving
 from tfsent.encoders import call_in_buckets, check_pooling
 from tfsent.errors import ConfigError
 from tfsent.matryoshka import check_dims
@@ -167,6 +169,8 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
 
     Returns the path of the new version directory. The write is atomic: the version is
     built in a marked staging folder (`tfsent.fsio.staged_dir`) and renamed into place.
+    TF Serving's production files come with it (`tfsent.tf_serving`): warm-up requests in
+    the version's assets.extra, and `export_dir/batching_parameters.txt` unless present.
     """
     pooling = pooling or encoder.pooling
     check_pooling(pooling)
@@ -198,6 +202,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
             **calibration}
     meta.update(metadata or {})
     write_version(final, module, signatures, meta)
+    tf_serving.write_batching_parameters(export_dir)
     return final
 
 
@@ -229,14 +234,20 @@ def new_version_path(export_dir, version=None):
     return final
 
 
-def write_version(final, module, signatures, metadata):
+def write_version(final, module, signatures, metadata, warmup=None):
     """Saves `module` with `signatures` and `metadata` (assets.extra/METADATA_FILE) as the
-    version folder `final`, built in a marked staging folder and renamed into place."""
+    version folder `final`, built in a marked staging folder and renamed into place, with
+    TF Serving's warm-up requests (assets.extra/tf_serving_warmup_requests): `warmup`
+    ([(signature, inputs)], see `tfsent.tf_serving.warmup_requests`), by default
+    `serving_default` at batch 1 and 8."""
+    if warmup is None:
+        warmup = tf_serving.warmup_requests()
     with fsio.staged_dir(final, "SavedModel version") as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)
         os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
         with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
+        tf_serving.write_warmup_requests(tmp, warmup)
 
 
 def _remove_abandoned_staging(export_dir):

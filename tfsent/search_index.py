@@ -20,6 +20,9 @@ Signatures:
   serving_default, encode_ids: the encoder export's signatures, unchanged (no prompt).
 `search` prepends the query prompt (given at export) to each query in the graph, then
 embeds through the same tokenizer + forward as `serving_default` (one forward pass).
+Each version carries TF Serving warm-up requests (`serving_default` at batch 1 and 8, one
+`search` with k=1; `tfsent.tf_serving`); no batching parameters: TF Serving's request
+batching needs a batch dimension on every input, and `k` is a scalar.
 `k` is chosen per request; k < 1 or k > corpus size fails the request with an
 InvalidArgumentError reading "k=<k> is out of range: k must be between 1 and the corpus
 size <M>".
@@ -55,7 +58,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent import quantize
+from tfsent import quantize, tf_serving
 from tfsent.encoders import check_pooling
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
@@ -327,7 +330,11 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
             "search_index": index, **(metadata or {})}
     signatures = {"serving_default": search.serve, "encode_ids": search.encode_ids,
                   "search": search.search, "search_embeddings": search.search_embeddings}
-    write_version(final, search, signatures, meta)
+    # Warm-up: the encoder's requests and one search (k=1). No batching_parameters.txt:
+    # TF Serving's batching needs a batch dimension on every input, and `k` is a scalar.
+    warmup = tf_serving.warmup_requests() + tf_serving.warmup_requests(
+        "search", "queries", batch_sizes=(1,), extra_inputs={"k": np.int32(1)})
+    write_version(final, search, signatures, meta, warmup=warmup)
     return final
 
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tfsent.encoders.encoder_dir as encoder_dir
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
+from tfsent import formats
 from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import check_pooling, pool
 from tfsent.errors import ConfigError, InputError
@@ -286,6 +287,16 @@ class SentenceEncoder(keras.Model):
         if self.normalize if normalize is None else normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Writes this encoder (with its `pooling`) as `format` through the registry
+        `tfsent.formats.FORMATS` ("tf_saved_model", "onnx", "litert"); returns the path
+        written. Keras' `Model.export` signature, with the differences
+        `SentenceMethod.export` lists (tf_saved_model: `filepath` holds TF Serving's
+        versions; `input_signature` must be None; `kwargs` go to the writer)."""
+        return formats.keras_export(self, filepath, format, verbose, input_signature,
+                                    {"pooling": self.pooling}, kwargs)
 
     def clamp_length(self, max_seq_length=None):
         """A truncation length the position embeddings cover (default: the tokenizer's)."""

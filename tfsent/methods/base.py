@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent import grad_cache
+from tfsent import formats, grad_cache
 from tfsent.checks import Field
 from tfsent.data import preprocessing
 from tfsent.encoders.loading import load_encoder
@@ -142,6 +142,25 @@ class SentenceMethod(keras.Model):
     def call(self, inputs, training=False):
         """Sentence embeddings (B, H) of tokenized `inputs` with the export pooling."""
         return self.encoder(inputs, training=training, pooling=self.export_pooling)["embedding"]
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Writes the method's servable encoder (the encoder with `export_pooling` and
+        `export_head`, as `python -m tfsent.train` exports it) as `format` through the
+        registry `tfsent.formats.FORMATS` ("tf_saved_model", "onnx", "litert"); returns
+        the path written.
+
+        Keras' `Model.export` signature, with these differences: for "tf_saved_model"
+        `filepath` is TF Serving's model directory and the SavedModel is its next version
+        (`filepath/1` first; strings in, see `tfsent.saved_model`); `input_signature`
+        must be None (the signatures are fixed); `kwargs` go to the format's writer
+        (`pooling`, `head`, `max_seq_length`, `quantize`, `metadata`, `query_prompt`,
+        ...; for tf_saved_model those of `tfsent.saved_model.export_encoder`).
+        """
+        defaults = {"pooling": self.export_pooling, "head": self.export_head,
+                    "metadata": {"method": type(self).__name__}}
+        return formats.keras_export(self.encoder, filepath, format, verbose,
+                                    input_signature, defaults, kwargs)
 
     @property
     def export_head(self):
