@@ -153,6 +153,9 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
             lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
                                      normalize=False))
     elif spec.data_kind == "distill_sentences":
+        if model is None or model.teacher is None:
+            raise ConfigError("distill: make_dataset needs model= (the Distill model whose "
+                              "teacher embeds the sentences)")
         teacher = model.teacher
         target = f"{teacher.pooling}|{'normalized' if model.normalized else 'raw'}"
         embed = _cached_embedder(config, output_dir, teacher_name(config), target,
