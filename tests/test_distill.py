@@ -13,6 +13,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import (PROBE, REPO, SENTENCES, TINY_RUN_FLAGS, TINY_VOCAB,
                       serve_in_fresh_process)
@@ -135,6 +136,37 @@ def test_student_learns_the_teacher():
     assert end["mse"] < 0.5 * start["mse"], (start, end)
     for before, after in zip(before_teacher, teacher.weights):
         np.testing.assert_array_equal(before, after.numpy())
+
+
+def test_two_replicas_match_one_replica():
+    """One SGD step on a global batch of 8, MSE + contrastive with a projection: 2 replicas
+    x 4 == 1 replica x 8 in the logged losses and every weight (the MSE is a global mean,
+    the InfoNCE runs on gathered embeddings). ReductionToOneDevice: see
+    tests/test_scd.py's mirrored_strategy."""
+    mirrored = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    teacher = tiny_encoder(TINY_VOCAB, num_layers=2, max_seq_length=MAX_LEN, seed=1)
+    sentences = SENTENCES[:8]
+    batch = {"features": teacher.tokenizer(sentences),
+             "target": teacher.encode(sentences, normalize=True)}
+    runs = []
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        with strategy.scope():
+            student = tiny_encoder(TINY_VOCAB, num_layers=1, max_seq_length=MAX_LEN, seed=7)
+            model = Distill(student, teacher_dim=16, normalized=True, projection=True,
+                            contrastive_weight=0.5, encoder_dropout=0.0)
+            model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+        history = model.fit(tf.data.Dataset.from_tensors(batch), epochs=1,
+                            steps_per_epoch=1, verbose=0).history
+        runs.append((history, [w.numpy() for w in model.weights]))
+        projection = model.projection.kernel.numpy()
+    (h1, w1), (h2, w2) = runs
+    assert set(h1) == {"loss", "mse", "cosine", "contrastive", "grad_norm"}
+    for key in ("loss", "mse", "cosine", "contrastive"):
+        np.testing.assert_allclose(h1[key][0], h2[key][0], rtol=1e-5, err_msg=key)
+    for a, b in zip(w1, w2):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert not np.allclose(projection, np.eye(16))  # the projection moved (from identity)
 
 
 def test_cli_distills_a_layer_dropped_student(hf_checkpoint_dirs, tmp_path):
