@@ -28,6 +28,13 @@ requests by length). Paths:
                           requests, one caller: what the in-graph tokenizer costs; and
                           each request's model FLOPs at the TF matmul peak measured in
                           the run: the time a perfectly efficient kernel set would need.
+  tfsent LiteRT fp32 / int8
+                          minilm-l6 exported by tfsent.formats.litert (fp32; dynamic-range
+                          int8 weights), each request tokenized with the tokenizer.json
+                          written beside the model (the `tokenizers` library) and run by
+                          ai-edge-litert's Interpreter with XNNPACK, --litert_threads
+                          threads (default: one per core), one Interpreter per caller
+                          (--serve_litert; needs tfsent[litert]).
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
                           packages pinned), one process per backend (peer_serve.py).
@@ -62,6 +69,9 @@ flags.DEFINE_integer("warmup_calls", 5, "Untimed requests per caller before each
 flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transformers "
                   "backends to measure (torch, onnx, onnx_int8).")
 flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
+flags.DEFINE_bool("serve_litert", True, "Also measure tfsent's LiteRT exports (fp32, int8).")
+flags.DEFINE_integer("litert_threads", 0, "Threads of each LiteRT Interpreter (0: one per "
+                     "CPU core).")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
 flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op in the TF1 "
                      "session (0: no op profile).")
@@ -71,7 +81,8 @@ flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measur
 PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
 PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
 TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
-                 "savedmodel_tf1": "tfsent SavedModel, TF1 session"}
+                 "savedmodel_tf1": "tfsent SavedModel, TF1 session",
+                 "litert_fp32": "tfsent LiteRT fp32", "litert_int8": "tfsent LiteRT int8"}
 
 
 def validate_flags():
@@ -83,6 +94,8 @@ def validate_flags():
     for name in ("n", "calls", "throughput_calls", "throughput_batch", "matmul_size"):
         if getattr(FLAGS, name) < 1:
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+    if FLAGS.litert_threads < 0:
+        raise app.UsageError(f"--litert_threads must be >= 0, got {FLAGS.litert_threads}")
     if FLAGS.warmup_calls < 0:
         raise app.UsageError(f"--warmup_calls must be >= 0, got {FLAGS.warmup_calls}")
     if FLAGS.max_seq_length < 2:
@@ -140,6 +153,14 @@ def main(argv):
                              ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}",
                               f"--op_profile_calls={FLAGS.op_profile_calls}"] + shared,
                              what="tfsent SavedModel serving")
+    if FLAGS.serve_litert:  # its own process, as every path; merged into tfsent's rows
+        lite = common.run_worker(sys.executable, "tfsent_worker.py",
+                                 ["--mode=serve_litert",
+                                  f"--litert_threads={FLAGS.litert_threads}"] + shared,
+                                 what="tfsent LiteRT serving")
+        ours["scenarios"].update(lite["scenarios"])
+        ours["embeddings"].update(lite["embeddings"])
+        ours["litert"] = {k: lite[k] for k in ("litert_threads", "model_bytes", "max_rss_mb")}
     peers = {}
     for backend in ([] if FLAGS.skip_peer else FLAGS.backends):
         peers[backend] = common.run_worker(peer_python, "peer_serve.py",

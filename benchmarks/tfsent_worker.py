@@ -28,6 +28,13 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           plain export also loaded as TF Serving's C++ loader loads it (TF1 session,
           variables restored through the saver_def; `session.run` per request), and its
           batch-1 requests traced op by op in that session (--op_profile_calls).
+  serve_litert
+          serve_latency.py's LiteRT rows: minilm-l6 exported with tfsent.formats.litert
+          (fp32, and dynamic-range int8), each request tokenized as a LiteRT user does it
+          (the `tokenizers` library on the tokenizer.json written beside the model,
+          truncation at --max_seq_length, padding to the longest row) and run by
+          ai-edge-litert's Interpreter (XNNPACK, --litert_threads threads; one Interpreter
+          per calling thread, as a server's workers would each hold one).
 """
 
 import os
@@ -40,7 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["train", "profile", "encode", "peak", "gemm", "serve"],
+flags.DEFINE_enum("mode", None, ["train", "profile", "encode", "peak", "gemm", "serve",
+                                  "serve_litert"],
                   "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
@@ -65,6 +73,8 @@ flags.DEFINE_integer("warmup_calls", 5, "serve: untimed requests per caller firs
 flags.DEFINE_bool("serve_xla", True, "serve: also measure the jit_compile=True export.")
 flags.DEFINE_integer("op_profile_calls", 50, "serve: batch-1 requests traced op by op in "
                      "the TF1 session (0: no op profile).")
+flags.DEFINE_integer("litert_threads", 0, "serve_litert: threads of each LiteRT "
+                     "Interpreter (0: one per CPU core).")
 
 
 def _build_training():
@@ -383,6 +393,66 @@ def serve_mode():
     return result
 
 
+def serve_litert_mode():
+    """Times requests to minilm-l6's LiteRT exports (fp32, int8): tokenization with the
+    exported tokenizer.json plus one Interpreter call each; returns the result."""
+    import shutil
+    import tempfile
+    import threading
+
+    import numpy as np
+    import tokenizers
+
+    from tfsent.encoders import load_encoder, resolve_short_name
+    from tfsent.formats import litert
+
+    interpreter_cls = litert.interpreter_class()
+    sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
+    encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
+    scenarios = common.serving_scenarios(FLAGS.calls, FLAGS.throughput_calls,
+                                         FLAGS.throughput_batch)
+    threads = FLAGS.litert_threads or os.cpu_count()
+    result = {"n_sentences": len(sentences), "scenarios": {}, "embeddings": {},
+              "litert_threads": threads, "model_bytes": {}}
+    tmp = tempfile.mkdtemp(prefix="tfsent-bench-litert-")
+    try:
+        for name, quantize in (("litert_fp32", ""), ("litert_int8", "int8")):
+            path = litert.export_litert(encoder, os.path.join(tmp, name), pooling="mean",
+                                        quantize=quantize,
+                                        max_seq_length=FLAGS.max_seq_length)
+            model_file = os.path.join(path, litert.MODEL_FILE)
+            result["model_bytes"][name] = os.path.getsize(model_file)
+            tokenizer = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+            tokenizer.enable_truncation(FLAGS.max_seq_length)
+            tokenizer.enable_padding()
+            local = threading.local()  # one Interpreter per calling thread
+
+            def call(batch, model_file=model_file, tokenizer=tokenizer, local=local):
+                if not hasattr(local, "runner"):
+                    local.runner = interpreter_cls(
+                        model_path=model_file, num_threads=threads).get_signature_runner()
+                encodings = tokenizer.encode_batch(list(batch))
+                ids = np.array([e.ids for e in encodings], np.int32)
+                mask = np.array([e.attention_mask for e in encodings], np.int32)
+                return local.runner(input_ids=ids, attention_mask=mask)["embedding"]
+
+            result["embeddings"][name] = np.asarray(
+                call(sentences[:FLAGS.keep_embeddings])).tolist()
+            result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
+                                                               FLAGS.warmup_calls)
+            print(f"[tfsent_worker] {name}: " + ", ".join(
+                f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in
+                result["scenarios"][name].items()), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    model_dir = resolve_short_name("minilm-l6")
+    result.update({
+        "max_rss_mb": round(common.max_rss_mb(), 1),
+        "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
+    })
+    return result
+
+
 class TFServingSession:
     """A SavedModel loaded as TF Serving's C++ loader loads it: the MetaGraph imported into a
     TF1 session, variables restored through its saver_def, the init op run; each request is
@@ -514,10 +584,11 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if FLAGS.mode is None:
-        raise app.UsageError("--mode is required (train, profile, encode, peak, gemm or "
-                             "serve)")
-    if FLAGS.mode in ("train", "profile", "encode", "serve") and not FLAGS.data:
-        raise app.UsageError("--data is required for --mode=train/profile/encode/serve")
+        raise app.UsageError("--mode is required (train, profile, encode, peak, gemm, "
+                             "serve or serve_litert)")
+    if FLAGS.mode in ("train", "profile", "encode", "serve", "serve_litert") and not FLAGS.data:
+        raise app.UsageError("--data is required for --mode=train/profile/encode/serve/"
+                             "serve_litert")
     if FLAGS.mode == "train" and FLAGS.steps <= FLAGS.warmup_steps:
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps})")
@@ -525,7 +596,8 @@ def main(argv):
         raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
     result = {"train": train_mode, "profile": profile_mode, "encode": encode_mode,
               "peak": peak_mode,
-              "gemm": gemm_mode, "serve": serve_mode}[FLAGS.mode]()
+              "gemm": gemm_mode, "serve": serve_mode,
+              "serve_litert": serve_litert_mode}[FLAGS.mode]()
     result["load_average"] = common.load_average()
     common.emit_result(result)
 

@@ -130,7 +130,8 @@ def test_serve_latency_tfsent_side(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     scenarios = result["tfsent"]["scenarios"]
-    assert set(scenarios) == {"savedmodel", "savedmodel_xla", "savedmodel_tf1"}
+    assert set(scenarios) == {"savedmodel", "savedmodel_xla", "savedmodel_tf1",
+                              "litert_fp32", "litert_int8"}
     for name in scenarios:
         assert set(scenarios[name]) == {"b1_c1", "b1_c4", "b8_c1", "b8_c4"}
         for key, m in scenarios[name].items():
@@ -141,6 +142,11 @@ def test_serve_latency_tfsent_side(tmp_path):
     # export's embeddings (the correctness part).
     assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_xla"] > 0.9999
     assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_tf1"] > 0.99999
+    # The LiteRT rows (tokenizer.json + ai-edge-litert's Interpreter) embed the same model.
+    assert result["min_cosine_to_tfsent_savedmodel"]["litert_fp32"] > 0.9999
+    assert result["min_cosine_to_tfsent_savedmodel"]["litert_int8"] > 0.98
+    assert result["tfsent"]["litert"]["model_bytes"]["litert_int8"] < 0.3 * result[
+        "tfsent"]["litert"]["model_bytes"]["litert_fp32"]
     ops = result["op_profile_b1"]
     assert ops["requests"] == 3 and 0 < ops["matmul_ms"] and 0 < ops["other_ms"]
     assert any("MatMul" in op or "Einsum" in op for op in ops["op_types"])
@@ -157,6 +163,7 @@ def test_serve_latency_tfsent_side(tmp_path):
     assert result["peers"] == {} and "tfsent_vs_onnx_fp32" not in result
     assert result["machine"]["cpu_model"] is not None or result["machine"]["cores"]
     assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
+    assert "tfsent LiteRT int8" in r.stdout
 
 
 def test_op_profile_grouping_hand_case():
@@ -256,6 +263,7 @@ def test_peer_quantization_config_follows_the_isa():
     ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
+    ("serve_latency.py", ["--litert_threads=-1", "--json=JSON"], "--litert_threads"),
     ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
     ("retrieval_scale.py", ["--kinds=float32,pq", "--json=JSON"], "--kinds"),
 ])

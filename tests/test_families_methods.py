@@ -19,7 +19,8 @@ import pytest
 from conftest import REPO, TF_SERVING_LOADER
 from hf_checkpoints import FAMILIES
 
-METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr")
+METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr",
+           "distill")
 SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", "",
              "Café crème, naïve résumé 😀 東京は日本の首都です。", "word " * 40]
 SERVE_LEN = 24
@@ -30,7 +31,9 @@ OVERRIDES = ["steps=1", "eval_every=1", "batch_size=8", "max_seq_length=16",
              f"eval_max_seq_length={SERVE_LEN}", "jit_compile=False", "learning_rate=1e-3",
              "steps_per_execution=1"]
 METHOD_OVERRIDES = {"cmlm_cse": ["extractor_layers=1", "fusion_layers=1"],
-                    "clsr": ["cache_dir={tmp}/cache"]}
+                    "clsr": ["cache_dir={tmp}/cache"],
+                    # distill: a 2-layer student cut from the checkpoint (its own teacher)
+                    "distill": ["cache_dir={tmp}/cache", "student_layers=0,2"]}
 
 # Reads `KEY<TAB>SAVEDMODEL PATH` lines from stdin, loads each SavedModel as TF Serving
 # does and serves the sentences as soon as its line arrives; at the end of input prints the
@@ -67,7 +70,7 @@ def train_and_export(method, family, checkpoint, workdir):
     assert encoder.family == family
     before = [v.numpy().copy() for v in model.trainable_variables]
     examples = load_training_data(spec, config)
-    dataset = make_dataset(spec, config, encoder, examples, 0, workdir)
+    dataset = make_dataset(spec, config, encoder, examples, 0, workdir, model=model)
     history = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
     assert int(optimizer.iterations.numpy()) == 1
     logs = {k: v[-1] for k, v in history.history.items()}

@@ -231,3 +231,13 @@ def scd_loss(h_a, h_b, p_a, p_b, temperature=0.05, alpha=1.0, beta=0.005225, lam
     decorrelation = on_diag + lambd * off_diag
     loss = alpha * self_contrast + beta * decorrelation
     return loss, self_contrast, decorrelation
+
+
+def embedding_squared_errors(student, target, normalize=False):
+    """Per-example mean squared error over the dimensions between student and target
+    embeddings, (B, D) x (B, D) -> (B,) float32; its mean over the batch is
+    sentence-transformers' MSELoss (a mean over batch and dimensions). `normalize`
+    L2-normalises the student first (the target is given as it is meant: normalised when
+    the teacher serves normalised vectors)."""
+    student = _l2n(student) if normalize else tf.cast(student, tf.float32)
+    return tf.reduce_mean(tf.square(student - tf.cast(target, tf.float32)), axis=-1)

@@ -92,6 +92,11 @@ class ServingModule(tf.Module):
             out["embedding_binary"] = quantize.binary_codes_tf(normalized)
         return out
 
+    def embed_ids(self, token_ids, padding_mask):
+        """Token ids + padding mask -> the outputs of `encode_ids`, in the graph of the
+        calling tf.function (the LiteRT export, `tfsent.formats.litert`, converts it)."""
+        return self._embed(token_ids, padding_mask)
+
     def embed_sentences(self, sentences):
         """Strings -> the outputs of `serving_default` (tokenizer + forward), in the graph
         of the calling tf.function (the search export's `search` calls it too)."""

@@ -32,6 +32,7 @@ from tfsent.evaluation import align_uniform
 from tfsent.evaluation.retrieval import read_task_split
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
+from tfsent.methods.distill import teacher_name
 from tfsent.optimizers import LARS
 from tfsent.methods import help_text as methods_help_text
 from tfsent.publish import export_run_formats
@@ -134,10 +135,12 @@ def build_model(spec, config, steps, jit):
         # jit_compile=True)` in a user's own code still works (tests/test_grad_cache.py).
         logging.warning("grad_cache_chunk is set: jit_compile turned off for the train step")
         jit = False
-    encoder = load_encoder(config.encoder, pooling=config.pooling,
-                           max_seq_length=config.max_seq_length,
-                           dtype=config.mixed_precision or None, seed=config.seed)
-    model = spec.build(encoder, config)
+    def load(name, pooling=config.pooling):
+        return load_encoder(name, pooling=pooling, max_seq_length=config.max_seq_length,
+                            dtype=config.mixed_precision or None, seed=config.seed)
+
+    model = spec.build_run_model(config, load)
+    encoder = model.encoder  # (distill: the student)
     model.set_grad_cache(config.grad_cache_chunk)
     optimizer = make_optimizer(config, steps)
     model.compile(optimizer=optimizer, jit_compile=jit,
@@ -168,13 +171,24 @@ def make_optimizer(config, steps):
     return optimizer
 
 
-def make_dataset(spec, config, encoder, examples, skip_batches, output_dir):
+def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, model=None):
     """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
     pipeline `fit` uses too; a `SourceMixture` of several sources mixes one such pipeline
-    per source)."""
+    per source). `model`: the method model (distill reads its teacher)."""
     embed = None
     if spec.data_kind == "embedding_pairs":
-        embed = _cached_embedder(config, encoder, output_dir)
+        embed = _cached_embedder(
+            config, output_dir, config.encoder, config.pooling,
+            lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
+                                     normalize=False))
+    elif spec.data_kind == "distill_sentences":
+        if model is None or model.teacher is None:
+            raise ConfigError("distill: make_dataset needs model= (the Distill model whose "
+                              "teacher embeds the sentences)")
+        teacher = model.teacher
+        target = f"{teacher.pooling}|{'normalized' if model.normalized else 'raw'}"
+        embed = _cached_embedder(config, output_dir, teacher_name(config), target,
+                                 model.teacher_embeddings)
     if isinstance(examples, mixture.SourceMixture):
         return examples.dataset(
             spec.data_kind, encoder.tokenizer, config.batch_size, skip_batches=skip_batches,
@@ -362,7 +376,7 @@ def fit_run(r):
                                           guard, skip_when=nan_guard.failed))
     if r.start_step < r.steps:
         dataset = make_dataset(r.spec, config, r.encoder, r.examples, r.start_step,
-                               r.output_dir)
+                               r.output_dir, model=r.model)
         logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s",
                      r.method, r.steps, config.batch_size, r.strategy.num_replicas_in_sync,
                      r.model.jit_compile)
@@ -453,17 +467,17 @@ def _nli_accuracy(model, config, metrics):
     logging.info("NLI accuracy on %s (%s): %.2f", sources[0], config.nli_eval_split, acc)
 
 
-def _cached_embedder(config, encoder, output_dir):
-    """`embed(sentences)` of the frozen encoder through the on-disk embedding cache
-    (config.cache_dir, default beside the run directory)."""
+def _cached_embedder(config, output_dir, encoder_name, pooling, compute):
+    """`embed(sentences)`: `compute(sentences)`, the embeddings of a frozen encoder
+    (CLSR's base, distill's teacher), through the on-disk embedding cache
+    (config.cache_dir, default beside the run directory) keyed by `encoder_name`,
+    `pooling` (what else defines the embeddings), max_seq_length and the sentences."""
     cache_dir = config.cache_dir or os.path.join(
         os.path.dirname(os.path.abspath(output_dir)), "embedding_cache")
 
     def embed(sentences):
-        emb, _ = cached_embeddings(
-            cache_dir, config.encoder, config.pooling, config.max_seq_length, sentences,
-            lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
-                                     normalize=False))
+        emb, _ = cached_embeddings(cache_dir, encoder_name, pooling, config.max_seq_length,
+                                   sentences, compute)
         return emb
 
     return embed

@@ -29,8 +29,14 @@ def _check_batch(n_examples, batch_size, what):
 
 def _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches):
     ds = tf.data.Dataset.from_tensor_slices(tuple(tf.constant(c, tf.string) for c in columns))
+    return _shuffled_batches(ds, len(columns[0]), batch_size, seed, shuffle, repeat,
+                             skip_batches)
+
+
+def _shuffled_batches(ds, n, batch_size, seed, shuffle, repeat, skip_batches):
+    """`ds` (n examples) shuffled, repeated, batched (remainder dropped), fast-forwarded."""
     if shuffle:
-        ds = ds.shuffle(len(columns[0]), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=True)
@@ -246,6 +252,25 @@ def embedding_pair_dataset(pairs, embed, batch_size, seed=0, shuffle=True, repea
     return ds.prefetch(AUTOTUNE)
 
 
+def distill_dataset(sentences, tokenizer, targets, batch_size, seed=0, shuffle=True,
+                    repeat=True, skip_batches=0):
+    """Sentences and their teacher embeddings -> batches of `{"features": token features,
+    "target": (B, D) float32}` (distillation). `targets(sentences) -> (N, D)` is called
+    once (the CLI's goes through the on-disk cache of `tfsent.data.cache`)."""
+    _check_batch(len(sentences), batch_size, "the training sentences")
+    table = np.asarray(targets(sentences), np.float32)
+    if table.shape[0] != len(sentences):
+        raise ConfigError(f"distill: {table.shape[0]} teacher embeddings for "
+                          f"{len(sentences)} sentences")
+    ds = tf.data.Dataset.from_tensor_slices((tf.constant(sentences, tf.string),
+                                             tf.constant(table)))
+    ds = _shuffled_batches(ds, len(sentences), batch_size, seed, shuffle, repeat,
+                           skip_batches)
+    ds = ds.map(lambda s, t: {"features": tokenizer(s), "target": t},
+                num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE)
+
+
 def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
                      skip_batches=0, mask_rate=None, duplicate_free=False,
                      premise_grouped=False, embed=None):
@@ -255,7 +280,8 @@ def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True
     kind: "sentences" (strings), "sentences_mlm" (strings, masked at `mask_rate`),
     "triplets" ((anchor, positive, negative...) rows; `duplicate_free` batches),
     "nli_pairs" ((premise, hypothesis, label) rows; `premise_grouped` batches) or
-    "embedding_pairs" ((sentence_a, sentence_b) rows embedded by `embed`).
+    "embedding_pairs" ((sentence_a, sentence_b) rows embedded by `embed`) or
+    "distill_sentences" (strings with their targets `embed(sentences)`).
     `repeat=False`: one epoch per iteration (Keras' epochs); `skip_batches` fast-forwards
     a resumed run. NLI batches are always shuffled (grouping draws the order)."""
     if kind in ("sentences", "sentences_mlm"):
@@ -273,5 +299,8 @@ def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True
     if kind == "embedding_pairs":
         return embedding_pair_dataset(examples, embed, batch_size, seed, shuffle=shuffle,
                                       repeat=repeat, skip_batches=skip_batches)
+    if kind == "distill_sentences":
+        return distill_dataset(examples, tokenizer, embed, batch_size, seed, shuffle=shuffle,
+                               repeat=repeat, skip_batches=skip_batches)
     raise ConfigError(f"unknown data kind {kind!r}; one of sentences, sentences_mlm, "
-                      "triplets, nli_pairs, embedding_pairs")
+                      "triplets, nli_pairs, embedding_pairs, distill_sentences")

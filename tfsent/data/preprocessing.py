@@ -12,6 +12,8 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
                    contradiction (or 0 / 1 / 2)               -> premise-grouped NLI batches
   embedding_pairs  (sentence_a, sentence_b) positive pairs    -> the frozen encoder's
                                                                  embeddings {"a", "b"}
+  distill_sentences a list of strings                         -> token features + the
+                                                                 teacher's embeddings
 
 Rows may also be dicts (anchor/positive/negative, premise/hypothesis/label,
 sentence_a/sentence_b). A tf.data Dataset of such elements (strings, tuples or dicts of
@@ -43,6 +45,7 @@ WHAT_TO_PASS = {
                  "premise/hypothesis/label (a list or a tf.data.Dataset, batched or not)",
     "embedding_pairs": "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, "
                        "batched or not)",
+    "distill_sentences": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
 }
 
 
@@ -178,8 +181,10 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         raise ConfigError(f"{argument} has {len(rows)} examples, fewer than one batch "
                           f"(batch_size={batch_size}); lower the batch size")
     embed = None
-    if kind in ("sentences", "sentences_mlm"):
+    if kind in ("sentences", "sentences_mlm", "distill_sentences"):
         _check_rows(rows, None, "expected a string (one sentence per example)", argument)
+        if kind == "distill_sentences":
+            embed = method.teacher_embeddings
     elif kind == "triplets":
         width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
         _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "

@@ -18,7 +18,9 @@ ENCODER_CONFIG_FILE = "tfsent_encoder.json"
 MLM_HEAD_FILE = "mlm_head.npz"
 
 
-def _backbone_config(backbone):
+def backbone_config(backbone):
+    """The size fields of a keras-hub backbone's config (what `save_encoder_dir` records
+    and `keras_hub_adapter.make_backbone` takes)."""
     config = backbone.get_config()
     keep = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
             "dropout", "max_sequence_length", "num_segments")
@@ -59,7 +61,7 @@ def save_encoder_dir(encoder, directory):
             "format": "tfsent-encoder-2",
             "family": encoder.family,
             "backbone_class": type(encoder.backbone).__name__,
-            "backbone_config": _backbone_config(encoder.backbone),
+            "backbone_config": backbone_config(encoder.backbone),
             "pooling": encoder.pooling,
             "activation": encoder.activation,
             "normalize": encoder.normalize,
@@ -79,3 +81,6 @@ def _check_encoder_dir(directory):
         raise ConfigError(f"{directory} is not empty and is not a tfsent encoder directory "
                           f"(no {ENCODER_CONFIG_FILE}); an encoder is saved to a new or "
                           f"empty folder, or over an earlier tfsent encoder directory")
+
+
+_backbone_config = backbone_config  # the earlier private name (tests/test_keras_native.py)

@@ -205,7 +205,9 @@ class SentenceEncoder(keras.Model):
     def attention_bias(padding_mask):
         """(B, L) mask -> additive (B, 1, 1, L) float32 bias: 0 for real tokens, -1e9 for padding."""
         mask = tf.cast(padding_mask, tf.float32)
-        return (1.0 - mask)[:, None, None, :] * -1e9
+        # expand_dims, not [:, None, None, :]: TFLite has no builtin kernel for a strided
+        # slice adding axes to a dynamic shape (tfsent.formats.litert converts this).
+        return tf.expand_dims(tf.expand_dims(1.0 - mask, 1), 1) * -1e9
 
     def call(self, inputs, training=False, dropout=None, embedding_fn=None, position_ids=None,
              pooling=None, output_hidden_states=False, num_layers=None):

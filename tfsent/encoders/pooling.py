@@ -10,7 +10,9 @@ POOLINGS = ("cls", "cls_before_pooler", "mean", "mean_no_cls", "first_last_avg",
 
 def masked_mean(x, mask):
     """Mean of `x` (B, L, H) over positions where `mask` (B, L) is non-zero."""
-    mask = tf.cast(mask, x.dtype)[:, :, None]
+    # expand_dims, not [:, :, None]: a strided slice with a new axis on a dynamic shape
+    # has no TFLite builtin kernel (tfsent.formats.litert converts this graph).
+    mask = tf.expand_dims(tf.cast(mask, x.dtype), -1)
     total = tf.reduce_sum(x * mask, axis=1)
     count = tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1.0, x.dtype))
     return total / count

@@ -46,6 +46,8 @@ class ExportFormat:
         versioned: True when the target holds integer versions and each export adds one
             (TF Serving's layout); False when the target is a new directory.
         description: one line for `--help`.
+        requires: "module:function" called before the model loads to check the format's
+            optional dependency (raises ConfigError naming the extra); "" for none.
     """
 
     name: str
@@ -54,6 +56,7 @@ class ExportFormat:
     quantize_kwarg: str = "quantize"
     versioned: bool = False
     description: str = ""
+    requires: str = ""
 
     def load_writer(self):
         """The writer function; ConfigError naming the module when it is not there."""
@@ -88,7 +91,8 @@ FORMATS = {
         description="ONNX Runtime model (token ids in) in a new directory"),
     "litert": ExportFormat(
         "litert", "tfsent.formats.litert:export_litert", ("int8",),
-        description="LiteRT .tflite model (token ids in) in a new directory"),
+        description="LiteRT .tflite model (token ids in) in a new directory",
+        requires="tfsent.formats.litert:interpreter_class"),
 }
 # Older names still accepted (`--format=saved_model` predates the registry).
 ALIASES = {"saved_model": "tf_saved_model"}
@@ -125,6 +129,9 @@ def check_export(name, target, quantize=(), option="--format",
     elif os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
         raise ConfigError(f"{target_option}={target} exists and is not an empty directory; "
                           "choose a new directory (an export never overwrites another)")
+    if entry.requires:
+        module_name, function_name = entry.requires.split(":")
+        getattr(importlib.import_module(module_name), function_name)()
     return entry
 
 

@@ -5,7 +5,7 @@ import keras_hub
 import tensorflow as tf
 from absl import logging
 
-from tfsent.encoders.encoder_dir import _backbone_config
+from tfsent.encoders.encoder_dir import backbone_config as backbone_config_of
 from tfsent.encoders.families import TABLE
 from tfsent.encoders.keras_hub_adapter import make_backbone
 from tfsent.encoders.model import SentenceEncoder
@@ -49,7 +49,7 @@ class LexicalExtractor(keras.layers.Layer):
     @classmethod
     def from_encoder(cls, encoder, num_layers):
         """A frozen copy of `encoder`'s embeddings and first `num_layers` layers."""
-        layer = cls(_backbone_config(encoder.backbone), num_layers, encoder.activation,
+        layer = cls(backbone_config_of(encoder.backbone), num_layers, encoder.activation,
                     encoder.family, dtype=encoder.backbone.dtype_policy)
         src, dst = encoder.backbone, layer.encoder.backbone
         for sub in dst.layers:  # same names in both: embeddings, norms, transformer_layer_i

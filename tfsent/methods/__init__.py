@@ -6,21 +6,22 @@ CPU-demo defaults and validation. This module only collects them.
 """
 
 from tfsent.errors import ConfigError
-from tfsent.methods import clsr, cmlm_cse, consert, scd, simcse, supcon
+from tfsent.methods import clsr, cmlm_cse, consert, distill, scd, simcse, supcon
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
 from tfsent.methods.consert import ConSERT
+from tfsent.methods.distill import Distill
 from tfsent.methods.scd import SCD
 from tfsent.methods.simcse import SimCSE
 from tfsent.methods.spec import MethodSpec, collect
 from tfsent.methods.supcon import SupConSBERT
 
 __all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", "ConSERT",
-           "MethodSpec", "REGISTRY", "get_method", "help_text"]
+           "Distill", "MethodSpec", "REGISTRY", "get_method", "help_text"]
 
 REGISTRY = collect(simcse.SPECS, cmlm_cse.SPEC, supcon.SPEC, clsr.SPEC, scd.SPEC,
-                   consert.SPECS)
+                   consert.SPECS, distill.SPEC)
 
 
 def get_method(name):

@@ -10,7 +10,8 @@ the known fields and the help text from it; `build` makes the model from a run c
 from tfsent.errors import ConfigError
 
 # The training-data kinds (`tfsent.data.pipelines.dataset_for_kind`).
-DATA_KINDS = ("sentences", "sentences_mlm", "triplets", "nli_pairs", "embedding_pairs")
+DATA_KINDS = ("sentences", "sentences_mlm", "triplets", "nli_pairs", "embedding_pairs",
+              "distill_sentences")
 
 # Run fields every method's constructor takes.
 COMMON_RUN_ARGS = {"pooling": "train_pooling", "export_pooling": "export_pooling"}
@@ -31,10 +32,13 @@ class MethodSpec:
             export_pooling always).
         constants: constructor arguments fixed by this entry (e.g. `supervised=True`).
         validate: `fn(config)` raising ConfigError for checks that span fields.
+        builder: `fn(config, load) -> model` for a method that loads its encoders itself
+            (distill: a teacher and a student); `load(name, pooling=...)` loads an encoder
+            with the run's settings. None: `build` on `load(config.encoder)`.
     """
 
     def __init__(self, name, cls, data_kind, doc, fields=(), run_defaults=None,
-                 run_args=None, constants=None, validate=None):
+                 run_args=None, constants=None, validate=None, builder=None):
         if data_kind not in DATA_KINDS:
             raise ValueError(f"{name}: unknown data kind {data_kind!r}")
         self.name = name
@@ -46,6 +50,7 @@ class MethodSpec:
         self.run_args = dict(COMMON_RUN_ARGS, **(run_args or {}))
         self.constants = dict(constants or {})
         self.validate_hook = validate
+        self.builder = builder
 
     @property
     def premise_grouped(self):
@@ -76,6 +81,13 @@ class MethodSpec:
     def build(self, encoder, config):
         """The method model on `encoder` from a run config."""
         return self.cls(encoder, **self.constructor_args(config))
+
+    def build_run_model(self, config, load):
+        """The method model of a run: `builder(config, load)`, or `build` on the encoder
+        `load(config.encoder)` gives."""
+        if self.builder is not None:
+            return self.builder(config, load)
+        return self.build(load(config.encoder), config)
 
     def validate(self, config):
         """Checks the method's fields (type and value) and runs the validation hook."""
