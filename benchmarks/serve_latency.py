@@ -3,7 +3,12 @@ PyTorch, ONNX (fp32) and ONNX int8 backends.
 
     python benchmarks/serve_latency.py --json=serve.json [--n=1000 --max_seq_length=256
         --calls=200 --throughput_calls=32 --backends=torch,onnx,onnx_int8 --skip_peer
-        --data=../shared/data/wiki/wiki1m_prefix.txt]
+        --data=../shared/data/wiki/wiki1m_prefix.txt --paths=savedmodel,st_onnx,...]
+
+`--paths` picks rows by name (`--help` lists them): tfsent's `savedmodel`, `savedmodel_xla`,
+`savedmodel_tf1`, and the peers' `st_torch`, `st_onnx`, `st_onnx_int8`. Without it, every
+tfsent row (XLA unless --noserve_xla) and the --backends peers (unless --skip_peer) run.
+The plain SavedModel is exported in every run: its embeddings are the cosine reference.
 
 The same checkpoint (all-MiniLM-L6-v2, mean pooling, truncation at 256 tokens, float32
 unless int8) and the same requests: consecutive sentences of the wiki prefix (tfsent's demo
@@ -50,6 +55,13 @@ import common  # noqa: E402
 import peer_env  # noqa: E402  (defines --peer_venv, --peer_python, --peer_env)
 
 FLAGS = flags.FLAGS
+PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
+PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
+TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
+                 "savedmodel_tf1": "tfsent SavedModel, TF1 session"}
+# --paths names: tfsent's rows by their worker name, the peers' as st_<backend>.
+PATH_NAMES = list(TFSENT_LABELS) + [f"st_{b}" for b in PEER_BACKENDS]
+
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 flags.DEFINE_integer("n", 1000, "Sentences the requests are drawn from (the first n of --data).")
 flags.DEFINE_string("data", common.DEFAULT_WIKI, "Sentence file, one a line (default: the "
@@ -59,6 +71,9 @@ flags.DEFINE_integer("calls", 200, "Timed requests per batch-1 / batch-8 scenari
 flags.DEFINE_integer("throughput_calls", 32, "Timed requests in the batch-64 scenario.")
 flags.DEFINE_integer("throughput_batch", 64, "Batch size of the throughput scenario.")
 flags.DEFINE_integer("warmup_calls", 5, "Untimed requests per caller before each scenario.")
+flags.DEFINE_list("paths", None, "Rows to measure, by name: " + ", ".join(PATH_NAMES)
+                  + " (default: every tfsent row, savedmodel_xla unless --noserve_xla, and "
+                  "st_<b> for each of --backends unless --skip_peer).")
 flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transformers "
                   "backends to measure (torch, onnx, onnx_int8).")
 flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
@@ -68,10 +83,6 @@ flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op i
 flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the TF "
                      "peak (the profile's compute-bound times).")
 
-PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
-PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
-TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
-                 "savedmodel_tf1": "tfsent SavedModel, TF1 session"}
 
 
 def validate_flags():
@@ -90,6 +101,26 @@ def validate_flags():
     unknown = [b for b in FLAGS.backends if b not in PEER_BACKENDS]
     if unknown:
         raise app.UsageError(f"--backends: unknown {unknown}; choose from {PEER_BACKENDS}")
+    if FLAGS.paths is not None:
+        unknown = [p for p in FLAGS.paths if p not in PATH_NAMES]
+        if unknown or not FLAGS.paths:
+            raise app.UsageError(f"--paths: unknown {unknown or 'empty list'}; known paths: "
+                                 f"{', '.join(PATH_NAMES)}")
+        overlap = [f"--{f}" for f in ("backends", "serve_xla") if FLAGS[f].present]
+        if overlap:
+            raise app.UsageError(f"--paths names the rows itself; drop {' and '.join(overlap)}")
+        if FLAGS.skip_peer and any(p.startswith("st_") for p in FLAGS.paths):
+            raise app.UsageError("--paths names sentence-transformers rows (st_...) but "
+                                 "--skip_peer is set")
+
+
+def selected_paths():
+    """(tfsent rows, peer backends) to measure: --paths, else the older flags' defaults."""
+    if FLAGS.paths is None:
+        ours = [p for p in TFSENT_LABELS if FLAGS.serve_xla or p != "savedmodel_xla"]
+        return ours, ([] if FLAGS.skip_peer else list(FLAGS.backends))
+    return ([p for p in TFSENT_LABELS if p in FLAGS.paths],
+            [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths])
 
 
 def min_cosine(a, b):
@@ -125,8 +156,9 @@ def main(argv):
     data, note = common.data_or_usage_error(FLAGS.data)
     peer_env.worker_env()  # checks --peer_env
     busy, warning = common.check_busy()
+    our_paths, backends = selected_paths()
     peer_python = None
-    if not FLAGS.skip_peer:
+    if backends:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python,
                                                profile="serving")
     shared = [f"--data={data}", f"--max_sentences={FLAGS.n}",
@@ -137,11 +169,11 @@ def main(argv):
     load_before = common.load_average()
     peak = common.measure_peak(None, FLAGS.matmul_size, 5)["tf"]
     ours = common.run_worker(sys.executable, "tfsent_worker.py",
-                             ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}",
+                             ["--mode=serve", f"--serve_paths={','.join(our_paths)}",
                               f"--op_profile_calls={FLAGS.op_profile_calls}"] + shared,
                              what="tfsent SavedModel serving")
     peers = {}
-    for backend in ([] if FLAGS.skip_peer else FLAGS.backends):
+    for backend in backends:
         peers[backend] = common.run_worker(peer_python, "peer_serve.py",
                                            [f"--backend={backend}"] + shared,
                                            env=peer_env.worker_env(),
@@ -172,8 +204,8 @@ def main(argv):
     # Profile: each single-caller cell's model FLOPs at the measured matmul peak (the time
     # a perfectly efficient kernel set would need), the tokenizer's share (serving_default
     # minus encode_ids), and what is left: dispatch and small-kernel inefficiency.
-    plain = ours["scenarios"]["savedmodel"]
-    result["profile"] = {
+    plain = ours["scenarios"].get("savedmodel")
+    result["profile"] = {} if plain is None else {
         key: {"p50_ms": plain[key]["p50_ms"],
               "compute_bound_ms": 1000 * ours["request_flops"][key] / peak,
               "encode_ids_p50_ms": ours["encode_ids"][key]["p50_ms"],
@@ -189,9 +221,8 @@ def main(argv):
             **ops, **grouped,
             "matmul_weight_gb_per_s": ops["matmul_weight_bytes"] / grouped["matmul_ms"] / 1e6,
             "top": sorted(ops["op_types"], key=lambda op: -ops["op_types"][op]["ms"])[:12]}
-    if "onnx" in peers:
+    if "onnx" in peers and plain is not None:
         onnx = peers["onnx"]["scenarios"]
-        plain = ours["scenarios"]["savedmodel"]
         result["tfsent_vs_onnx_fp32"] = {
             **{f"{key}_p50_latency_ratio": plain[key]["p50_ms"] / onnx[key]["p50_ms"]
                for key in ("b1_c1", "b1_c4", "b8_c1", "b8_c4")},
@@ -209,16 +240,17 @@ def main(argv):
         title=f"serving latency: minilm-l6 mean pooling, max_seq_length {FLAGS.max_seq_length}, "
               f"{FLAGS.calls} requests per latency cell, requests from the first "
               f"{ours['n_sentences']} sentences")
-    common.print_table(
-        ["one caller", "tfsent p50 ms", "without tokenizer", "FLOPs at peak"]
-        + [f"{PEER_LABELS[b]} p50" for b in peers],
-        [[key, common.fmt(v["p50_ms"], 2), common.fmt(v["encode_ids_p50_ms"], 2),
-          common.fmt(v["compute_bound_ms"], 2)]
-         + [common.fmt(v[f"{PEER_LABELS[b]}_p50_ms"], 2) for b in peers]
-         for key, v in result["profile"].items()],
-        title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
-              f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
-              f"({peak / 1e9:.0f} GFLOP/s)")
+    if result["profile"]:
+        common.print_table(
+            ["one caller", "tfsent p50 ms", "without tokenizer", "FLOPs at peak"]
+            + [f"{PEER_LABELS[b]} p50" for b in peers],
+            [[key, common.fmt(v["p50_ms"], 2), common.fmt(v["encode_ids_p50_ms"], 2),
+              common.fmt(v["compute_bound_ms"], 2)]
+             + [common.fmt(v[f"{PEER_LABELS[b]}_p50_ms"], 2) for b in peers]
+             for key, v in result["profile"].items()],
+            title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
+                  f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
+                  f"({peak / 1e9:.0f} GFLOP/s)")
     if ops:
         prof = result["op_profile_b1"]
         common.print_table(

@@ -159,6 +159,21 @@ def test_serve_latency_tfsent_side(tmp_path):
     assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
 
 
+def test_serve_latency_paths_pick_rows(tmp_path):
+    minilm_or_skip()
+    out = tmp_path / "serve.json"
+    r = _run("serve_latency.py", "--paths=savedmodel_tf1", "--n=8", "--calls=2",
+             "--throughput_calls=1", "--throughput_batch=8", "--warmup_calls=0",
+             "--max_seq_length=16", "--matmul_size=64", "--op_profile_calls=0", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    # Only the named row is timed; the plain export still gives the cosine reference.
+    assert set(result["tfsent"]["scenarios"]) == {"savedmodel_tf1"}
+    assert result["min_cosine_to_tfsent_savedmodel"]["savedmodel_tf1"] > 0.99999
+    assert result["peers"] == {} and result["profile"] == {}
+    assert "TF1 session" in r.stdout and "tfsent SavedModel, XLA" not in r.stdout
+
+
 def test_op_profile_grouping_hand_case():
     assert common.op_type_of("x/MatMul = _MklNativeFusedMatMul(a, b, c)", "x/MatMul") == \
         "_MklNativeFusedMatMul"
@@ -256,6 +271,10 @@ def test_peer_quantization_config_follows_the_isa():
     ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
+    ("serve_latency.py", ["--paths=savedmodel,tensorrt", "--json=JSON"], "st_onnx_int8"),
+    ("serve_latency.py", ["--paths=savedmodel", "--backends=onnx", "--json=JSON"],
+     "--backends"),
+    ("serve_latency.py", ["--paths=st_onnx", "--skip_peer", "--json=JSON"], "--skip_peer"),
     ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
     ("retrieval_scale.py", ["--kinds=float32,pq", "--json=JSON"], "--kinds"),
 ])
