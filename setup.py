@@ -38,7 +38,10 @@ setup(
         "test": ["pytest>=9.2,<10", "matplotlib>=3.11,<4", "hypothesis>=6.170,<7",
                  "tokenizers>=0.23,<0.24", "sentencepiece>=0.2.3,<0.3",
                  "transformers>=5.24,<6", "pytrec-eval-terrier>=0.5.11,<0.6",
-                 "faiss-cpu>=1.15,<2"],
+                 "faiss-cpu>=1.15,<2", "onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
         "plots": ["matplotlib>=3.11,<4"],
+        # onnx + onnxruntime: the onnx export format (tfsent/formats/onnx.py), tested with
+        # onnx 1.23.2 and onnxruntime 1.32.0 (its com.microsoft fused CPU ops)
+        "onnx": ["onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
     },
 )

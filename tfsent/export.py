@@ -5,6 +5,8 @@ SavedModels, `tfsent.publish` the other ecosystems' formats).
         [--truncate_dim=D] [--quantize=int8,binary --calibration_file=SENTENCES.txt]
     python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
         --export_dir=NEW_DIR [--normalize]
+    python -m tfsent.export --model=... --format=onnx --export_dir=NEW_DIR [--quantize=int8]
+        (ONNX Runtime; needs the tfsent[onnx] extra; see tfsent.formats.onnx)
 
 Every flag is checked before the model is loaded; a bad flag or input prints `error: ...`
 on stderr and exits with status 2. The SavedModel layout and signatures are described in
@@ -16,8 +18,9 @@ import os
 from absl import app, flags, logging
 
 from tfsent import cli, publish, quantize
-from tfsent.encoders import load_encoder
+from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
+from tfsent.formats import onnx as onnx_format
 from tfsent.matryoshka import check_dims
 # The library names this command is built on, importable from here as before.
 from tfsent.saved_model import METADATA_FILE, export_encoder, list_versions, tf_variables  # noqa: F401
@@ -37,6 +40,8 @@ def _export_from_flags():
     if FLAGS.format == "saved_model" and FLAGS.normalize:
         raise ConfigError("--normalize applies to the other formats: a SavedModel serves "
                           "both `embedding` and `embedding_normalized`")
+    if FLAGS.format == "onnx":
+        return _export_onnx_from_flags()
     quantize_outputs = quantize.parse_quantize(FLAGS.quantize)
     calibration = None
     if FLAGS.calibration_file and "int8" not in quantize_outputs:
@@ -82,15 +87,37 @@ def _export_from_flags():
     return path
 
 
+def _export_onnx_from_flags():
+    """--format=onnx: refuses bad flags, a non-empty target and a missing extra before
+    loading the model; returns the directory written."""
+    FLAGS = flags.FLAGS
+    for flag in ("normalize", "jit_compile", "truncate_dim", "calibration_file"):
+        if getattr(FLAGS, flag):
+            raise ConfigError(f"--{flag} does not apply to --format=onnx (the graph outputs "
+                              "embedding and embedding_normalized)")
+    modes = onnx_format.check_quantize(FLAGS.quantize)
+    publish.check_export_target(FLAGS.export_dir)
+    onnx_format.require_onnx()
+    check_pooling(FLAGS.pooling)
+    encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
+                           max_seq_length=FLAGS.max_seq_length)
+    path = onnx_format.export_onnx(encoder, FLAGS.export_dir, pooling=FLAGS.pooling,
+                                   quantize=modes, max_seq_length=FLAGS.max_seq_length,
+                                   metadata={"model": FLAGS.model})
+    logging.info("exported %s (pooling %s) as onnx to %s", FLAGS.model, FLAGS.pooling, path)
+    return path
+
+
 def _define_flags():
     """The command's flags (defined only when it runs as a command)."""
     flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint dir or minilm-l6.")
     flags.DEFINE_string("pooling", "mean", "Pooling carried by the export.")
     flags.DEFINE_integer("max_seq_length", 256, "Tokenizer truncation length.")
-    flags.DEFINE_enum("format", "saved_model", publish.FORMATS,
+    flags.DEFINE_enum("format", "saved_model", publish.FORMATS + ("onnx",),
                       "saved_model: versioned SavedModels for TF Serving under --export_dir; "
                       "sentence_transformers / huggingface / keras_hub: a new directory "
-                      "--export_dir (see tfsent.publish).")
+                      "--export_dir (see tfsent.publish); onnx: ONNX Runtime files in a new "
+                      "directory (tfsent.formats.onnx; the tfsent[onnx] extra).")
     flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels, or the new "
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
@@ -100,8 +127,9 @@ def _define_flags():
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
                          "embedding (a Matryoshka-trained model), truncated before "
                          "normalisation.")
-    flags.DEFINE_string("quantize", "", "Also serve quantized embeddings: int8, binary or "
-                        "int8,binary (outputs embedding_int8 / embedding_binary).")
+    flags.DEFINE_string("quantize", "", "saved_model: also serve quantized embeddings: int8, "
+                        "binary or int8,binary (outputs embedding_int8 / embedding_binary); "
+                        "onnx: int8 also writes the dynamically quantized int8 model.")
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges; required with --quantize=int8.")
     flags.DEFINE_string("query_prompt", "", "Text put before each query: the SavedModel's "

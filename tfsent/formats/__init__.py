@@ -1,0 +1,1 @@
+"""Serving formats beyond TF Serving's SavedModel, one module each (`onnx`)."""
