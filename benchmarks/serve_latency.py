@@ -6,8 +6,9 @@ PyTorch, ONNX (fp32) and ONNX int8 backends.
         --data=../shared/data/wiki/wiki1m_prefix.txt --paths=savedmodel,st_onnx,...]
 
 `--paths` picks rows by name (`--help` lists them): tfsent's `savedmodel`, `savedmodel_xla`,
-`savedmodel_tf1`, and the peers' `st_torch`, `st_onnx`, `st_onnx_int8`. Without it, every
-tfsent row (XLA unless --noserve_xla) and the --backends peers (unless --skip_peer) run.
+`savedmodel_tf1`, `onnx`, `onnx_int8`, and the peers' `st_torch`, `st_onnx`, `st_onnx_int8`.
+Without it, every tfsent row (XLA unless --noserve_xla; the onnx rows when onnxruntime is
+installed) and the --backends peers (unless --skip_peer) run.
 The plain SavedModel is exported in every run: its embeddings are the cosine reference.
 
 The same checkpoint (all-MiniLM-L6-v2, mean pooling, truncation at 256 tokens, float32
@@ -33,6 +34,11 @@ requests by length). Paths:
                           requests, one caller: what the in-graph tokenizer costs; and
                           each request's model FLOPs at the TF matmul peak measured in
                           the run: the time a perfectly efficient kernel set would need.
+  tfsent onnx fp32 / int8 tfsent's onnx export (tfsent.formats.onnx: onnxruntime's fused
+                          Attention / SkipLayerNormalization / BiasGelu ops; int8: dynamic,
+                          per-channel weights) in ONNX Runtime, each request tokenized by
+                          the exported tokenizer.json (Hugging Face `tokenizers`), then one
+                          session.run.
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
                           packages pinned), one process per backend (peer_serve.py).
@@ -45,6 +51,7 @@ its own process, one after another; the JSON keeps every number, the machine des
 plain export on the first 8 sentences (the check that every path computes the same model).
 """
 
+import importlib.util
 import os
 import sys
 
@@ -58,7 +65,9 @@ FLAGS = flags.FLAGS
 PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
 PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
 TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
-                 "savedmodel_tf1": "tfsent SavedModel, TF1 session"}
+                 "savedmodel_tf1": "tfsent SavedModel, TF1 session",
+                 "onnx": "tfsent onnx fp32", "onnx_int8": "tfsent onnx int8"}
+HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 # --paths names: tfsent's rows by their worker name, the peers' as st_<backend>.
 PATH_NAMES = list(TFSENT_LABELS) + [f"st_{b}" for b in PEER_BACKENDS]
 
@@ -117,7 +126,8 @@ def validate_flags():
 def selected_paths():
     """(tfsent rows, peer backends) to measure: --paths, else the older flags' defaults."""
     if FLAGS.paths is None:
-        ours = [p for p in TFSENT_LABELS if FLAGS.serve_xla or p != "savedmodel_xla"]
+        ours = [p for p in TFSENT_LABELS if (FLAGS.serve_xla or p != "savedmodel_xla")
+                and (HAS_ONNXRUNTIME or not p.startswith("onnx"))]
         return ours, ([] if FLAGS.skip_peer else list(FLAGS.backends))
     return ([p for p in TFSENT_LABELS if p in FLAGS.paths],
             [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths])

@@ -27,7 +27,9 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           `serving_default(sentences=...)` timed per request (common.measure_serving); the
           plain export also loaded as TF Serving's C++ loader loads it (TF1 session,
           variables restored through the saver_def; `session.run` per request), and its
-          batch-1 requests traced op by op in that session (--op_profile_calls).
+          batch-1 requests traced op by op in that session (--op_profile_calls); and
+          tfsent's onnx export (tfsent.formats.onnx, fp32 / int8) in ONNX Runtime, each
+          request tokenized by the exported tokenizer.json (rows onnx, onnx_int8).
 """
 
 import os
@@ -367,6 +369,10 @@ def serve_mode():
                 for batch in common.request_batches(sentences, bs, calls):
                     call(batch)
             measure("savedmodel_xla", call)
+        onnx_paths = [p for p in ("onnx", "onnx_int8") if p in paths]
+        if onnx_paths:
+            result["onnx"] = _onnx_rows(encoder, os.path.join(tmp, "onnx"), onnx_paths,
+                                        measure)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     # Model FLOPs per request (each request padded to its longest sentence), for the
@@ -389,6 +395,40 @@ def serve_mode():
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
     })
     return result
+
+
+def _onnx_rows(encoder, directory, names, measure):
+    """tfsent's onnx export (fp32, and int8 for `onnx_int8`) in ONNX Runtime, each request
+    tokenized by the exported tokenizer.json (Hugging Face `tokenizers`, as an ORT user
+    does), then one session.run; returns the details for the result."""
+    import numpy as np
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from tfsent.formats import onnx as onnx_format
+
+    onnx_format.export_onnx(encoder, directory, pooling="mean",
+                            quantize=("int8",) if "onnx_int8" in names else (),
+                            max_seq_length=FLAGS.max_seq_length)
+    tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+    tokenizer.enable_truncation(encoder.clamp_length(FLAGS.max_seq_length))
+    tokenizer.enable_padding()
+    files = {"onnx": onnx_format.ONNX_FILE, "onnx_int8": onnx_format.INT8_FILE}
+    for name in names:
+        session = ort.InferenceSession(os.path.join(directory, files[name]),
+                                       providers=["CPUExecutionProvider"])
+        inputs = [i.name for i in session.get_inputs()]
+
+        def call(batch, session=session, inputs=inputs):
+            encoded = tokenizer.encode_batch(list(batch))
+            feeds = {"input_ids": np.array([e.ids for e in encoded], np.int64),
+                     "attention_mask": np.array([e.attention_mask for e in encoded], np.int64),
+                     "token_type_ids": np.array([e.type_ids for e in encoded], np.int64)}
+            return session.run(["embedding"], {k: feeds[k] for k in inputs})[0]
+
+        measure(name, call)
+    return {"onnxruntime": ort.__version__, "files": [files[n] for n in names],
+            "intra_op_threads": "onnxruntime default"}
 
 
 class TFServingSession:
