@@ -61,6 +61,11 @@ def _export_from_flags():
         publish.check_export_target(FLAGS.export_dir)
         if FLAGS.format == "sentence_transformers":
             publish.check_sentence_transformers_pooling(FLAGS.pooling)
+    if FLAGS.with_onnx:
+        if FLAGS.format != "sentence_transformers":
+            raise ConfigError("--with_onnx adds ONNX files to --format=sentence_transformers "
+                              "(for ONNX Runtime alone use --format=onnx)")
+        publish.check_onnx_files(FLAGS.format, FLAGS.pooling)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
     if FLAGS.format == "saved_model":
@@ -81,7 +86,8 @@ def _export_from_flags():
                                  pooling=FLAGS.pooling, normalize=FLAGS.normalize,
                                  metadata={"model": FLAGS.model},
                                  query_prompt=FLAGS.query_prompt,
-                                 document_prompt=FLAGS.document_prompt)
+                                 document_prompt=FLAGS.document_prompt,
+                                 onnx=FLAGS.with_onnx)
     logging.info("exported %s (pooling %s) as %s to %s", FLAGS.model, FLAGS.pooling,
                  FLAGS.format, path)
     return path
@@ -91,7 +97,7 @@ def _export_onnx_from_flags():
     """--format=onnx: refuses bad flags, a non-empty target and a missing extra before
     loading the model; returns the directory written."""
     FLAGS = flags.FLAGS
-    for flag in ("normalize", "jit_compile", "truncate_dim", "calibration_file"):
+    for flag in ("normalize", "jit_compile", "truncate_dim", "calibration_file", "with_onnx"):
         if getattr(FLAGS, flag):
             raise ConfigError(f"--{flag} does not apply to --format=onnx (the graph outputs "
                               "embedding and embedding_normalized)")
@@ -122,6 +128,9 @@ def _define_flags():
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
                       "a Normalize module; keras_hub: the TextEmbedder's normalize).")
+    flags.DEFINE_bool("with_onnx", False, "sentence_transformers: also write onnx/model.onnx "
+                      "and onnx/model_qint8_avx512_vnni.onnx for its ONNX backend (the "
+                      "tfsent[onnx] extra; ~2x the checkpoint's size).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
