@@ -135,7 +135,9 @@ def test_poolings_and_normalized_output(hf_checkpoint_dirs, tmp_path):
     import onnxruntime as ort
 
     encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="mean")
-    features = encoder.tokenize(np.array(HARD))
+    tokenizer = encoder.tokenizer.with_options(max_seq_length=encoder.clamp_length(None),
+                                               pad_to_max_length=False)
+    features = tokenizer(np.array(HARD))
     feeds = {"input_ids": features["token_ids"].numpy().astype(np.int64),
              "attention_mask": features["padding_mask"].numpy().astype(np.int64)}
     feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
@@ -184,3 +186,23 @@ def test_cli_without_the_extra_names_it(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert "tfsent[onnx]" in r.stderr and "/nonexistent" not in r.stderr
     assert not target.exists()
+
+
+def test_sentence_transformers_onnx_files_refusals(hf_checkpoint_dirs, tmp_path):
+    """The ONNX files go only into a sentence_transformers export whose pooling needs just
+    the last hidden state (sentence-transformers' ONNX backend returns nothing else);
+    refused before anything is written. (The round trip through sentence-transformers'
+    ONNX backend: tests/test_publish_peer.py.)"""
+    from tfsent import publish
+
+    encoder = load_encoder(hf_checkpoint_dirs["roberta"], pooling="mean")
+    with pytest.raises(ConfigError, match="sentence_transformers export, not huggingface"):
+        publish.export_encoder_as(encoder, str(tmp_path / "hf"), "huggingface", onnx=True)
+    with pytest.raises(ConfigError, match="--pooling=last2_avg.*mean"):
+        publish.export_encoder_as(encoder, str(tmp_path / "st"), "sentence_transformers",
+                                  pooling="last2_avg", onnx=True)
+    assert os.listdir(tmp_path) == []
+    path = publish.export_encoder_as(encoder, str(tmp_path / "ok"), "sentence_transformers",
+                                     onnx=True)
+    assert sorted(os.listdir(os.path.join(path, "onnx"))) == [onnx_format.ONNX_FILE,
+                                                              onnx_format.INT8_FILE]

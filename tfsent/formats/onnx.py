@@ -132,8 +132,9 @@ class _GraphBuilder:
     def const(self, prefix, value, dtype=np.float32):
         """An initializer holding `value`; returns its name."""
         name = self.name(prefix)
+        # .copy(order="C"), not np.ascontiguousarray: that turns a scalar into shape (1,)
         self.initializers.append(self.numpy_helper.from_array(
-            np.ascontiguousarray(np.asarray(value, dtype)), name))
+            np.asarray(value, dtype).copy(order="C"), name))
         return name
 
     def op(self, op_type, inputs, outputs=None, domain=None, **attrs):
