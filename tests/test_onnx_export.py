@@ -2,9 +2,9 @@
 Runtime in a fresh process, tokenizing as an ONNX Runtime user does (the exported Hugging Face
 tokenizer files through `transformers.AutoTokenizer`, the tokenizer's dict fed as is), gives
 `encode`'s vectors on hard cases (empty string, a text past the length limit, non-ASCII,
-batches of 1 and 7): cosine >= 0.9999 fp32, >= 0.97 int8 (see INT8_MIN), for every family tfsent runs (tiny
-random checkpoints; int8 also on minilm-l6, a real encoder). Bad input is refused before any
-work, and a missing extra is named."""
+batches of 1 and 7): cosine >= 0.9999 fp32, >= 0.97 int8 (see INT8_MIN), for every family
+tfsent runs (tiny random checkpoints; int8 also on minilm-l6, a real encoder). Bad input
+is refused before any work, and a missing extra is named."""
 
 import json
 import os
