@@ -26,10 +26,11 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           exported with tfsent.export (plain, and `jit_compile=True`), loaded with
           tf.saved_model.load, and `serving_default(sentences=...)` timed per request
           (common.measure_serving); the plain export also loaded as TF Serving's C++
-          loader loads it (TF1 session, variables restored through the saver_def; `session.run` per request), and its
-          batch-1 requests traced op by op in that session (--op_profile_calls); and
-          tfsent's onnx export (tfsent.formats.onnx, fp32 / int8) in ONNX Runtime, each
-          request tokenized by the exported tokenizer.json (rows onnx, onnx_int8).
+          loader loads it (TF1 session, variables restored through the saver_def;
+          `session.run` per request), and its batch-1 requests traced op by op in that
+          session (--op_profile_calls); and tfsent's onnx export (tfsent.formats.onnx,
+          fp32 / int8) in ONNX Runtime, each request tokenized by the exported
+          tokenizer.json (rows onnx, onnx_int8).
 """
 
 import os
