@@ -129,9 +129,9 @@ def test_graph_inputs_follow_the_family(exports):
             "embedding", "embedding_normalized", "last_hidden_state"]
 
 
-def test_poolings_and_normalized_output(hf_checkpoint_dirs, tmp_path):
+def test_poolings_head_and_normalized_output(hf_checkpoint_dirs, tmp_path):
     """Every pooling on one family, in process: `embedding` equals the forward's pooled
-    vector, `embedding_normalized` its unit vector."""
+    vector, `embedding_normalized` its unit vector; a Dense head (GELU, Tanh) carried."""
     import onnxruntime as ort
 
     encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="mean")
@@ -153,6 +153,19 @@ def test_poolings_and_normalized_output(hf_checkpoint_dirs, tmp_path):
         assert _cos(emb, ref).min() >= FP32_MIN, pooling
         np.testing.assert_allclose(normalized, ref / np.linalg.norm(ref, axis=1,
                                                                     keepdims=True), atol=1e-5)
+    # A head (a method's export head: Dense layers) on the pooled embedding.
+    import keras
+
+    head = keras.Sequential([keras.layers.Dense(24, activation="gelu"),
+                             keras.layers.Dense(8, activation="tanh")])
+    pooled = encoder({"token_ids": features["token_ids"],
+                      "padding_mask": features["padding_mask"]})["embedding"]
+    ref = head(pooled).numpy()
+    path = onnx_format.write_onnx_model(encoder, str(tmp_path / "head.onnx"), head=head)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    emb = session.run(["embedding"], feeds)[0]
+    assert emb.shape == ref.shape == (len(HARD), 8)
+    assert _cos(emb, ref).min() >= FP32_MIN
 
 
 def test_bad_input_is_refused_before_any_work(hf_checkpoint_dirs, tmp_path):
