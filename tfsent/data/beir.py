@@ -148,10 +148,9 @@ def read_queries(path):
     return {key: obj["text"] for key, (_, obj) in rows.items()}
 
 
-def read_qrels(path):
-    """{query id: {document id: score}} of a qrels TSV (header line first); InputError
-    naming the line for a malformed row or a pair given twice."""
-    qrels = {}
+def qrel_rows(path):
+    """Yields (line number, query id, document id, integer score) of a qrels TSV (header
+    line first); InputError naming the line for a malformed row."""
     lines = read_lines(path)
     if not lines:
         raise InputError("empty qrels file (expected the header query-id, corpus-id, "
@@ -169,6 +168,14 @@ def read_qrels(path):
         except ValueError:
             raise InputError(f"score {score!r} is not an integer", path=path,
                              line=number) from None
+        yield number, query, doc, value
+
+
+def read_qrels(path):
+    """{query id: {document id: score}} of a qrels TSV (header line first); InputError
+    naming the line for a malformed row or a pair given twice."""
+    qrels = {}
+    for number, query, doc, value in qrel_rows(path):
         judged = qrels.setdefault(query, {})
         if doc in judged:
             raise InputError(f"query {query!r} and document {doc!r} are judged twice",
@@ -207,3 +214,49 @@ def read_split(directory, split="test", corpus=None):
     query_ids = [q for q in queries if q in qrels]
     return RetrievalSplit(corpus, query_ids, [queries[q] for q in query_ids], qrels,
                           directory, split)
+
+
+def read_training_pairs(directory, split="train"):
+    """(query text, document text) training rows of one split of a BEIR folder: one row per
+    qrel with score > 0, in the qrels file's order, document text as the evaluation builds
+    it (`title + " " + text`, stripped).
+
+    Unlike the evaluation (which ignores qrels naming an unknown query or document, as
+    BEIR's does), training refuses them: an InputError names the qrels file, the first
+    such line and how many rows name unknown ids (a training pair needs both texts). A
+    query or document whose text is empty is refused too, naming the qrels line."""
+    check_folder(directory, split)
+    corpus = read_corpus(os.path.join(directory, "corpus.jsonl"))
+    queries = read_queries(os.path.join(directory, "queries.jsonl"))
+    documents = dict(zip(corpus.ids, corpus.texts))
+    path = qrels_path(directory, split)
+    rows, seen, unknown, not_relevant = [], set(), [], 0
+    for number, query, doc, score in qrel_rows(path):
+        if (query, doc) in seen:
+            raise InputError(f"query {query!r} and document {doc!r} are judged twice",
+                             path=path, line=number)
+        seen.add((query, doc))
+        if query not in queries or doc not in documents:
+            what = (f"query {query!r} is not in queries.jsonl" if query not in queries
+                    else f"document {doc!r} is not in corpus.jsonl")
+            unknown.append((number, what))
+            continue
+        if score <= 0:
+            not_relevant += 1
+            continue
+        query_text, doc_text = queries[query].strip(), documents[doc]
+        if not query_text or not doc_text:
+            side = f"query {query!r}" if not query_text else f"document {doc!r}"
+            raise InputError(f"{side} has an empty text (a training pair needs both)",
+                             path=path, line=number)
+        rows.append((queries[query], doc_text))
+    if unknown:
+        number, what = unknown[0]
+        raise InputError(f"{what} ({len(unknown)} of {len(seen)} qrels name an unknown query "
+                         f"or document; training needs the texts of every judged pair: "
+                         f"wrong folder, or fix the qrels)", path=path, line=number)
+    logging.info("read %d (query, document) training pairs from %s (%d qrels with score "
+                 "<= 0 skipped)", len(rows), path, not_relevant)
+    if not rows:
+        raise InputError("no qrel with score > 0 (nothing to train on)", path=path)
+    return rows
