@@ -96,10 +96,12 @@ def test_pairs_jsonl_with_and_without_negatives(tmp_path):
     ("f.jsonl", '{"anchor": "q", "positive": "p"}\n{"anchor": "q", "positive": "p", '
                 '"negative_1": "n"}\n', r"f\.jsonl, line 2: 1 negatives, but the first row "
                                         r"has 0"),
-    ("g.jsonl", '{"anchor": "q", "negative_1": "n"}\n', r"g\.jsonl, line 1: missing "
-                                                        r"'positive'"),
-    ("h.jsonl", '{"anchor": "q", "positive": 3}\n', r"h\.jsonl, line 1: 'positive' is not "
-                                                    r"a string"),
+    ("g.jsonl", '{"anchor": "q", "negative_1": "n"}\n', r"g\.jsonl, line 1: field "
+                                                        r"'positive' missing"),
+    ("h.jsonl", '{"anchor": "q", "positive": 3}\n', r"h\.jsonl, line 1: field 'positive' "
+                                                    r"missing or not a string"),
+    ("j.jsonl", '{"anchor": "q", "positive": "p", "negative_2": "n"}\n',
+     r"j\.jsonl, line 1: field 'negative_1' missing"),
     ("i.jsonl", '{"anchor": "q", "positive": "p"}\nnot json\n', r"i\.jsonl, line 2: not a "
                                                                 r"JSON object"),
 ])

@@ -13,12 +13,11 @@ queries with relevance judgements). Qrels naming an unknown query or document ar
 and logged; when none matches, the split is refused (a wrong folder or split).
 """
 
-import json
 import os
 
 from absl import logging
 
-from tfsent.data.textio import read_lines
+from tfsent.data.textio import read_json_lines, read_lines
 from tfsent.errors import ConfigError, InputError
 
 SPLITS = ("train", "dev", "test")
@@ -94,25 +93,6 @@ def qrels_path(directory, split):
     return os.path.join(directory, "qrels", f"{split}.tsv")
 
 
-def _read_jsonl(path, required):
-    """Yields (line number, object) of a JSON-lines file, each with the `required` string
-    fields; InputError naming the file and line otherwise."""
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
-        if not isinstance(obj, dict):
-            raise InputError("not a JSON object", path=path, line=number)
-        for field in required:
-            if not isinstance(obj.get(field), str):
-                raise InputError(f"field {field!r} missing or not a string", path=path,
-                                 line=number)
-        yield number, obj
-
-
 def _unique_ids(rows, path, what):
     """{id: (line, object)}; InputError on a duplicated `_id`."""
     seen = {}
@@ -129,7 +109,7 @@ def read_corpus(path):
     """The documents of a corpus.jsonl file (or of a BEIR folder) as a Corpus."""
     if os.path.isdir(path):
         path = os.path.join(path, "corpus.jsonl")
-    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "document")
+    rows = _unique_ids(read_json_lines(path, ("_id", "text")), path, "document")
     if not rows:
         raise InputError("the corpus is empty", path=path)
     ids, texts = [], []
@@ -144,7 +124,7 @@ def read_corpus(path):
 
 def read_queries(path):
     """{query id: text} of a queries.jsonl file, in file order."""
-    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "query")
+    rows = _unique_ids(read_json_lines(path, ("_id", "text")), path, "query")
     return {key: obj["text"] for key, (_, obj) in rows.items()}
 
 

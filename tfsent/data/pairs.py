@@ -26,7 +26,7 @@ import os
 from absl import logging
 
 from tfsent.data import beir, readers
-from tfsent.data.textio import read_lines
+from tfsent.data.textio import read_json_lines, read_lines
 from tfsent.errors import InputError
 
 
@@ -70,22 +70,9 @@ def read_pairs_tsv(path):
 def read_pairs_jsonl(path):
     """The rows of a pairs .jsonl (see the module doc)."""
     rows, width = [], None
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
-        if not isinstance(obj, dict):
-            raise InputError("not a JSON object", path=path, line=number)
+    for number, obj in read_json_lines(path, ("anchor", "positive")):
         n_negatives = sum(1 for key in obj if key.startswith("negative_"))
         names = column_names(n_negatives + 2)
-        missing = [key for key in names if key not in obj]
-        if missing:
-            raise InputError(f"missing {', '.join(repr(k) for k in missing)} (a row has "
-                             f"\"anchor\", \"positive\" and optional \"negative_1\".."
-                             f"\"negative_N\")", path=path, line=number)
         if width is None:
             width = len(names)
         if len(names) != width:
@@ -94,8 +81,9 @@ def read_pairs_jsonl(path):
                              line=number)
         cols = []
         for key in names:
-            if not isinstance(obj[key], str):
-                raise InputError(f"{key!r} is not a string", path=path, line=number)
+            if not isinstance(obj.get(key), str):
+                raise InputError(f"field {key!r} missing or not a string (negatives are "
+                                 f"negative_1..negative_N)", path=path, line=number)
             cols.append(" ".join(obj[key].split()))
         empty = [name for name, c in zip(names, cols) if not c]
         if empty:
