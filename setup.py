@@ -37,17 +37,20 @@ setup(
         # measures and of the exact search (tests/test_retrieval.py, test_search_index.py);
         # tensorflow-serving-api: TF Serving's PredictionLog proto, which parses the warm-up
         # requests of every SavedModel export (tests/test_tf_serving_files.py);
-        # ai-edge-litert: the LiteRT export tests (tests/test_litert_export.py);
+        # ai-edge-litert, onnx, onnxruntime: the LiteRT and ONNX export tests;
         # pytest-xdist: the suite runs on 2 worker processes (README, "Test")
         "test": ["pytest>=9.2,<10", "pytest-xdist>=3.8,<4", "matplotlib>=3.11,<4",
                  "hypothesis>=6.170,<7",
                  "tokenizers>=0.23,<0.24", "sentencepiece>=0.2.3,<0.3",
                  "transformers>=5.24,<6", "pytrec-eval-terrier>=0.5.11,<0.6",
                  "faiss-cpu>=1.15,<2", "tensorflow-serving-api==2.21.*",
-                 "ai-edge-litert>=2.3,<3"],
+                 "ai-edge-litert>=2.3,<3", "onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
         "plots": ["matplotlib>=3.11,<4"],
         # ai-edge-litert: the LiteRT export's Interpreter (tfsent.formats.litert checks the
         # converted model with it; users run the .tflite with it)
         "litert": ["ai-edge-litert>=2.3,<3"],
+        # onnx + onnxruntime: the onnx export format (tfsent/formats/onnx.py), tested with
+        # onnx 1.23.2 and onnxruntime 1.32.0 (its com.microsoft fused CPU ops)
+        "onnx": ["onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
     },
 )

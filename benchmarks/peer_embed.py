@@ -8,7 +8,8 @@ JOBS.json is a list of jobs, each writing one .npy array (`out`):
   {"kind": "sentence_transformers", "model_dir": D, "sentences": S.json, "out": O.npy}
       SentenceTransformer(D).encode(sentences), exactly as a user calls it; with
       "encode": "query" | "document", its encode_query / encode_document (the export's
-      prompts applied by sentence-transformers).
+      prompts applied by sentence-transformers); with "backend": "onnx" and "model_kwargs"
+      ({"file_name": "onnx/..."}), its ONNX backend (the `serving` peer profile has it).
   {"kind": "transformers", "model_dir": D, "sentences": S.json, "pooling": P,
    "max_seq_length": N, "normalize": bool, "out": O.npy}
       AutoTokenizer + AutoModel (the bare Hugging Face export) and tfsent's pooling P
@@ -105,7 +106,10 @@ def run_transformers_ids(job):
 def run_sentence_transformers(job, sentences):
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(job["model_dir"], device="cpu")
+    kwargs = {}
+    if job.get("backend", "torch") != "torch":  # e.g. "onnx" (optimum + onnxruntime)
+        kwargs = {"backend": job["backend"], "model_kwargs": job.get("model_kwargs") or {}}
+    model = SentenceTransformer(job["model_dir"], device="cpu", **kwargs)
     encode = {"query": model.encode_query, "document": model.encode_document}.get(
         job.get("encode"), model.encode)
     emb = encode(sentences, batch_size=64, convert_to_numpy=True)
@@ -113,6 +117,8 @@ def run_sentence_transformers(job, sentences):
            else model.get_sentence_embedding_dimension())
     report = {"modules": [type(m).__name__ for m in model], "dimension": dim,
               "max_seq_length": model.max_seq_length}
+    if kwargs:  # the file the backend runs (it exports one itself when none is found)
+        report["model_path"] = str(getattr(model[0].auto_model, "model_path", ""))
     return emb, report
 
 

@@ -53,7 +53,11 @@ flags.DEFINE_string("beir", os.path.join(SHARED, "retrieval", "climate-fever"),
 flags.DEFINE_string("data_dir", SHARED, "SentEval data folder (STS-B, SICK-R, SNLI, wiki).")
 flags.DEFINE_list("parts", list(PARTS), "Which parts to run: " + ", ".join(PARTS))
 flags.DEFINE_list("seeds", ["0", "1"], "Seeds of the finetune and mined runs.")
-flags.DEFINE_integer("epochs", 1, "Passes over the training pairs per retrieval run.")
+flags.DEFINE_integer("epochs", 2, "Passes over the training pairs per retrieval run.")
+flags.DEFINE_float("learning_rate", 2e-5, "Peak learning rate of the retrieval runs (10% "
+                   "warm-up).")
+flags.DEFINE_integer("max_seq_length", 64, "Training truncation length of the retrieval "
+                     "runs (evaluation: 256).")
 flags.DEFINE_integer("distill_steps", 600, "Training steps of the distilled student.")
 flags.DEFINE_string("model", "minilm-l6", "The starting encoder (and the teacher).")
 
@@ -130,12 +134,15 @@ def main(argv):
     snli = os.path.join(FLAGS.data_dir, "SNLI")
     wiki = os.path.join(FLAGS.data_dir, "wiki", "wiki1m_prefix.txt")
     retrieval = {"encoder": FLAGS.model, "eval_data": f"beir:{beir}:dev",
-                 "steps": 0, "epochs": FLAGS.epochs}
+                 "steps": 0, "epochs": FLAGS.epochs, "learning_rate": FLAGS.learning_rate,
+                 "warmup_ratio": 0.1, "max_seq_length": FLAGS.max_seq_length}
     rows = {}
 
     def save():
         common.write_result(FLAGS.json, {"benchmark": "search_training", "beir": beir,
                                          "model": FLAGS.model, "epochs": FLAGS.epochs,
+                                         "learning_rate": FLAGS.learning_rate,
+                                         "max_seq_length": FLAGS.max_seq_length,
                                          "rows": rows})
 
     if "base" in FLAGS.parts:

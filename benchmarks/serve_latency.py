@@ -3,7 +3,13 @@ PyTorch, ONNX (fp32) and ONNX int8 backends.
 
     python benchmarks/serve_latency.py --json=serve.json [--n=1000 --max_seq_length=256
         --calls=200 --throughput_calls=32 --backends=torch,onnx,onnx_int8 --skip_peer
-        --data=../shared/data/wiki/wiki1m_prefix.txt]
+        --data=../shared/data/wiki/wiki1m_prefix.txt --paths=savedmodel,st_onnx,...]
+
+`--paths` picks rows by name (`--help` lists them): tfsent's `savedmodel`, `savedmodel_xla`,
+`savedmodel_tf1`, `onnx`, `onnx_int8`, and the peers' `st_torch`, `st_onnx`, `st_onnx_int8`.
+Without it, every tfsent row (XLA unless --noserve_xla; the onnx rows when onnxruntime is
+installed) and the --backends peers (unless --skip_peer) run.
+The plain SavedModel is exported in every run: its embeddings are the cosine reference.
 
 The same checkpoint (all-MiniLM-L6-v2, mean pooling, truncation at 256 tokens, float32
 unless int8) and the same requests: consecutive sentences of the wiki prefix (tfsent's demo
@@ -28,13 +34,18 @@ requests by length). Paths:
                           requests, one caller: what the in-graph tokenizer costs; and
                           each request's model FLOPs at the TF matmul peak measured in
                           the run: the time a perfectly efficient kernel set would need.
+  tfsent onnx fp32 / int8 tfsent's onnx export (tfsent.formats.onnx: onnxruntime's fused
+                          Attention / SkipLayerNormalization / BiasGelu ops; int8: dynamic,
+                          per-channel weights) in ONNX Runtime, each request tokenized by
+                          the exported tokenizer.json (Hugging Face `tokenizers`), then one
+                          session.run.
   tfsent LiteRT fp32 / int8
                           minilm-l6 exported by tfsent.formats.litert (fp32; dynamic-range
                           int8 weights), each request tokenized with the tokenizer.json
                           written beside the model (the `tokenizers` library) and run by
                           ai-edge-litert's Interpreter with XNNPACK, --litert_threads
                           threads (default: one per core), one Interpreter per caller
-                          (--serve_litert; needs tfsent[litert]).
+                          (rows litert_fp32, litert_int8; need tfsent[litert]).
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
                           packages pinned), one process per backend (peer_serve.py).
@@ -47,6 +58,7 @@ its own process, one after another; the JSON keeps every number, the machine des
 plain export on the first 8 sentences (the check that every path computes the same model).
 """
 
+import importlib.util
 import os
 import sys
 
@@ -57,6 +69,17 @@ import common  # noqa: E402
 import peer_env  # noqa: E402  (defines --peer_venv, --peer_python, --peer_env)
 
 FLAGS = flags.FLAGS
+PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
+PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
+TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
+                 "savedmodel_tf1": "tfsent SavedModel, TF1 session",
+                 "onnx": "tfsent onnx fp32", "onnx_int8": "tfsent onnx int8",
+                 "litert_fp32": "tfsent LiteRT fp32", "litert_int8": "tfsent LiteRT int8"}
+HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
+HAS_LITERT = importlib.util.find_spec("ai_edge_litert") is not None
+# --paths names: tfsent's rows by their worker name, the peers' as st_<backend>.
+PATH_NAMES = list(TFSENT_LABELS) + [f"st_{b}" for b in PEER_BACKENDS]
+
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 flags.DEFINE_integer("n", 1000, "Sentences the requests are drawn from (the first n of --data).")
 flags.DEFINE_string("data", common.DEFAULT_WIKI, "Sentence file, one a line (default: the "
@@ -66,6 +89,9 @@ flags.DEFINE_integer("calls", 200, "Timed requests per batch-1 / batch-8 scenari
 flags.DEFINE_integer("throughput_calls", 32, "Timed requests in the batch-64 scenario.")
 flags.DEFINE_integer("throughput_batch", 64, "Batch size of the throughput scenario.")
 flags.DEFINE_integer("warmup_calls", 5, "Untimed requests per caller before each scenario.")
+flags.DEFINE_list("paths", None, "Rows to measure, by name: " + ", ".join(PATH_NAMES)
+                  + " (default: every tfsent row, savedmodel_xla unless --noserve_xla, and "
+                  "st_<b> for each of --backends unless --skip_peer).")
 flags.DEFINE_list("backends", ["torch", "onnx", "onnx_int8"], "sentence-transformers "
                   "backends to measure (torch, onnx, onnx_int8).")
 flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True export.")
@@ -78,11 +104,6 @@ flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op i
 flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the TF "
                      "peak (the profile's compute-bound times).")
 
-PEER_BACKENDS = ("torch", "onnx", "onnx_int8")
-PEER_LABELS = {"torch": "st torch", "onnx": "st onnx fp32", "onnx_int8": "st onnx int8"}
-TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent SavedModel, XLA",
-                 "savedmodel_tf1": "tfsent SavedModel, TF1 session",
-                 "litert_fp32": "tfsent LiteRT fp32", "litert_int8": "tfsent LiteRT int8"}
 
 
 def validate_flags():
@@ -103,6 +124,29 @@ def validate_flags():
     unknown = [b for b in FLAGS.backends if b not in PEER_BACKENDS]
     if unknown:
         raise app.UsageError(f"--backends: unknown {unknown}; choose from {PEER_BACKENDS}")
+    if FLAGS.paths is not None:
+        unknown = [p for p in FLAGS.paths if p not in PATH_NAMES]
+        if unknown or not FLAGS.paths:
+            raise app.UsageError(f"--paths: unknown {unknown or 'empty list'}; known paths: "
+                                 f"{', '.join(PATH_NAMES)}")
+        overlap = [f"--{f}" for f in ("backends", "serve_xla", "serve_litert")
+                   if FLAGS[f].present]
+        if overlap:
+            raise app.UsageError(f"--paths names the rows itself; drop {' and '.join(overlap)}")
+        if FLAGS.skip_peer and any(p.startswith("st_") for p in FLAGS.paths):
+            raise app.UsageError("--paths names sentence-transformers rows (st_...) but "
+                                 "--skip_peer is set")
+
+
+def selected_paths():
+    """(tfsent rows, peer backends) to measure: --paths, else the older flags' defaults."""
+    if FLAGS.paths is None:
+        ours = [p for p in TFSENT_LABELS if (FLAGS.serve_xla or p != "savedmodel_xla")
+                and (HAS_ONNXRUNTIME or not p.startswith("onnx"))
+                and ((FLAGS.serve_litert and HAS_LITERT) or not p.startswith("litert"))]
+        return ours, ([] if FLAGS.skip_peer else list(FLAGS.backends))
+    return ([p for p in TFSENT_LABELS if p in FLAGS.paths],
+            [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths])
 
 
 def min_cosine(a, b):
@@ -138,8 +182,9 @@ def main(argv):
     data, note = common.data_or_usage_error(FLAGS.data)
     peer_env.worker_env()  # checks --peer_env
     busy, warning = common.check_busy()
+    our_paths, backends = selected_paths()
     peer_python = None
-    if not FLAGS.skip_peer:
+    if backends:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python,
                                                profile="serving")
     shared = [f"--data={data}", f"--max_sentences={FLAGS.n}",
@@ -149,20 +194,23 @@ def main(argv):
               f"--warmup_calls={FLAGS.warmup_calls}"]
     load_before = common.load_average()
     peak = common.measure_peak(None, FLAGS.matmul_size, 5)["tf"]
+    litert_paths = [p for p in our_paths if p.startswith("litert")]
     ours = common.run_worker(sys.executable, "tfsent_worker.py",
-                             ["--mode=serve", f"--serve_xla={FLAGS.serve_xla}",
+                             ["--mode=serve", "--serve_paths=" + ",".join(
+                                 p for p in our_paths if p not in litert_paths),
                               f"--op_profile_calls={FLAGS.op_profile_calls}"] + shared,
                              what="tfsent SavedModel serving")
-    if FLAGS.serve_litert:  # its own process, as every path; merged into tfsent's rows
+    if litert_paths:  # its own process, as every path; merged into tfsent's rows
         lite = common.run_worker(sys.executable, "tfsent_worker.py",
                                  ["--mode=serve_litert",
                                   f"--litert_threads={FLAGS.litert_threads}"] + shared,
                                  what="tfsent LiteRT serving")
-        ours["scenarios"].update(lite["scenarios"])
-        ours["embeddings"].update(lite["embeddings"])
+        for name in litert_paths:
+            ours["scenarios"][name] = lite["scenarios"][name]
+            ours["embeddings"][name] = lite["embeddings"][name]
         ours["litert"] = {k: lite[k] for k in ("litert_threads", "model_bytes", "max_rss_mb")}
     peers = {}
-    for backend in ([] if FLAGS.skip_peer else FLAGS.backends):
+    for backend in backends:
         peers[backend] = common.run_worker(peer_python, "peer_serve.py",
                                            [f"--backend={backend}"] + shared,
                                            env=peer_env.worker_env(),
@@ -193,8 +241,8 @@ def main(argv):
     # Profile: each single-caller cell's model FLOPs at the measured matmul peak (the time
     # a perfectly efficient kernel set would need), the tokenizer's share (serving_default
     # minus encode_ids), and what is left: dispatch and small-kernel inefficiency.
-    plain = ours["scenarios"]["savedmodel"]
-    result["profile"] = {
+    plain = ours["scenarios"].get("savedmodel")
+    result["profile"] = {} if plain is None else {
         key: {"p50_ms": plain[key]["p50_ms"],
               "compute_bound_ms": 1000 * ours["request_flops"][key] / peak,
               "encode_ids_p50_ms": ours["encode_ids"][key]["p50_ms"],
@@ -210,9 +258,8 @@ def main(argv):
             **ops, **grouped,
             "matmul_weight_gb_per_s": ops["matmul_weight_bytes"] / grouped["matmul_ms"] / 1e6,
             "top": sorted(ops["op_types"], key=lambda op: -ops["op_types"][op]["ms"])[:12]}
-    if "onnx" in peers:
+    if "onnx" in peers and plain is not None:
         onnx = peers["onnx"]["scenarios"]
-        plain = ours["scenarios"]["savedmodel"]
         result["tfsent_vs_onnx_fp32"] = {
             **{f"{key}_p50_latency_ratio": plain[key]["p50_ms"] / onnx[key]["p50_ms"]
                for key in ("b1_c1", "b1_c4", "b8_c1", "b8_c4")},
@@ -230,16 +277,17 @@ def main(argv):
         title=f"serving latency: minilm-l6 mean pooling, max_seq_length {FLAGS.max_seq_length}, "
               f"{FLAGS.calls} requests per latency cell, requests from the first "
               f"{ours['n_sentences']} sentences")
-    common.print_table(
-        ["one caller", "tfsent p50 ms", "without tokenizer", "FLOPs at peak"]
-        + [f"{PEER_LABELS[b]} p50" for b in peers],
-        [[key, common.fmt(v["p50_ms"], 2), common.fmt(v["encode_ids_p50_ms"], 2),
-          common.fmt(v["compute_bound_ms"], 2)]
-         + [common.fmt(v[f"{PEER_LABELS[b]}_p50_ms"], 2) for b in peers]
-         for key, v in result["profile"].items()],
-        title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
-              f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
-              f"({peak / 1e9:.0f} GFLOP/s)")
+    if result["profile"]:
+        common.print_table(
+            ["one caller", "tfsent p50 ms", "without tokenizer", "FLOPs at peak"]
+            + [f"{PEER_LABELS[b]} p50" for b in peers],
+            [[key, common.fmt(v["p50_ms"], 2), common.fmt(v["encode_ids_p50_ms"], 2),
+              common.fmt(v["compute_bound_ms"], 2)]
+             + [common.fmt(v[f"{PEER_LABELS[b]}_p50_ms"], 2) for b in peers]
+             for key, v in result["profile"].items()],
+            title=f"profile: tfsent's plain export without its tokenizer (`encode_ids` on "
+                  f"pre-tokenized requests) and the model FLOPs at the measured TF matmul peak "
+                  f"({peak / 1e9:.0f} GFLOP/s)")
     if ops:
         prof = result["op_profile_b1"]
         common.print_table(

@@ -22,12 +22,15 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
   peak    float32 matmul FLOP/s of this machine (tf.linalg.matmul, eager and XLA).
   gemm    FLOP/s of each matmul of a training step (common.training_gemms), XLA-compiled
           and in TF's graph executor.
-  serve   serve_latency.py's tfsent side: minilm-l6 exported with tfsent.export (plain, and
-          with --serve_xla also `jit_compile=True`), loaded with tf.saved_model.load, and
-          `serving_default(sentences=...)` timed per request (common.measure_serving); the
-          plain export also loaded as TF Serving's C++ loader loads it (TF1 session,
-          variables restored through the saver_def; `session.run` per request), and its
-          batch-1 requests traced op by op in that session (--op_profile_calls).
+  serve   serve_latency.py's tfsent side (the rows named by --serve_paths): minilm-l6
+          exported with tfsent.export (plain, and `jit_compile=True`), loaded with
+          tf.saved_model.load, and `serving_default(sentences=...)` timed per request
+          (common.measure_serving); the plain export also loaded as TF Serving's C++
+          loader loads it (TF1 session, variables restored through the saver_def;
+          `session.run` per request), and its batch-1 requests traced op by op in that
+          session (--op_profile_calls); and tfsent's onnx export (tfsent.formats.onnx,
+          fp32 / int8) in ONNX Runtime, each request tokenized by the exported
+          tokenizer.json (rows onnx, onnx_int8).
   serve_litert
           serve_latency.py's LiteRT rows: minilm-l6 exported with tfsent.formats.litert
           (fp32, and dynamic-range int8), each request tokenized as a LiteRT user does it
@@ -70,7 +73,8 @@ flags.DEFINE_integer("calls", 200, "serve: timed requests per batch-1/batch-8 sc
 flags.DEFINE_integer("throughput_calls", 32, "serve: timed requests of the throughput batch.")
 flags.DEFINE_integer("throughput_batch", 64, "serve: batch size of the throughput scenario.")
 flags.DEFINE_integer("warmup_calls", 5, "serve: untimed requests per caller first.")
-flags.DEFINE_bool("serve_xla", True, "serve: also measure the jit_compile=True export.")
+flags.DEFINE_list("serve_paths", ["savedmodel", "savedmodel_tf1", "savedmodel_xla"],
+                  "serve: the rows to time (serve_latency.py's tfsent --paths names).")
 flags.DEFINE_integer("op_profile_calls", 50, "serve: batch-1 requests traced op by op in "
                      "the TF1 session (0: no op profile).")
 flags.DEFINE_integer("litert_threads", 0, "serve_litert: threads of each LiteRT "
@@ -332,43 +336,54 @@ def serve_mode():
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
     scenarios = common.serving_scenarios(FLAGS.calls, FLAGS.throughput_calls,
                                          FLAGS.throughput_batch)
-    variants = [("savedmodel", False)] + ([("savedmodel_xla", True)] if FLAGS.serve_xla
-                                          else [])
+    paths = FLAGS.serve_paths
     result = {"n_sentences": len(sentences), "scenarios": {}, "embeddings": {}}
+    k = FLAGS.keep_embeddings
+
+    def measure(name, call):
+        result["embeddings"][name] = np.asarray(call(sentences[:k])).tolist()
+        result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
+                                                           FLAGS.warmup_calls)
+        print(f"[tfsent_worker] {name}: " + ", ".join(
+            f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in result["scenarios"][name].items()),
+            file=sys.stderr, flush=True)
+
+    def saved_model_call(path):
+        serve = tf.saved_model.load(path).signatures["serving_default"]
+        return lambda batch: serve(sentences=tf.constant(batch))["embedding"].numpy()
+
     tmp = tempfile.mkdtemp(prefix="tfsent-bench-serve-")
     try:
-        for name, jit in variants:
-            path = export_encoder(encoder, os.path.join(tmp, name), pooling="mean",
-                                  jit_compile=jit, max_seq_length=FLAGS.max_seq_length)
-            serve = tf.saved_model.load(path).signatures["serving_default"]
-
-            def call(batch, serve=serve):
-                return serve(sentences=tf.constant(batch))["embedding"].numpy()
-
-            k = FLAGS.keep_embeddings
-            result["embeddings"][name] = np.asarray(call(sentences[:k])).tolist()
-            if jit:  # compile every bucketed shape the timed requests will hit, untimed
-                for _, bs, _, calls in scenarios:
-                    for batch in common.request_batches(sentences, bs, calls):
-                        call(batch)
-            result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
-                                                               FLAGS.warmup_calls)
-            if not jit:
-                result["encode_ids"] = _time_encode_ids(tf.saved_model.load(path), encoder,
-                                                        sentences, scenarios)
-                session = TFServingSession(path)
-                result["embeddings"]["savedmodel_tf1"] = session.embed(
-                    sentences[:FLAGS.keep_embeddings]).tolist()
-                result["scenarios"]["savedmodel_tf1"] = common.measure_serving(
-                    session.embed, sentences, scenarios, FLAGS.warmup_calls)
-                if FLAGS.op_profile_calls:
-                    result["op_profile_b1"] = session.op_profile(common.request_batches(
-                        sentences, 1, FLAGS.op_profile_calls))
-                    result["op_profile_b1"]["matmul_weight_bytes"] = _matmul_weight_bytes(
-                        encoder)
-            print(f"[tfsent_worker] {name}: " + ", ".join(
-                f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in
-                result["scenarios"][name].items()), file=sys.stderr, flush=True)
+        # The plain export is always written: its embeddings are every row's reference.
+        plain = export_encoder(encoder, os.path.join(tmp, "savedmodel"), pooling="mean",
+                               max_seq_length=FLAGS.max_seq_length)
+        call = saved_model_call(plain)
+        if "savedmodel" in paths:
+            measure("savedmodel", call)
+            result["encode_ids"] = _time_encode_ids(tf.saved_model.load(plain), encoder,
+                                                    sentences, scenarios)
+        else:
+            result["embeddings"]["savedmodel"] = np.asarray(call(sentences[:k])).tolist()
+        if "savedmodel_tf1" in paths:
+            session = TFServingSession(plain)
+            measure("savedmodel_tf1", session.embed)
+            if FLAGS.op_profile_calls:
+                result["op_profile_b1"] = session.op_profile(common.request_batches(
+                    sentences, 1, FLAGS.op_profile_calls))
+                result["op_profile_b1"]["matmul_weight_bytes"] = _matmul_weight_bytes(encoder)
+        if "savedmodel_xla" in paths:
+            call = saved_model_call(export_encoder(
+                encoder, os.path.join(tmp, "savedmodel_xla"), pooling="mean",
+                jit_compile=True, max_seq_length=FLAGS.max_seq_length))
+            # compile every bucketed shape the timed requests will hit, untimed
+            for _, bs, _, calls in scenarios:
+                for batch in common.request_batches(sentences, bs, calls):
+                    call(batch)
+            measure("savedmodel_xla", call)
+        onnx_paths = [p for p in ("onnx", "onnx_int8") if p in paths]
+        if onnx_paths:
+            result["onnx"] = _onnx_rows(encoder, os.path.join(tmp, "onnx"), onnx_paths,
+                                        measure)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     # Model FLOPs per request (each request padded to its longest sentence), for the
@@ -391,6 +406,40 @@ def serve_mode():
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
     })
     return result
+
+
+def _onnx_rows(encoder, directory, names, measure):
+    """tfsent's onnx export (fp32, and int8 for `onnx_int8`) in ONNX Runtime, each request
+    tokenized by the exported tokenizer.json (Hugging Face `tokenizers`, as an ORT user
+    does), then one session.run; returns the details for the result."""
+    import numpy as np
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from tfsent.formats import onnx as onnx_format
+
+    onnx_format.export_onnx(encoder, directory, pooling="mean",
+                            quantize=("int8",) if "onnx_int8" in names else (),
+                            max_seq_length=FLAGS.max_seq_length)
+    tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+    tokenizer.enable_truncation(encoder.clamp_length(FLAGS.max_seq_length))
+    tokenizer.enable_padding()
+    files = {"onnx": onnx_format.ONNX_FILE, "onnx_int8": onnx_format.INT8_FILE}
+    for name in names:
+        session = ort.InferenceSession(os.path.join(directory, files[name]),
+                                       providers=["CPUExecutionProvider"])
+        inputs = [i.name for i in session.get_inputs()]
+
+        def call(batch, session=session, inputs=inputs):
+            encoded = tokenizer.encode_batch(list(batch))
+            feeds = {"input_ids": np.array([e.ids for e in encoded], np.int64),
+                     "attention_mask": np.array([e.attention_mask for e in encoded], np.int64),
+                     "token_type_ids": np.array([e.type_ids for e in encoded], np.int64)}
+            return session.run(["embedding"], {k: feeds[k] for k in inputs})[0]
+
+        measure(name, call)
+    return {"onnxruntime": ort.__version__, "files": [files[n] for n in names],
+            "intra_op_threads": "onnxruntime default"}
 
 
 def serve_litert_mode():

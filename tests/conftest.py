@@ -46,7 +46,8 @@ def _sample_rows():
 
 SENTENCES, TRIPLETS, NLI_ROWS, PAIRS = _sample_rows()
 RAW = {"sentences": SENTENCES, "sentences_mlm": SENTENCES, "triplets": TRIPLETS,
-       "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS, "distill_sentences": SENTENCES}
+       "pairs": PAIRS, "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS,
+       "distill_sentences": SENTENCES}
 PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
 
 

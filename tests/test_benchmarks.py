@@ -3,6 +3,7 @@ and serve_latency.py with tiny settings and --skip_peer (CI builds no benchmark 
 retrieval_scale.py at a tiny size, their JSON, flag errors, the FLOP count behind MFU and
 the latency statistics."""
 
+import importlib.util
 import json
 import math
 import os
@@ -124,7 +125,9 @@ def test_gemm_shapes_tf_side(tmp_path):
 def test_serve_latency_tfsent_side(tmp_path):
     minilm_or_skip()
     out = tmp_path / "serve.json"
-    r = _run("serve_latency.py", "--skip_peer", "--n=24", "--calls=3", "--throughput_calls=2",
+    r = _run("serve_latency.py",
+             "--paths=savedmodel,savedmodel_xla,savedmodel_tf1,litert_fp32,litert_int8",
+             "--n=24", "--calls=3", "--throughput_calls=2",
              "--throughput_batch=8", "--warmup_calls=1", "--max_seq_length=32",
              "--matmul_size=256", "--op_profile_calls=3", f"--json={out}")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -164,6 +167,29 @@ def test_serve_latency_tfsent_side(tmp_path):
     assert result["machine"]["cpu_model"] is not None or result["machine"]["cores"]
     assert "tfsent SavedModel, XLA" in r.stdout and "p50 / p90 / p99" in r.stdout
     assert "tfsent LiteRT int8" in r.stdout
+
+
+def test_serve_latency_paths_pick_rows(tmp_path):
+    """--paths: only the named rows, here the TF1 session and (when onnxruntime is
+    installed) tfsent's onnx export in ONNX Runtime, fp32 and int8."""
+    minilm_or_skip()
+    onnx = importlib.util.find_spec("onnxruntime") is not None
+    rows = ["savedmodel_tf1"] + (["onnx", "onnx_int8"] if onnx else [])
+    out = tmp_path / "serve.json"
+    r = _run("serve_latency.py", f"--paths={','.join(rows)}", "--n=8", "--calls=2",
+             "--throughput_calls=1", "--throughput_batch=8", "--warmup_calls=0",
+             "--max_seq_length=16", "--matmul_size=64", "--op_profile_calls=0", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    # Only the named row is timed; the plain export still gives the cosine reference.
+    assert set(result["tfsent"]["scenarios"]) == set(rows)
+    cosines = result["min_cosine_to_tfsent_savedmodel"]
+    assert cosines["savedmodel_tf1"] > 0.99999
+    if onnx:
+        assert cosines["onnx"] >= 0.9999 and cosines["onnx_int8"] >= 0.98, cosines
+        assert "tfsent onnx int8" in r.stdout
+    assert result["peers"] == {} and result["profile"] == {}
+    assert "TF1 session" in r.stdout and "tfsent SavedModel, XLA" not in r.stdout
 
 
 def test_op_profile_grouping_hand_case():
@@ -264,6 +290,10 @@ def test_peer_quantization_config_follows_the_isa():
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
     ("serve_latency.py", ["--litert_threads=-1", "--json=JSON"], "--litert_threads"),
+    ("serve_latency.py", ["--paths=savedmodel,tensorrt", "--json=JSON"], "st_onnx_int8"),
+    ("serve_latency.py", ["--paths=savedmodel", "--backends=onnx", "--json=JSON"],
+     "--backends"),
+    ("serve_latency.py", ["--paths=st_onnx", "--skip_peer", "--json=JSON"], "--skip_peer"),
     ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
     ("retrieval_scale.py", ["--kinds=float32,pq", "--json=JSON"], "--kinds"),
 ])

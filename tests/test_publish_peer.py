@@ -315,3 +315,52 @@ def test_sentence_transformers_applies_the_exported_prompts(peer, side):
     plain, _, _ = peer["st_mean"]  # the same encoder, mean pooling, normalized, no prompt
     unit = reference / np.linalg.norm(reference, axis=1, keepdims=True)
     assert not np.allclose(unit, plain, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def onnx_peer(tmp_path_factory):
+    """minilm-l6 published for sentence-transformers with its ONNX files (--with_onnx),
+    embedded by SentenceTransformer(dir, backend="onnx") with the fp32 and the int8 file in
+    the `serving` peer venv (sentence-transformers 5.7 + optimum-onnx: optimum-onnx 0.1.0
+    needs transformers < 4.58, which the `clients` profile's sentence-transformers 6.2
+    cannot have). {file: (tfsent's encode, the peer's vectors, report)}."""
+    pytest.importorskip("onnxruntime")
+    minilm_or_skip()
+    python = os.environ.get("TFSENT_PEER_SERVING_PYTHON") or peer_env.ready_peer_python(
+        profiles=("serving",))
+    if not python:
+        message = ("needs the `serving` peer venv (sentence-transformers' ONNX backend): "
+                   "python benchmarks/peer_env.py --peer_profile=serving")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message + " -- in CI, .ci/run builds it, so its absence is a failure")
+        pytest.skip(message)
+    work = str(tmp_path_factory.mktemp("st_onnx"))
+    encoder = load_encoder("minilm-l6", pooling="mean")
+    model_dir = publish.export_encoder_as(encoder, os.path.join(work, "st"),
+                                          "sentence_transformers", normalize=True, onnx=True)
+    texts = ["A man is playing a guitar.", "Two dogs run across the snowy field.",
+             "The stock market fell sharply on Monday."] + EXTRA
+    sentences = export_fidelity.write_sentences(texts, work)
+    files = [f"onnx/{name}" for name in ("model.onnx", "model_qint8_avx512_vnni.onnx")]
+    jobs = [{"kind": "sentence_transformers", "model_dir": model_dir, "backend": "onnx",
+             "model_kwargs": {"file_name": name}, "sentences": sentences,
+             "out": os.path.join(work, f"{i}.npy")} for i, name in enumerate(files)]
+    outputs, result = export_fidelity.run_peer(python, jobs, work)
+    reports = result["jobs"]
+    reference = encoder.encode(texts)
+    return {name: (reference, got, report)
+            for name, got, report in zip(files, outputs, reports)}
+
+
+@pytest.mark.parametrize("name,floor", [("onnx/model.onnx", 0.9999),
+                                        ("onnx/model_qint8_avx512_vnni.onnx", 0.97)])
+def test_sentence_transformers_onnx_backend_loads_the_export(onnx_peer, name, floor):
+    """int8's floor: its lowest on these texts is the empty string (tests/test_onnx_export.py
+    INT8_MIN)."""
+    reference, got, report = onnx_peer[name]
+    assert report["model_path"].endswith(name)  # tfsent's file, not one optimum exported
+    assert got.shape == reference.shape
+    cosine = np.sum(reference * got, 1) / (np.linalg.norm(reference, axis=1)
+                                           * np.linalg.norm(got, axis=1))
+    assert cosine.min() >= floor, (name, cosine)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)

@@ -15,7 +15,7 @@ import tensorflow as tf
 from conftest import REPO, TINY_VOCAB, minilm_or_skip, TINY_RUN_FLAGS
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
-from tfsent.methods import CMLMCSE, SimCSE, SupConSBERT
+from tfsent.methods import CMLMCSE, RetrievalSimCSE, SimCSE, SupConSBERT
 
 SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
          "a child reads a book", "the cat sleeps", "a man rides a red bike",
@@ -34,6 +34,8 @@ def _build(kind, strategy, weights=None):
         elif kind == "cmlm":
             model = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, fusion_dropout=0.0,
                             mlm_weight=0.5, temperature=0.05)
+        elif kind == "pairs":
+            model = RetrievalSimCSE(enc, temperature=0.05)
         else:
             model = SimCSE(enc, temperature=0.05, supervised=(kind == "sup"))
         model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
@@ -49,6 +51,9 @@ def _batch(kind, tokenizer):
         rows = [r for s, p, n in zip(SENTS[:4], POS, NEG)
                 for r in ((s, p, "entailment"), (s, n, "contradiction"))]
         return next(iter(pipelines.nli_pair_dataset(rows, tokenizer, 8, seed=0)))
+    if kind == "pairs":  # (query, document) rows without hard negatives
+        return next(iter(pipelines.pair_dataset(list(zip(SENTS, POS)), tokenizer, 8,
+                                                shuffle=False)))
     if kind == "sup":
         return next(iter(pipelines.triplet_dataset(list(zip(SENTS, POS, NEG)), tokenizer, 8,
                                                    shuffle=False)))
@@ -63,7 +68,7 @@ def mirrored_strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-@pytest.mark.parametrize("kind", ["unsup", "sup", "cmlm", "supcon"])
+@pytest.mark.parametrize("kind", ["unsup", "sup", "pairs", "cmlm", "supcon"])
 def test_two_replicas_match_one_replica(kind, mirrored_strategy):
     """One step on a global batch of 8: 2 replicas x 4 == 1 replica x 8 (loss and weights)."""
     single = _build(kind, tf.distribute.get_strategy())

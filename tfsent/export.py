@@ -45,6 +45,9 @@ def _export_from_flags():
     fmt = _check_format_flag(FLAGS.format)
     entry = formats.FORMATS.get(fmt)
     quantize_modes = tuple(n.strip() for n in FLAGS.quantize.split(",") if n.strip())
+    if FLAGS.with_onnx and fmt != "sentence_transformers":
+        raise ConfigError("--with_onnx adds ONNX files to --format=sentence_transformers "
+                          "(for ONNX Runtime alone use --format=onnx)")
     if entry is None:  # a tfsent.publish format
         for flag in ("jit_compile", "truncate_dim", "quantize"):
             if getattr(FLAGS, flag):
@@ -52,12 +55,15 @@ def _export_from_flags():
         publish.check_export_target(FLAGS.export_dir)
         if fmt == "sentence_transformers":
             publish.check_sentence_transformers_pooling(FLAGS.pooling)
+        if FLAGS.with_onnx:
+            publish.check_onnx_files(fmt, FLAGS.pooling)
         encoder = _load_encoder()
         path = publish.export_encoder_as(encoder, FLAGS.export_dir, fmt,
                                          pooling=FLAGS.pooling, normalize=FLAGS.normalize,
                                          metadata={"model": FLAGS.model},
                                          query_prompt=FLAGS.query_prompt,
-                                         document_prompt=FLAGS.document_prompt)
+                                         document_prompt=FLAGS.document_prompt,
+                                         onnx=FLAGS.with_onnx)
     elif entry.name == "tf_saved_model":
         path = _export_saved_model(quantize_modes)
     else:
@@ -141,6 +147,9 @@ def _define_flags():
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
                       "a Normalize module; keras_hub: the TextEmbedder's normalize).")
+    flags.DEFINE_bool("with_onnx", False, "sentence_transformers: also write onnx/model.onnx "
+                      "and onnx/model_qint8_avx512_vnni.onnx for its ONNX backend (the "
+                      "tfsent[onnx] extra; ~2x the checkpoint's size).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "

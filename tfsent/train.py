@@ -21,7 +21,7 @@ from absl import app, flags, logging
 
 from tfsent import cli, distribute
 from tfsent.config import build_config, load_recipe
-from tfsent.data import mixture, pipelines, readers
+from tfsent.data import mixture, pairs, pipelines, readers
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
@@ -90,6 +90,9 @@ def load_training_data(spec, config, source=None):
     if spec.data_kind == "embedding_pairs":
         return readers.read_positive_pairs(source, config.eval_data_dir,
                                            config.positive_threshold, config.train_split)
+    if spec.data_kind == "pairs":
+        return pairs.read_training_pairs(source, config.train_split,
+                                         config.get("hard_negatives", True))
     if spec.data_kind == "triplets":
         source = "demo" if source in ("demo", "demo_nli") else source
         return readers.read_nli_triplets(source, config.train_split)
@@ -194,12 +197,14 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
             spec.data_kind, encoder.tokenizer, config.batch_size, skip_batches=skip_batches,
             mask_rate=config.get("mask_rate"),
             duplicate_free=config.get("duplicate_free_batches", False),
-            premise_grouped=spec.premise_grouped, embed=embed)
+            premise_grouped=spec.premise_grouped, embed=embed,
+            query_prompt=config.query_prompt, document_prompt=config.document_prompt)
     return pipelines.dataset_for_kind(
         spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
         skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
         duplicate_free=config.get("duplicate_free_batches", False),
-        premise_grouped=spec.premise_grouped, embed=embed)
+        premise_grouped=spec.premise_grouped, embed=embed,
+        query_prompt=config.query_prompt, document_prompt=config.document_prompt)
 
 
 class Run:

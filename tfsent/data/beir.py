@@ -13,12 +13,11 @@ queries with relevance judgements). Qrels naming an unknown query or document ar
 and logged; when none matches, the split is refused (a wrong folder or split).
 """
 
-import json
 import os
 
 from absl import logging
 
-from tfsent.data.textio import read_lines
+from tfsent.data.textio import read_json_lines, read_lines
 from tfsent.errors import ConfigError, InputError
 
 SPLITS = ("train", "dev", "test")
@@ -94,25 +93,6 @@ def qrels_path(directory, split):
     return os.path.join(directory, "qrels", f"{split}.tsv")
 
 
-def _read_jsonl(path, required):
-    """Yields (line number, object) of a JSON-lines file, each with the `required` string
-    fields; InputError naming the file and line otherwise."""
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
-        if not isinstance(obj, dict):
-            raise InputError("not a JSON object", path=path, line=number)
-        for field in required:
-            if not isinstance(obj.get(field), str):
-                raise InputError(f"field {field!r} missing or not a string", path=path,
-                                 line=number)
-        yield number, obj
-
-
 def _unique_ids(rows, path, what):
     """{id: (line, object)}; InputError on a duplicated `_id`."""
     seen = {}
@@ -129,7 +109,7 @@ def read_corpus(path):
     """The documents of a corpus.jsonl file (or of a BEIR folder) as a Corpus."""
     if os.path.isdir(path):
         path = os.path.join(path, "corpus.jsonl")
-    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "document")
+    rows = _unique_ids(read_json_lines(path, ("_id", "text")), path, "document")
     if not rows:
         raise InputError("the corpus is empty", path=path)
     ids, texts = [], []
@@ -144,14 +124,13 @@ def read_corpus(path):
 
 def read_queries(path):
     """{query id: text} of a queries.jsonl file, in file order."""
-    rows = _unique_ids(_read_jsonl(path, ("_id", "text")), path, "query")
+    rows = _unique_ids(read_json_lines(path, ("_id", "text")), path, "query")
     return {key: obj["text"] for key, (_, obj) in rows.items()}
 
 
-def read_qrels(path):
-    """{query id: {document id: score}} of a qrels TSV (header line first); InputError
-    naming the line for a malformed row or a pair given twice."""
-    qrels = {}
+def qrel_rows(path):
+    """Yields (line number, query id, document id, integer score) of a qrels TSV (header
+    line first); InputError naming the line for a malformed row."""
     lines = read_lines(path)
     if not lines:
         raise InputError("empty qrels file (expected the header query-id, corpus-id, "
@@ -169,6 +148,14 @@ def read_qrels(path):
         except ValueError:
             raise InputError(f"score {score!r} is not an integer", path=path,
                              line=number) from None
+        yield number, query, doc, value
+
+
+def read_qrels(path):
+    """{query id: {document id: score}} of a qrels TSV (header line first); InputError
+    naming the line for a malformed row or a pair given twice."""
+    qrels = {}
+    for number, query, doc, value in qrel_rows(path):
         judged = qrels.setdefault(query, {})
         if doc in judged:
             raise InputError(f"query {query!r} and document {doc!r} are judged twice",
@@ -207,3 +194,49 @@ def read_split(directory, split="test", corpus=None):
     query_ids = [q for q in queries if q in qrels]
     return RetrievalSplit(corpus, query_ids, [queries[q] for q in query_ids], qrels,
                           directory, split)
+
+
+def read_training_pairs(directory, split="train"):
+    """(query text, document text) training rows of one split of a BEIR folder: one row per
+    qrel with score > 0, in the qrels file's order, document text as the evaluation builds
+    it (`title + " " + text`, stripped).
+
+    Unlike the evaluation (which ignores qrels naming an unknown query or document, as
+    BEIR's does), training refuses them: an InputError names the qrels file, the first
+    such line and how many rows name unknown ids (a training pair needs both texts). A
+    query or document whose text is empty is refused too, naming the qrels line."""
+    check_folder(directory, split)
+    corpus = read_corpus(os.path.join(directory, "corpus.jsonl"))
+    queries = read_queries(os.path.join(directory, "queries.jsonl"))
+    documents = dict(zip(corpus.ids, corpus.texts))
+    path = qrels_path(directory, split)
+    rows, seen, unknown, not_relevant = [], set(), [], 0
+    for number, query, doc, score in qrel_rows(path):
+        if (query, doc) in seen:
+            raise InputError(f"query {query!r} and document {doc!r} are judged twice",
+                             path=path, line=number)
+        seen.add((query, doc))
+        if query not in queries or doc not in documents:
+            what = (f"query {query!r} is not in queries.jsonl" if query not in queries
+                    else f"document {doc!r} is not in corpus.jsonl")
+            unknown.append((number, what))
+            continue
+        if score <= 0:
+            not_relevant += 1
+            continue
+        query_text, doc_text = queries[query].strip(), documents[doc]
+        if not query_text or not doc_text:
+            side = f"query {query!r}" if not query_text else f"document {doc!r}"
+            raise InputError(f"{side} has an empty text (a training pair needs both)",
+                             path=path, line=number)
+        rows.append((queries[query], doc_text))
+    if unknown:
+        number, what = unknown[0]
+        raise InputError(f"{what} ({len(unknown)} of {len(seen)} qrels name an unknown query "
+                         f"or document; training needs the texts of every judged pair: "
+                         f"wrong folder, or fix the qrels)", path=path, line=number)
+    logging.info("read %d (query, document) training pairs from %s (%d qrels with score "
+                 "<= 0 skipped)", len(rows), path, not_relevant)
+    if not rows:
+        raise InputError("no qrel with score > 0 (nothing to train on)", path=path)
+    return rows

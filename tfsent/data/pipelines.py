@@ -75,20 +75,44 @@ def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repea
     (`tfsent.data.grouping.duplicate_free_batches`; the log counts them).
     """
     _check_batch(len(triplets), batch_size, "the NLI triplets")
-    columns = [list(c) for c in zip(*triplets)]
+    return pair_dataset(triplets, tokenizer, batch_size, seed, shuffle=shuffle, repeat=repeat,
+                        skip_batches=skip_batches, duplicate_free=duplicate_free)
+
+
+def pair_dataset(rows, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                 skip_batches=0, duplicate_free=True, query_prompt="", document_prompt=""):
+    """Retrieval rows (anchor, positive, neg1..negN), N >= 0 and the same on every row ->
+    `{"anchor": f, "positive": f}`, plus `"negative": f` (batch * N rows, anchor-major)
+    when N > 0.
+
+    `query_prompt` is put before every anchor, `document_prompt` before every positive and
+    negative (the run's prompts, which the export's encode_query / encode_document and the
+    retrieval evaluation put before queries and documents). `duplicate_free`: no query and
+    no document twice in one (global) batch, as `triplet_dataset`'s.
+    """
+    _check_batch(len(rows), batch_size, "the training pairs")
+    width = len(rows[0])
+    if width < 2 or any(len(row) != width for row in rows):
+        raise ConfigError(f"training pairs need rows of one width >= 2 (anchor, positive, "
+                          f"negatives), got widths {sorted({len(r) for r in rows})}")
+    if query_prompt or document_prompt:
+        rows = [(query_prompt + row[0],) + tuple(document_prompt + t for t in row[1:])
+                for row in rows]
+    columns = [list(c) for c in zip(*rows)]
     if duplicate_free:
-        ds = _duplicate_free_strings(triplets, columns, batch_size, seed, shuffle, repeat,
+        ds = _duplicate_free_strings(rows, columns, batch_size, seed, shuffle, repeat,
                                      skip_batches)
     else:
         ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
 
     def tokenize(anchor, positive, *negatives):
-        flat = tf.reshape(tf.stack(negatives, axis=1), [-1])  # (B * N,), anchor-major
-        return {"anchor": tokenizer(anchor), "positive": tokenizer(positive),
-                "negative": tokenizer(flat)}
+        features = {"anchor": tokenizer(anchor), "positive": tokenizer(positive)}
+        if negatives:
+            flat = tf.reshape(tf.stack(negatives, axis=1), [-1])  # (B * N,), anchor-major
+            features["negative"] = tokenizer(flat)
+        return features
 
-    ds = ds.map(tokenize, num_parallel_calls=AUTOTUNE)
-    return ds.prefetch(AUTOTUNE)
+    return ds.map(tokenize, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
 
 def _duplicate_free_strings(rows, columns, batch_size, seed, shuffle, repeat, skip_batches):
@@ -273,12 +297,14 @@ def distill_dataset(sentences, tokenizer, targets, batch_size, seed=0, shuffle=T
 
 def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
                      skip_batches=0, mask_rate=None, duplicate_free=False,
-                     premise_grouped=False, embed=None):
+                     premise_grouped=False, embed=None, query_prompt="", document_prompt=""):
     """The training pipeline of a data kind, used by both the CLI (`tfsent.train`) and
     `fit` / `evaluate` on raw examples (`tfsent.data.preprocessing`).
 
     kind: "sentences" (strings), "sentences_mlm" (strings, masked at `mask_rate`),
     "triplets" ((anchor, positive, negative...) rows; `duplicate_free` batches),
+    "pairs" ((anchor, positive, *negatives) retrieval rows; `duplicate_free` batches,
+    `query_prompt` before anchors, `document_prompt` before the other columns),
     "nli_pairs" ((premise, hypothesis, label) rows; `premise_grouped` batches) or
     "embedding_pairs" ((sentence_a, sentence_b) rows embedded by `embed`) or
     "distill_sentences" (strings with their targets `embed(sentences)`).
@@ -292,6 +318,11 @@ def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True
         return triplet_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
                                repeat=repeat, skip_batches=skip_batches,
                                duplicate_free=duplicate_free)
+    if kind == "pairs":
+        return pair_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                            repeat=repeat, skip_batches=skip_batches,
+                            duplicate_free=duplicate_free, query_prompt=query_prompt,
+                            document_prompt=document_prompt)
     if kind == "nli_pairs":
         return nli_pair_dataset(examples, tokenizer, batch_size, seed,
                                 skip_batches=skip_batches, group_premises=premise_grouped,
@@ -303,4 +334,4 @@ def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True
         return distill_dataset(examples, tokenizer, embed, batch_size, seed, shuffle=shuffle,
                                repeat=repeat, skip_batches=skip_batches)
     raise ConfigError(f"unknown data kind {kind!r}; one of sentences, sentences_mlm, "
-                      "triplets, nli_pairs, embedding_pairs, distill_sentences")
+                      "triplets, pairs, nli_pairs, embedding_pairs, distill_sentences")

@@ -8,6 +8,10 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
   sentences_mlm    a list of strings                          -> token features + MLM masks
   triplets         (anchor, positive, negative) string tuples -> {"anchor", "positive", "negative"}
                    (or (anchor, positive, neg1..negN): N hard negatives per anchor)
+  pairs            (anchor, positive[, neg1..negN]) string tuples, N >= 0
+                                                              -> {"anchor", "positive"[, "negative"]}
+                   (the method's query_prompt / document_prompt put before anchors /
+                   the other columns)
   nli_pairs        (premise, hypothesis, label) tuples, label in entailment / neutral /
                    contradiction (or 0 / 1 / 2)               -> premise-grouped NLI batches
   embedding_pairs  (sentence_a, sentence_b) positive pairs    -> the frozen encoder's
@@ -15,7 +19,8 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
   distill_sentences a list of strings                         -> token features + the
                                                                  teacher's embeddings
 
-Rows may also be dicts (anchor/positive/negative, premise/hypothesis/label,
+Rows may also be dicts (anchor/positive/negative, anchor/positive/negative_1..negative_N
+for pairs, premise/hypothesis/label,
 sentence_a/sentence_b). A tf.data Dataset of such elements (strings, tuples or dicts of
 strings; an NLI label may be an integer), batched or not, is raw too: it is read whole
 and goes through the same pipeline as a list. Batches drop the remainder (static shapes
@@ -27,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfsent.data import pipelines
+from tfsent.data.pairs import column_names as pair_column_names
 from tfsent.errors import ConfigError, InputError
 
 _LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
@@ -34,6 +40,7 @@ _LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 # The columns of a row given as a dict, per kind.
 ROW_KEYS = {"triplets": ("anchor", "positive", "negative"),
+            "pairs": ("anchor", "positive"),  # then negative_1..negative_N (`_row`)
             "nli_pairs": ("premise", "hypothesis", "label"),
             "embedding_pairs": ("sentence_a", "sentence_b")}
 WHAT_TO_PASS = {
@@ -41,6 +48,8 @@ WHAT_TO_PASS = {
     "sentences_mlm": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
     "triplets": "(anchor, positive, negative) string rows, as tuples or dicts with keys "
                 "anchor/positive/negative (a list or a tf.data.Dataset, batched or not)",
+    "pairs": "(anchor, positive[, negative_1..negative_N]) string rows, as tuples or dicts "
+             "with those keys (a list or a tf.data.Dataset, batched or not)",
     "nli_pairs": "(premise, hypothesis, label) rows, as tuples or dicts with keys "
                  "premise/hypothesis/label (a list or a tf.data.Dataset, batched or not)",
     "embedding_pairs": "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, "
@@ -118,6 +127,10 @@ def _text(value):
 def _row(element, keys):
     """A string, or a row (tuple) from a tuple / list / dict element (`keys`: dict order)."""
     if isinstance(element, dict):
+        if keys == ROW_KEYS["pairs"] and set(keys) <= set(element):
+            negatives = sorted((k for k in element if k.startswith("negative_")),
+                               key=lambda k: (len(k), k))  # negative_2 before negative_10
+            return tuple(_text(element[k]) for k in (*keys, *negatives))
         if keys is not None and set(keys) <= set(element):
             return tuple(_text(element[k]) for k in keys)
         return tuple(_text(v) for v in element.values())
@@ -189,6 +202,11 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
         _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "
                     "(anchor, positive, neg1..negN) all of the first row's width", argument)
+    elif kind == "pairs":
+        width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) >= 2 else 2
+        _check_rows(rows, width, "expected (anchor, positive) strings, or (anchor, "
+                    "positive, neg1..negN), all of the first row's width", argument)
+        _check_non_empty(rows, argument)
     elif kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)
         rows = [(p, h, _label(label, i, argument)) for i, (p, h, label) in enumerate(rows)]
@@ -206,7 +224,18 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
     return pipelines.dataset_for_kind(
         kind, rows, tokenizer, batch_size, seed, shuffle=shuffle, repeat=False,
         mask_rate=getattr(method, "mask_rate", None), duplicate_free=duplicate_free,
-        premise_grouped=method.premise_grouped, embed=embed)
+        premise_grouped=method.premise_grouped, embed=embed,
+        query_prompt=getattr(method, "query_prompt", ""),
+        document_prompt=getattr(method, "document_prompt", ""))
+
+
+def _check_non_empty(rows, argument):
+    """InputError naming the row and column of an empty (or non-string) side."""
+    for i, row in enumerate(rows):
+        for name, text in zip(pair_column_names(len(row)), row):
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"{argument}[{i}]: {name} is empty or not a string "
+                                 f"({text!r:.40})")
 
 
 def _label(label, i, argument):

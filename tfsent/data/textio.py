@@ -1,6 +1,7 @@
 """Reading text files line by line with errors that name the file and line."""
 
 import codecs
+import json
 import os
 
 from tfsent.errors import InputError
@@ -36,3 +37,22 @@ def read_lines(path, strip_newline=True, encoding="utf-8"):
                 text = text.rstrip("\r\n")
             lines.append(text)
     return lines
+
+
+def read_json_lines(path, required=()):
+    """Yields (line number, object) of a JSON-lines file (blank lines skipped), each object
+    with the `required` string fields; InputError naming the file and line otherwise."""
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
+        if not isinstance(obj, dict):
+            raise InputError("not a JSON object", path=path, line=number)
+        for field in required:
+            if not isinstance(obj.get(field), str):
+                raise InputError(f"field {field!r} missing or not a string", path=path,
+                                 line=number)
+        yield number, obj

@@ -88,7 +88,8 @@ FORMATS = {
         description="versioned SavedModels for TF Serving under the target (strings in)"),
     "onnx": ExportFormat(
         "onnx", "tfsent.formats.onnx:export_onnx", ("int8",),
-        description="ONNX Runtime model (token ids in) in a new directory"),
+        description="ONNX Runtime model (token ids in) in a new directory",
+        requires="tfsent.formats.onnx:require_onnx"),
     "litert": ExportFormat(
         "litert", "tfsent.formats.litert:export_litert", ("int8",),
         description="LiteRT .tflite model (token ids in) in a new directory",

@@ -13,12 +13,12 @@ from tfsent.methods.cmlm_cse import CMLMCSE
 from tfsent.methods.consert import ConSERT
 from tfsent.methods.distill import Distill
 from tfsent.methods.scd import SCD
-from tfsent.methods.simcse import SimCSE
+from tfsent.methods.simcse import RetrievalSimCSE, SimCSE
 from tfsent.methods.spec import MethodSpec, collect
 from tfsent.methods.supcon import SupConSBERT
 
-__all__ = ["SentenceMethod", "SimCSE", "CMLMCSE", "CLSR", "SupConSBERT", "SCD", "ConSERT",
-           "Distill", "MethodSpec", "REGISTRY", "get_method", "help_text"]
+__all__ = ["SentenceMethod", "SimCSE", "RetrievalSimCSE", "CMLMCSE", "CLSR", "SupConSBERT",
+           "SCD", "ConSERT", "Distill", "MethodSpec", "REGISTRY", "get_method", "help_text"]
 
 REGISTRY = collect(simcse.SPECS, cmlm_cse.SPEC, supcon.SPEC, clsr.SPEC, scd.SPEC,
                    consert.SPECS, distill.SPEC)

@@ -65,7 +65,7 @@ class SentenceMethod(keras.Model):
     metric_names = ("loss",)
     supports_grad_cache = False
     # What `fit(x=...)` takes as raw examples (see `tfsent.data.preprocessing`):
-    # "sentences", "sentences_mlm", "triplets", "nli_pairs" or "embedding_pairs".
+    # "sentences", "sentences_mlm", "triplets", "pairs", "nli_pairs" or "embedding_pairs".
     input_kind = "sentences"
     # nli_pairs only: premise-grouped batches (SupCon-SBERT) or ordinary shuffled ones.
     premise_grouped = False

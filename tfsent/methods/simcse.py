@@ -1,4 +1,5 @@
-"""SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets)."""
+"""SimCSE (Gao et al., 2021): unsupervised (dropout views) and supervised (NLI triplets);
+`RetrievalSimCSE`, its supervised objective on (query, document) pairs (`--method=retrieval`)."""
 
 import tensorflow as tf
 from absl import logging
@@ -75,17 +76,19 @@ class SimCSE(SentenceMethod):
         self.encoder_dropout = encoder_dropout
 
     def embedding_parts(self, batch):
-        """(anchor, positive, negative) features, or the batch twice (dropout views)."""
+        """(anchor, positive[, negative]) features (supervised; a batch without "negative"
+        has in-batch negatives only), or the batch twice (dropout views)."""
         kwargs = {"dropout": self.encoder_dropout}
         if self.supervised:
-            return [(batch["anchor"], kwargs), (batch["positive"], kwargs),
-                    (batch["negative"], kwargs)]
+            names = ("anchor", "positive", "negative") if "negative" in batch else \
+                ("anchor", "positive")
+            return [(batch[name], kwargs) for name in names]
         return [(batch, kwargs), (batch, kwargs)]
 
     def contrastive_views(self, batch, training):
         """Returns the local (z1, z2, z3-or-None) embeddings of a batch."""
         views = self.embed_parts(batch, training)
-        return views[0], views[1], (views[2] if self.supervised else None)
+        return views[0], views[1], (views[2] if len(views) > 2 else None)
 
     def loss_from_embeddings(self, embeddings, batch):
         """InfoNCE from the views' embeddings (GradCache hook)."""
@@ -124,6 +127,42 @@ class SimCSE(SentenceMethod):
         return config
 
 
+class RetrievalSimCSE(SimCSE):
+    """Supervised SimCSE on retrieval rows (query, relevant document[, hard negatives]).
+
+    The loss is SimCSE's supervised InfoNCE: each query's positive against every other
+    document of the global batch (in-batch negatives) and, when the rows carry negative
+    columns, every hard negative of the batch. Without hard negatives it is
+    sentence-transformers' MultipleNegativesRankingLoss (cosine similarity, scale 20 =
+    temperature 0.05, cross-entropy over the batch's documents).
+
+    `fit` takes (anchor, positive[, negative_1 .. negative_N]) string rows (tuples, or dicts
+    with those keys) or a tf.data Dataset of them; `query_prompt` is put before every
+    anchor and `document_prompt` before every positive and negative, in training as in the
+    export's encode_query / encode_document and the retrieval evaluation.
+
+    Args:
+        encoder: a SentenceEncoder.
+        query_prompt, document_prompt: text put before queries / documents ("").
+        **kwargs: SimCSE's (temperature, hard_negative_weight, encoder_dropout,
+            duplicate_free_batches, pooling, Matryoshka).
+    """
+
+    input_kind = "pairs"
+
+    def __init__(self, encoder, query_prompt="", document_prompt="", **kwargs):
+        kwargs.pop("supervised", None)  # always supervised (a saved config names it)
+        super().__init__(encoder, supervised=True, **kwargs)
+        self.query_prompt = str(query_prompt or "")
+        self.document_prompt = str(document_prompt or "")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"query_prompt": self.query_prompt,
+                       "document_prompt": self.document_prompt})
+        return config
+
+
 def _negatives_per_anchor(z1, z3):
     """N, the hard negatives per anchor: rows of z3 over rows of z1 (static when known)."""
     if z1.shape[0] is not None and z3.shape[0] is not None:
@@ -145,6 +184,11 @@ def contrastive_fields(temperature=0.05):
             *matryoshka.config_fields()]
 
 
+# No text twice in a global batch (rows that would repeat one are deferred to a later
+# batch; the log counts them).
+DUPLICATE_FREE_FIELD = Field("duplicate_free_batches", True, arg="duplicate_free_batches",
+                             doc="no text twice in a global batch")
+
 SPECS = [
     MethodSpec(
         "simcse_unsup", SimCSE, "sentences", "Unsupervised SimCSE: dropout views, InfoNCE.",
@@ -161,14 +205,23 @@ SPECS = [
     MethodSpec(
         "simcse_sup", SimCSE, "triplets",
         "Supervised SimCSE: NLI triplets, contradiction as hard negative.",
-        fields=[*contrastive_fields(),
-                # No text twice in a global batch (rows that would repeat one are deferred
-                # to a later batch; the log counts them).
-                Field("duplicate_free_batches", True, arg="duplicate_free_batches",
-                      doc="no text twice in a global batch")],
+        fields=[*contrastive_fields(), DUPLICATE_FREE_FIELD],
         constants={"supervised": True},
         # CPU demo lr 1e-5 (the paper's 5e-5 is configs/simcse_sup.py): 150 steps are seven
         # passes over the 669 demo triplets, and at 3e-5 the export lost 0.9 STS-B test
         # points; at 1e-5 it keeps STS-B and gains SICK-R (docs/results.md, "No-flag runs").
+        run_defaults={"train_data": "demo_nli", "learning_rate": 1e-5}),
+    MethodSpec(
+        "retrieval", RetrievalSimCSE, "pairs",
+        "Search: (query, relevant document) pairs (beir:DIR:train, a pairs .tsv/.jsonl, NLI "
+        "entailment pairs), in-batch negatives plus any hard-negative columns "
+        "(supervised SimCSE = MultipleNegativesRankingLoss).",
+        fields=[*contrastive_fields(), DUPLICATE_FREE_FIELD,
+                Field("hard_negatives", True, arg=None,
+                      doc="use the rows' negative columns (a pairs file's negative_1..N, "
+                          "NLI contradictions); false: in-batch negatives only")],
+        run_args={"query_prompt": "query_prompt", "document_prompt": "document_prompt"},
+        # CPU demo: the demo NLI triplets as (premise, entailment, contradiction) rows at
+        # simcse_sup's demo learning rate (docs/training.md, "Training for search").
         run_defaults={"train_data": "demo_nli", "learning_rate": 1e-5}),
 ]

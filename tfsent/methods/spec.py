@@ -10,8 +10,8 @@ the known fields and the help text from it; `build` makes the model from a run c
 from tfsent.errors import ConfigError
 
 # The training-data kinds (`tfsent.data.pipelines.dataset_for_kind`).
-DATA_KINDS = ("sentences", "sentences_mlm", "triplets", "nli_pairs", "embedding_pairs",
-              "distill_sentences")
+DATA_KINDS = ("sentences", "sentences_mlm", "triplets", "pairs", "nli_pairs",
+              "embedding_pairs", "distill_sentences")
 
 # Run fields every method's constructor takes.
 COMMON_RUN_ARGS = {"pooling": "train_pooling", "export_pooling": "export_pooling"}

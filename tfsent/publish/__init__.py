@@ -41,6 +41,7 @@ from tfsent.encoders import check_pooling
 from tfsent.encoders.families import FAMILIES
 from tfsent.encoders.hf_format import checked_family, hf_config, hf_state_dict
 from tfsent.errors import ConfigError
+from tfsent.formats import onnx as onnx_format
 from tfsent.saved_model import export_encoder
 from tfsent.publish import huggingface, keras_hub_preset, sentence_transformers
 from tfsent.publish.huggingface import (tokenizer_kind, wordpiece_tokenizer_json,
@@ -51,9 +52,14 @@ from tfsent.publish.sentence_transformers import (ST_ACTIVATIONS, ST_POOLINGS,
 from tfsent.publish.staging import check_export_target, staged_dir, write_json
 
 FORMATS = ("saved_model", "sentence_transformers", "huggingface", "keras_hub")
+ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
+# Poolings whose sentence-transformers modules need only the last hidden state (the others'
+# WeightedLayerPooling needs every layer's, which the ONNX backend does not return).
+ONNX_ST_POOLINGS = ("mean", "cls", "cls_before_pooler")
 EXPORT_INFO_FILE = "tfsent_export.json"
 
 __all__ = ["FORMATS", "EXPORT_INFO_FILE", "FAMILIES", "export_encoder_as", "export_formats",
+           "check_onnx_files", "ONNX_SUBDIR", "ONNX_ST_POOLINGS",
            "export_run_formats", "check_export_target", "check_sentence_transformers_pooling",
            "dense_stack", "ST_POOLINGS", "ST_ACTIVATIONS", "write_hf_model",
            "write_tokenizer_files", "wordpiece_tokenizer_json", "hf_state_dict", "hf_config"]
@@ -61,7 +67,7 @@ __all__ = ["FORMATS", "EXPORT_INFO_FILE", "FAMILIES", "export_encoder_as", "expo
 
 def export_encoder_as(encoder, directory, format="sentence_transformers", head=None,
                       pooling=None, normalize=False, max_seq_length=None, metadata=None,
-                      query_prompt="", document_prompt=""):
+                      query_prompt="", document_prompt="", onnx=False):
     """Writes `encoder` (+ `head`, a layer on the pooled embedding, e.g. a method's
     `export_head`) in `format` (one of FORMATS) to `directory`; returns the path written.
 
@@ -81,6 +87,10 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
             the SavedModel's `encode_query` / `encode_document` signatures, the
             sentence-transformers `prompts` ("query", "document") that its
             `encode_query` / `encode_document` apply; recorded in tfsent_export.json.
+        onnx: sentence_transformers only: also write onnx/model.onnx and
+            onnx/model_qint8_avx512_vnni.onnx (`tfsent.formats.onnx`, the tfsent[onnx]
+            extra), where `SentenceTransformer(DIR, backend="onnx", model_kwargs={"file_name":
+            ...})` finds them (~2x the checkpoint's size on disk; off by default).
     """
     prompts = {name: text for name, text in (("query", query_prompt),
                                              ("document", document_prompt)) if text}
@@ -105,10 +115,18 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
                           "sentence_transformers (Dense modules) or saved_model")
     if format == "sentence_transformers":  # fail fast, before the temporary directory
         sentence_transformers.check(pooling, head)
+    if onnx:
+        check_onnx_files(format, pooling)
     with staged_dir(directory, f"{format} export") as tmp:
         if format == "sentence_transformers":
             details = sentence_transformers.write(encoder, tmp, pooling, head, normalize,
                                                   length, prompts)
+            if onnx:
+                os.makedirs(os.path.join(tmp, ONNX_SUBDIR))
+                details["onnx_files"] = [f"{ONNX_SUBDIR}/{name}" for name in
+                                         onnx_format.write_onnx_files(
+                                             encoder, os.path.join(tmp, ONNX_SUBDIR), pooling,
+                                             head, quantize=("int8",))]
         elif format == "huggingface":
             details = huggingface.write(encoder, tmp, length)
         else:
@@ -122,6 +140,18 @@ def export_encoder_as(encoder, directory, format="sentence_transformers", head=N
         write_json(os.path.join(tmp, EXPORT_INFO_FILE), info)
     logging.info("exported a %s encoder as %s to %s", family, format, directory)
     return directory
+
+
+def check_onnx_files(format, pooling):
+    """ConfigError (before any work) unless the ONNX files can go with this export."""
+    if format != "sentence_transformers":
+        raise ConfigError(f"the ONNX files go into a sentence_transformers export, not "
+                          f"{format} (for ONNX Runtime alone use --format=onnx)")
+    if pooling not in ONNX_ST_POOLINGS:
+        raise ConfigError(f"--pooling={pooling}: sentence-transformers' ONNX backend gives its "
+                          "modules the last hidden state only; the ONNX files go with "
+                          f"{', '.join(ONNX_ST_POOLINGS)}")
+    onnx_format.require_onnx()
 
 
 def export_formats(spec):

@@ -1,0 +1,355 @@
+"""ONNX export: the encoder's ids signature as an ONNX graph for ONNX Runtime (and
+sentence-transformers' ONNX backend), fp32 and dynamically quantized int8.
+
+    export_onnx(encoder, DIR, pooling=None, head=None, quantize=("int8",))
+    python -m tfsent.export --format=onnx --export_dir=DIR [--quantize=int8]
+
+DIR holds
+  model.onnx                    fp32 (`ONNX_FILE`);
+  model_qint8_avx512_vnni.onnx  with quantize int8 (`INT8_FILE`): onnxruntime's dynamic
+                                quantization of the MatMul and Attention weights (int8 per
+                                output channel, uint8 activations quantized per call, full
+                                range), under the file name sentence-transformers gives its
+                                avx512_vnni file (its setting is per tensor: per channel
+                                keeps tfsent's cosine to fp32 >= 0.98 on this graph, per
+                                tensor gave 0.94 on minilm-l6);
+  the Hugging Face tokenizer files (`tfsent.publish.huggingface.write_tokenizer_files`):
+  an ONNX Runtime user tokenizes with them (TF Text's ops do not convert to ONNX);
+  tfsent_export.json.
+
+The graph (`write_onnx_model`): inputs `input_ids`, `attention_mask` (int64, (batch,
+sequence), both axes dynamic) and, for families with token types (BERT), `token_type_ids`:
+the names and dtypes a Hugging Face tokenizer's `return_tensors="np"` gives, so
+`session.run(None, dict(tokenizer(texts, ...)))` works. Outputs: `embedding` and
+`embedding_normalized` (batch, dim), what the SavedModel's `encode_ids` signature returns
+(pooling, head, float32), and `last_hidden_state` (batch, sequence, hidden), the
+transformer's token states, which is what sentence-transformers' ONNX backend (through
+optimum's ORTModelForFeatureExtraction) reads before its own Pooling / Dense / Normalize
+modules.
+
+Conversion: the graph is written directly with the `onnx` package's helper API from the
+encoder's weights (`build_onnx_model`), in onnxruntime's fused CPU kernels (com.microsoft
+Attention, SkipLayerNormalization, BiasGelu / FastGelu; the standard LayerNormalization of
+opset 17), the graph onnxruntime's transformer optimizer aims for. tf2onnx 1.17 was tried
+first and does convert the ids tf.function under TF 2.21 (with a handler for TF's Erfc,
+which exact GELU lowers to), but it took ~110 s for minilm-l6 and its graph (LayerNorm as
+GlobalAveragePool arithmetic, Keras' einsum projections as Reshape / Shape chains, no fused
+attention) ran ~1.8x slower in onnxruntime than sentence-transformers' own export; `from_keras`
+fails under Keras 3 (tf2onnx issue 2329). Every family tfsent runs (bert, roberta,
+xlm-roberta, distilbert: post-LayerNorm blocks, positions from 0 in tfsent's tables) and
+every pooling convert; a head converts when sentence-transformers' Dense could express it
+(`tfsent.publish.sentence_transformers.dense_stack`).
+"""
+
+import os
+
+import keras
+import numpy as np
+
+from tfsent.encoders import check_pooling, families
+from tfsent.encoders import keras_hub_adapter as kh
+from tfsent.encoders.hf_format import checked_family
+from tfsent.errors import ConfigError
+from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
+from tfsent.publish.sentence_transformers import dense_stack
+from tfsent.publish.staging import check_export_target, staged_dir, write_json
+
+ONNX_FILE = "model.onnx"
+INT8_FILE = "model_qint8_avx512_vnni.onnx"
+QUANTIZE_MODES = ("int8",)
+INT8_OPS = ("MatMul", "Attention")  # int8 kernels: DynamicQuantizeMatMul, QAttention
+OPSET = 17  # LayerNormalization is a standard op from 17
+IR_VERSION = 8  # what opset 17 needs; older runtimes load it too
+MS_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (fused CPU kernels)
+_FLOAT, _INT32, _INT64 = 1, 6, 7  # onnx.TensorProto data types
+# tfsent's feed-forward activation -> onnxruntime op with the bias folded in
+_FFN_ACTIVATIONS = {"gelu": "BiasGelu", "gelu_new": "FastGelu", "gelu_approximate": "FastGelu",
+                    "relu": "Relu"}
+# sentence-transformers' Dense activations (the head) -> ONNX op (gelu: com.microsoft.Gelu)
+_HEAD_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
+EXTRA = "tfsent[onnx]"
+EXPORT_INFO_FILE = "tfsent_export.json"
+
+
+def check_quantize(quantize):
+    """The quantize modes as a tuple; ConfigError naming --quantize for a mode ONNX export
+    cannot do (before any work)."""
+    if isinstance(quantize, str):
+        quantize = [q.strip() for q in quantize.split(",") if q.strip()]
+    modes = tuple(quantize or ())
+    unknown = [q for q in modes if q not in QUANTIZE_MODES]
+    if unknown:
+        raise ConfigError(f"--quantize={','.join(modes)}: the onnx format can quantize "
+                          f"{', '.join(QUANTIZE_MODES)} (weights, dynamic int8), not "
+                          f"{', '.join(unknown)}")
+    return modes
+
+
+def require_onnx():
+    """Imports the optional ONNX packages (onnx, onnxruntime); ConfigError naming
+    the extra when one is missing."""
+    try:
+        # Optional dependencies of this format only (the `tfsent[onnx]` extra).
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as e:
+        raise ConfigError(f"the onnx format needs the optional packages of {EXTRA} "
+                          f"(pip install '{EXTRA}'): {e}") from e
+
+
+def input_names(encoder):
+    """The graph's inputs for `encoder`'s family (token_type_ids only with token types)."""
+    names = ["input_ids", "attention_mask"]
+    with_types = "segment" in families.TABLE[encoder.family].embeddings
+    return names + (["token_type_ids"] if with_types else [])
+
+
+def check_exportable(encoder, pooling, head):
+    """The head as dense_stack's list; ConfigError (before any work) for what the graph
+    cannot express: a feed-forward activation outside _FFN_ACTIVATIONS, a head that is not
+    Dense layers with expressible activations."""
+    check_pooling(pooling)
+    if encoder.activation not in _FFN_ACTIVATIONS:
+        raise ConfigError(f"feed-forward activation {encoder.activation!r} has no ONNX "
+                          f"form here; expressible: {', '.join(_FFN_ACTIVATIONS)}")
+    return dense_stack(head)  # ConfigError names a head layer it cannot express
+
+
+class _GraphBuilder:
+    """Accumulates ONNX nodes and initializers under unique names."""
+
+    def __init__(self):
+        from onnx import helper, numpy_helper  # optional dependency (tfsent[onnx])
+
+        self.helper, self.numpy_helper = helper, numpy_helper
+        self.nodes, self.initializers, self._count = [], [], 0
+
+    def name(self, prefix):
+        """`prefix` made unique."""
+        self._count += 1
+        return f"{prefix}_{self._count}"
+
+    def const(self, prefix, value, dtype=np.float32):
+        """An initializer holding `value`; returns its name."""
+        name = self.name(prefix)
+        # .copy(order="C"), not np.ascontiguousarray: that turns a scalar into shape (1,)
+        self.initializers.append(self.numpy_helper.from_array(
+            np.asarray(value, dtype).copy(order="C"), name))
+        return name
+
+    def op(self, op_type, inputs, outputs=None, domain=None, **attrs):
+        """Adds one node; returns its (first) output's name."""
+        outputs = outputs or [self.name(op_type)]
+        self.nodes.append(self.helper.make_node(op_type, inputs, outputs,
+                                                name=self.name(op_type), domain=domain,
+                                                **attrs))
+        return outputs[0]
+
+
+def _numpy(variable):
+    return np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+
+
+def _dense(g, x, kernel, bias, prefix):
+    y = g.op("MatMul", [x, g.const(f"{prefix}_kernel", kernel)])
+    return y if bias is None else g.op("Add", [y, g.const(f"{prefix}_bias", bias)])
+
+
+def _skip_layer_norm(g, x, residual, bias, norm, prefix):
+    """LayerNorm(x + residual + bias): onnxruntime's fused SkipLayerNormalization."""
+    return g.op("SkipLayerNormalization",
+                [x, residual, g.const(f"{prefix}_gamma", _numpy(norm.gamma)),
+                 g.const(f"{prefix}_beta", _numpy(norm.beta)), g.const(f"{prefix}_bias", bias)],
+                domain=MS_DOMAIN, epsilon=float(norm.epsilon))
+
+
+def _transformer_block(g, index, x, mask_int32, encoder):
+    """One post-LayerNorm block in onnxruntime's fused CPU kernels: Attention (Q, K, V in
+    one matmul, scaled softmax over the unmasked keys), SkipLayerNormalization, BiasGelu /
+    FastGelu."""
+    parts = kh.transformer_block_parts(encoder.backbone.transformer_layers[index])
+    hidden = int(encoder.hidden_dim)
+    qkv = (parts.query, parts.key, parts.value)
+    p = f"layer{index}"
+    context = g.op("Attention", [
+        x, g.const(f"{p}_qkv_kernel", np.concatenate(
+            [_numpy(d.kernel).reshape(hidden, hidden) for d in qkv], axis=1)),
+        g.const(f"{p}_qkv_bias", np.concatenate([_numpy(d.bias).reshape(hidden)
+                                                 for d in qkv])),
+        mask_int32], domain=MS_DOMAIN, num_heads=int(encoder.num_heads))
+    out = parts.attention_output
+    projected = g.op("MatMul", [context, g.const(
+        f"{p}_attention_output_kernel", _numpy(out.kernel).reshape(hidden, hidden))])
+    x = _skip_layer_norm(g, projected, x, _numpy(out.bias), parts.attention_norm,
+                         f"{p}_attention_norm")
+    inner = parts.ffn_inner
+    h = g.op("MatMul", [x, g.const(f"{p}_ffn_inner_kernel", _numpy(inner.kernel))])
+    bias = g.const(f"{p}_ffn_inner_bias", _numpy(inner.bias))
+    activation = _FFN_ACTIVATIONS[encoder.activation]
+    if activation == "Relu":
+        h = g.op("Relu", [g.op("Add", [h, bias])])
+    else:
+        h = g.op(activation, [h, bias], domain=MS_DOMAIN)
+    outer = parts.ffn_output
+    h = g.op("MatMul", [h, g.const(f"{p}_ffn_output_kernel", _numpy(outer.kernel))])
+    return _skip_layer_norm(g, h, x, _numpy(outer.bias), parts.ffn_norm, f"{p}_ffn_norm")
+
+
+def _masked_mean(g, x, mask_3d):
+    """tfsent.encoders.pooling.masked_mean: (B, L, H), (B, L, 1) -> (B, H)."""
+    axis = g.const("axis", [1], np.int64)
+    total = g.op("ReduceSum", [g.op("Mul", [x, mask_3d]), axis], keepdims=0)
+    count = g.op("Max", [g.op("ReduceSum", [mask_3d, axis], keepdims=0), g.const("one", 1.0)])
+    return g.op("Div", [total, count])
+
+
+def _pool(g, pooling, states, mask_3d, encoder):
+    """tfsent.encoders.pooling.pool as ONNX nodes (`states[0]`: the embedding output;
+    `mask_3d`: (B, L, 1) float, without the first position for mean_no_cls)."""
+    last = states[-1]
+    if pooling in ("cls", "cls_before_pooler"):
+        first = g.op("Gather", [last, g.const("zero", 0, np.int64)], axis=1)
+        pooler = encoder.pooler_dense
+        if pooling == "cls_before_pooler" or pooler is None:
+            return first
+        return g.op("Tanh", [_dense(g, first, _numpy(pooler.kernel), _numpy(pooler.bias),
+                                    "pooler")])
+    if pooling not in ("mean", "mean_no_cls"):  # averages of two hidden states
+        other = states[{"first_last_avg": 1, "emb_last_avg": 0, "last2_avg": -2}[pooling]]
+        last = g.op("Div", [g.op("Add", [other, last]), g.const("two", 2.0)])
+    return _masked_mean(g, last, mask_3d)
+
+
+def build_onnx_model(encoder, pooling=None, head=None):
+    """The encoder's ids forward (see the module docstring) as an onnx.ModelProto."""
+    require_onnx()
+    from onnx import helper  # optional dependency (tfsent[onnx]), checked above
+
+    pooling = pooling or encoder.pooling
+    dense_layers = check_exportable(encoder, pooling, head)
+    names = input_names(encoder)
+    g = _GraphBuilder()
+    emb = kh.embedding_parts(encoder.backbone)
+    # The first `sequence` rows of a table: Slice with ends = Shape(input_ids)[1:2].
+    seq_end = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const("one", [1], np.int64),
+                             g.const("two", [2], np.int64)])
+    zero, axis0 = g.const("zero", [0], np.int64), g.const("axis", [0], np.int64)
+
+    def first_rows(table):
+        return g.op("Slice", [table, zero, seq_end, axis0])
+
+    x = g.op("Gather", [g.const("token_embeddings", _numpy(emb.token.embeddings)),
+                        "input_ids"])
+    position_table = _numpy(emb.position.position_embeddings)
+    x = g.op("Add", [x, first_rows(g.const("position_embeddings", position_table))])
+    if "token_type_ids" in names:
+        x = g.op("Add", [x, g.op("Gather", [g.const(
+            "token_type_embeddings", _numpy(emb.segment.embeddings)), "token_type_ids"])])
+    x = g.op("LayerNormalization", [x, g.const("embeddings_gamma", _numpy(emb.norm.gamma)),
+                                    g.const("embeddings_beta", _numpy(emb.norm.beta))],
+             axis=-1, epsilon=float(emb.norm.epsilon))
+    mask_int32 = g.op("Cast", ["attention_mask"], to=_INT32)
+    states = [x]
+    for i in range(encoder.num_layers):
+        states.append(_transformer_block(g, i, states[-1], mask_int32, encoder))
+    g.op("Identity", [states[-1]], outputs=["last_hidden_state"])
+    mask_3d = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=_FLOAT),
+                                 g.const("axes", [2], np.int64)])
+    if pooling == "mean_no_cls":  # positions 1.. only
+        not_first = np.ones(len(position_table), np.float32)
+        not_first[0] = 0.0
+        mask_3d = g.op("Mul", [mask_3d, g.op("Unsqueeze", [
+            first_rows(g.const("not_first", not_first)), g.const("axes", [0, 2], np.int64)])])
+    pooled = _pool(g, pooling, states, mask_3d, encoder)
+    for i, (kernel, bias, activation) in enumerate(dense_layers):
+        pooled = _dense(g, pooled, kernel, bias, f"head{i}")
+        if activation == "gelu":
+            pooled = g.op("Gelu", [pooled], domain=MS_DOMAIN)
+        elif activation != "linear":
+            pooled = g.op(_HEAD_ACTIVATIONS[activation], [pooled])
+    g.op("Identity", [pooled], outputs=["embedding"])
+    # tf.math.l2_normalize: x / sqrt(max(sum(x^2), 1e-12))
+    norm = g.op("Sqrt", [g.op("Max", [g.op("ReduceSumSquare", [pooled], axes=[-1], keepdims=1),
+                                      g.const("eps", 1e-12)])])
+    g.op("Div", [pooled, norm], outputs=["embedding_normalized"])
+    dim = int(dense_layers[-1][0].shape[1]) if dense_layers else int(encoder.hidden_dim)
+    graph = helper.make_graph(
+        g.nodes, "tfsent_encoder",
+        [helper.make_tensor_value_info(n, _INT64, ["batch", "sequence"]) for n in names],
+        [helper.make_tensor_value_info("embedding", _FLOAT, ["batch", dim]),
+         helper.make_tensor_value_info("embedding_normalized", _FLOAT, ["batch", dim]),
+         helper.make_tensor_value_info("last_hidden_state", _FLOAT,
+                                       ["batch", "sequence", int(encoder.hidden_dim)])],
+        g.initializers)
+    model = helper.make_model(graph, producer_name="tfsent", opset_imports=[
+        helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def write_onnx_model(encoder, path, pooling=None, head=None):
+    """Writes the encoder's ids forward as an fp32 ONNX file at `path`; returns `path`."""
+    import onnx  # optional dependency (tfsent[onnx]); build_onnx_model checks it
+
+    onnx.save(build_onnx_model(encoder, pooling, head), path)
+    return path
+
+
+def quantize_int8(source, target):
+    """onnxruntime's dynamic int8 quantization of the ONNX file `source` into `target`:
+    MatMul weights int8 per tensor, activations uint8 quantized per call, full range
+    (sentence-transformers' avx512_vnni settings)."""
+    require_onnx()
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # optional (tfsent[onnx])
+
+    quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=True,
+                     reduce_range=False, op_types_to_quantize=list(INT8_OPS),
+                     # the contrib ops' outputs have no inferred type: they are float32
+                     extra_options={"DefaultTensorType": _FLOAT})
+    return target
+
+
+def write_onnx_files(encoder, directory, pooling=None, head=None, quantize=()):
+    """model.onnx (and INT8_FILE with quantize int8) into the existing `directory`;
+    returns their file names."""
+    fp32 = write_onnx_model(encoder, os.path.join(directory, ONNX_FILE), pooling, head)
+    files = [ONNX_FILE]
+    if "int8" in quantize:
+        quantize_int8(fp32, os.path.join(directory, INT8_FILE))
+        files.append(INT8_FILE)
+    return files
+
+
+def export_onnx(encoder, directory, pooling=None, head=None, quantize=(), max_seq_length=None,
+                metadata=None, query_prompt="", document_prompt="", normalize=False):
+    """Writes the onnx format (see the module docstring) to the new `directory`; returns
+    it. Everything refusable (an unknown quantize mode, an existing non-empty directory, a
+    missing extra, an encoder without tokenizer, prompts or `normalize`, which belong to
+    the caller's tokenization and to the `embedding_normalized` output) is refused before
+    any work."""
+    for name, value in (("query_prompt", query_prompt), ("document_prompt", document_prompt),
+                        ("normalize", normalize)):
+        if value:
+            raise ConfigError(f"--{name} does not apply to --format=onnx (the graph takes "
+                              "token ids and outputs embedding and embedding_normalized)")
+    quantize = check_quantize(quantize)
+    pooling = check_pooling(pooling or encoder.pooling)
+    directory = check_export_target(directory)
+    require_onnx()
+    if encoder.tokenizer is None:
+        raise ConfigError("cannot export an encoder without a tokenizer (ONNX Runtime users "
+                          "tokenize with the exported tokenizer files)")
+    family = checked_family(encoder.backbone)
+    tokenizer_kind(encoder.tokenizer)
+    length = encoder.clamp_length(max_seq_length)
+    with staged_dir(directory, "onnx export") as tmp:
+        files = write_onnx_files(encoder, tmp, pooling, head, quantize)
+        write_tokenizer_files(encoder.tokenizer, tmp, family, length)
+        info = {"format": "onnx", "family": family, "pooling": pooling,
+                "max_seq_length": int(length), "files": files, "opset": OPSET,
+                "inputs": input_names(encoder),
+                "outputs": ["embedding", "embedding_normalized", "last_hidden_state"],
+                "head": None if head is None else type(head).__name__}
+        info.update(metadata or {})
+        write_json(os.path.join(tmp, EXPORT_INFO_FILE), info)
+    return directory
