@@ -277,3 +277,34 @@ def test_cli_two_sources(tmp_path, tiny_encoder_dir):
     assert metrics["source_batches"] == {man: expected[0], dog: expected[1]}
     assert metrics["source_examples"] == {man: 4 * expected[0], dog: 4 * expected[1]}
     assert metrics["steps"] == 4
+
+
+def test_cli_retrieval_mixes_beir_pairs_with_nli(tmp_path, tiny_encoder_dir):
+    """--method=retrieval on beir:DIR:train + demo_nli, one source per batch; NLI rows carry
+    a contradiction column the BEIR pairs lack, refused before any model until
+    hard_negatives=false keeps both sources' (anchor, positive) columns."""
+    from test_pairs import tiny_beir_with_train
+    from tfsent.train import resolve_config, run
+
+    folder = tiny_beir_with_train(tmp_path / "tiny")
+    sources = f"beir:{folder}:train,demo_nli"
+    config = resolve_config("retrieval", None, [f"train_data={sources}",
+                                                "encoder=no-such-preset-loaded"])
+    with pytest.raises(InputError, match="hard_negatives=false"):
+        run("retrieval", config, str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "tfsent.train", "--method=retrieval", f"--output_dir={out}",
+           f"--config.encoder={tiny_encoder_dir}", f"--config.train_data={sources}",
+           "--config.hard_negatives=false", f"--config.eval_data=beir:{folder}:dev",
+           "--config.max_seq_length=12", "--config.batch_size=4", "--config.steps=4",
+           "--config.eval_every=2", "--config.learning_rate=1e-3", *TINY_RUN_FLAGS]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"source 0 beir:{folder}:train:" in result.stderr
+    metrics = json.load(open(out / "metrics.json"))
+    assert sorted(metrics["source_batches"]) == sorted([f"beir:{folder}:train", "demo_nli"])
+    assert sum(metrics["source_batches"].values()) == 4
+    assert "ndcg@10" in metrics["dev_final"]
