@@ -108,6 +108,18 @@ def get_format(name, option="--format"):
     return entry
 
 
+def refuse_text_options(format_name, query_prompt="", document_prompt="", normalize=False):
+    """ConfigError for options a token-ids format cannot carry: prompts belong to the
+    caller's tokenization, and the model serves both `embedding` and
+    `embedding_normalized`."""
+    for option, value in (("query_prompt", query_prompt), ("document_prompt", document_prompt),
+                          ("normalize", normalize)):
+        if value:
+            raise ConfigError(f"--{option} does not apply to --format={format_name} (the "
+                              "model takes token ids and serves embedding and "
+                              "embedding_normalized)")
+
+
 def check_export(name, target, quantize=(), option="--format",
                  target_option="--export_dir", quantize_option="--quantize"):
     """Everything about an export that can be refused before the model is loaded: the

@@ -49,6 +49,7 @@ import tensorflow as tf
 from tfsent.encoders import check_pooling
 from tfsent.encoders.hf_format import checked_family
 from tfsent.errors import ConfigError, InputError
+from tfsent.formats import refuse_text_options
 from tfsent.publish import EXPORT_INFO_FILE
 from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
 from tfsent.publish.staging import check_export_target, staged_dir, write_json
@@ -179,11 +180,7 @@ def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=
             ids, so prompts belong to the caller's tokenization, and it serves both
             `embedding` and `embedding_normalized`).
     """
-    for name, value in (("query_prompt", query_prompt), ("document_prompt", document_prompt),
-                        ("normalize", normalize)):
-        if value:
-            raise ConfigError(f"--{name} does not apply to --format=litert (the file serves "
-                              "embedding and embedding_normalized of token ids)")
+    refuse_text_options("litert", query_prompt, document_prompt, normalize)
     quantize = check_quantize(quantize)
     pooling = check_pooling(pooling or encoder.pooling)
     if encoder.tokenizer is None:

@@ -50,6 +50,7 @@ from tfsent.encoders import check_pooling, families
 from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.encoders.hf_format import checked_family
 from tfsent.errors import ConfigError
+from tfsent.formats import refuse_text_options
 from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
 from tfsent.publish.sentence_transformers import dense_stack
 from tfsent.publish.staging import check_export_target, staged_dir, write_json
@@ -327,11 +328,7 @@ def export_onnx(encoder, directory, pooling=None, head=None, quantize=(), max_se
     missing extra, an encoder without tokenizer, prompts or `normalize`, which belong to
     the caller's tokenization and to the `embedding_normalized` output) is refused before
     any work."""
-    for name, value in (("query_prompt", query_prompt), ("document_prompt", document_prompt),
-                        ("normalize", normalize)):
-        if value:
-            raise ConfigError(f"--{name} does not apply to --format=onnx (the graph takes "
-                              "token ids and outputs embedding and embedding_normalized)")
+    refuse_text_options("onnx", query_prompt, document_prompt, normalize)
     quantize = check_quantize(quantize)
     pooling = check_pooling(pooling or encoder.pooling)
     directory = check_export_target(directory)
