@@ -58,6 +58,8 @@ flags.DEFINE_float("learning_rate", 2e-5, "Peak learning rate of the retrieval r
                    "warm-up).")
 flags.DEFINE_integer("max_seq_length", 64, "Training truncation length of the retrieval "
                      "runs (evaluation: 256).")
+flags.DEFINE_integer("eval_every", 42, "Steps between dev evaluations of the retrieval runs "
+                     "(42: once per epoch of Climate-FEVER's 1,350 train pairs at batch 32).")
 flags.DEFINE_integer("distill_steps", 600, "Training steps of the distilled student.")
 flags.DEFINE_string("model", "minilm-l6", "The starting encoder (and the teacher).")
 
@@ -135,7 +137,8 @@ def main(argv):
     wiki = os.path.join(FLAGS.data_dir, "wiki", "wiki1m_prefix.txt")
     retrieval = {"encoder": FLAGS.model, "eval_data": f"beir:{beir}:dev",
                  "steps": 0, "epochs": FLAGS.epochs, "learning_rate": FLAGS.learning_rate,
-                 "warmup_ratio": 0.1, "max_seq_length": FLAGS.max_seq_length}
+                 "warmup_ratio": 0.1, "max_seq_length": FLAGS.max_seq_length,
+                 "eval_every": FLAGS.eval_every, "first_eval_step": 0}
     rows = {}
 
     def save():
