@@ -14,6 +14,7 @@ import time
 import tensorflow as tf
 
 from conftest import REPO, TINY_RUN_FLAGS
+from tfsent.tf_serving import BATCHING_FILE
 
 
 def _cmd(out, encoder_dir, steps, lr, *extra):
@@ -81,7 +82,7 @@ def test_nan_stops_keeps_best_and_resumes_with_lower_lr(tmp_path, tiny_encoder_d
     assert f"resuming from step {step}" in resumed.stderr
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["steps"] == 60 and "stopped" not in metrics
-    assert sorted(os.listdir(os.path.join(out, "export"))) == ["1"]
+    assert sorted(os.listdir(os.path.join(out, "export"))) == ["1", BATCHING_FILE]
 
 
 def test_exploding_gradients_stop_the_run(tmp_path, tiny_encoder_dir):
