@@ -4,7 +4,7 @@ split and on STS.
 
     python benchmarks/search_training.py --work_dir=W --json=search_training.json \
         [--beir=../shared/data/retrieval/climate-fever --data_dir=../shared/data \
-         --parts=base,finetune,mined,mixture,distill --seeds=0,1 --epochs=1]
+         --parts=base,finetune,mined,snli,mixture,distill --seeds=0,1 --epochs=1]
 
 Every number comes from tfsent's own commands, run one after another in fresh processes
 (the commands are printed and kept in the JSON, so any row can be re-run by hand):
@@ -17,10 +17,12 @@ Every number comes from tfsent's own commands, run one after another in fresh pr
   mined      `tfsent.mine --beir=DIR:train` (minilm-l6, --num_negatives=1, relative
              margin 0.05, ranks below 200) once, then the retrieval method on the mined
              (query, positive, negative) rows; one run per seed.
+  snli       the mixture's other source alone: SNLI's (premise, entailment) pairs (the
+             dev split), --mixture_steps steps; first seed only.
   mixture    the folder's train pairs mixed with SNLI's (premise, entailment) pairs
              (`train_data=beir:DIR:train,SNLI`, one source per batch, sampled in
-             proportion to size), against SNLI alone (--mixture_baselines), for the same
-             number of steps as finetune (--mixture_steps); first seed only.
+             proportion to size), for the same number of steps as finetune
+             (--mixture_steps); first seed only. Compare with finetune and snli.
   distill    a 3-layer student cut from minilm-l6 (`--method=distill`, layers 0,3,5)
              distilled on the demo sentences and the wiki prefix; its retention of the
              teacher's figures (the base row).
@@ -42,7 +44,7 @@ import common  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "data")
-PARTS = ("base", "finetune", "mined", "mixture", "distill")
+PARTS = ("base", "finetune", "mined", "snli", "mixture", "distill")
 STS_TASKS = ("STSBenchmark", "SICKRelatedness")
 
 FLAGS = flags.FLAGS
@@ -64,8 +66,6 @@ flags.DEFINE_integer("eval_every", 42, "Steps between dev evaluations of the ret
 flags.DEFINE_integer("mixture_steps", 126, "Steps of the mixture and SNLI-alone runs (the "
                      "same optimizer steps as the finetune runs: 2 epochs of Climate-FEVER, "
                      "rounded up to a multiple of --eval_every).")
-flags.DEFINE_bool("mixture_baselines", True, "Also train on SNLI alone (the mixture's "
-                  "other source; the Climate-FEVER-alone row is finetune's).")
 flags.DEFINE_integer("distill_steps", 600, "Training steps of the distilled student.")
 flags.DEFINE_string("model", "minilm-l6", "The starting encoder (and the teacher).")
 
@@ -175,13 +175,12 @@ def main(argv):
                 f"mined-seed{seed}", work, "retrieval",
                 dict(retrieval, train_data=mined, seed=seed), tasks)
             save()
+    nli = dict(retrieval, train_data=snli, train_split="dev", hard_negatives=False,
+               seed=FLAGS.seeds[0], steps=FLAGS.mixture_steps, epochs=0)
+    if "snli" in FLAGS.parts:
+        rows["snli-alone"] = trained_row("snli-alone", work, "retrieval", nli, tasks)
+        save()
     if "mixture" in FLAGS.parts:
-        seed = FLAGS.seeds[0]
-        nli = dict(retrieval, train_data=snli, train_split="dev", hard_negatives=False,
-                   seed=seed, steps=FLAGS.mixture_steps, epochs=0)
-        if FLAGS.mixture_baselines:
-            rows["snli-alone"] = trained_row("snli-alone", work, "retrieval", nli, tasks)
-            save()
         rows["mixture"] = trained_row(
             "mixture", work, "retrieval",
             dict(nli, train_data=f"beir:{beir}:train,{snli}", batch_per_source=True), tasks)

@@ -6,9 +6,10 @@ PyTorch, ONNX (fp32) and ONNX int8 backends.
         --data=../shared/data/wiki/wiki1m_prefix.txt --paths=savedmodel,st_onnx,...]
 
 `--paths` picks rows by name (`--help` lists them): tfsent's `savedmodel`, `savedmodel_xla`,
-`savedmodel_tf1`, `onnx`, `onnx_int8`, and the peers' `st_torch`, `st_onnx`, `st_onnx_int8`.
+`savedmodel_tf1`, `onnx`, `onnx_int8`, the peers' `st_torch`, `st_onnx`, `st_onnx_int8`, and
+with `--student=DIR` the rows `student_savedmodel`, `student_onnx`, `student_onnx_int8`.
 Without it, every tfsent row (XLA unless --noserve_xla; the onnx rows when onnxruntime is
-installed) and the --backends peers (unless --skip_peer) run.
+installed), the --backends peers (unless --skip_peer) and, with --student, its rows run.
 The plain SavedModel is exported in every run: its embeddings are the cosine reference.
 
 The same checkpoint (all-MiniLM-L6-v2, mean pooling, truncation at 256 tokens, float32
@@ -46,6 +47,12 @@ requests by length). Paths:
                           ai-edge-litert's Interpreter with XNNPACK, --litert_threads
                           threads (default: one per core), one Interpreter per caller
                           (rows litert_fp32, litert_int8; need tfsent[litert]).
+  student SavedModel / onnx fp32 / onnx int8
+                          --student (an encoder folder, e.g. a `--method=distill` run's
+                          export, such as a 3-layer student of minilm-l6) exported and
+                          timed as the teacher's SavedModel and onnx rows, in its own
+                          process; its cosine column is to its own SavedModel, and the
+                          JSON has its p50 over the teacher's, runtime by runtime.
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
                           packages pinned), one process per backend (peer_serve.py).
@@ -75,10 +82,14 @@ TFSENT_LABELS = {"savedmodel": "tfsent SavedModel", "savedmodel_xla": "tfsent Sa
                  "savedmodel_tf1": "tfsent SavedModel, TF1 session",
                  "onnx": "tfsent onnx fp32", "onnx_int8": "tfsent onnx int8",
                  "litert_fp32": "tfsent LiteRT fp32", "litert_int8": "tfsent LiteRT int8"}
+# --student's rows: the student encoder through the same runtimes as the teacher's rows.
+STUDENT_LABELS = {"student_savedmodel": "student SavedModel",
+                  "student_onnx": "student onnx fp32", "student_onnx_int8": "student onnx int8"}
 HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 HAS_LITERT = importlib.util.find_spec("ai_edge_litert") is not None
 # --paths names: tfsent's rows by their worker name, the peers' as st_<backend>.
-PATH_NAMES = list(TFSENT_LABELS) + [f"st_{b}" for b in PEER_BACKENDS]
+PATH_NAMES = (list(TFSENT_LABELS) + [f"st_{b}" for b in PEER_BACKENDS]
+              + list(STUDENT_LABELS))
 
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 flags.DEFINE_integer("n", 1000, "Sentences the requests are drawn from (the first n of --data).")
@@ -98,6 +109,9 @@ flags.DEFINE_bool("serve_xla", True, "Also measure tfsent's jit_compile=True exp
 flags.DEFINE_bool("serve_litert", True, "Also measure tfsent's LiteRT exports (fp32, int8).")
 flags.DEFINE_integer("litert_threads", 0, "Threads of each LiteRT Interpreter (0: one per "
                      "CPU core).")
+flags.DEFINE_string("student", None, "An encoder folder (e.g. a `--method=distill` run's "
+                    "export) timed beside minilm-l6 as rows student_savedmodel, student_onnx, "
+                    "student_onnx_int8, with the student / teacher p50 ratios.")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
 flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op in the TF1 "
                      "session (0: no op profile).")
@@ -133,20 +147,28 @@ def validate_flags():
                    if FLAGS[f].present]
         if overlap:
             raise app.UsageError(f"--paths names the rows itself; drop {' and '.join(overlap)}")
+        if not FLAGS.student and any(p in STUDENT_LABELS for p in FLAGS.paths):
+            raise app.UsageError("--paths names student rows but --student is not set")
         if FLAGS.skip_peer and any(p.startswith("st_") for p in FLAGS.paths):
             raise app.UsageError("--paths names sentence-transformers rows (st_...) but "
                                  "--skip_peer is set")
+    if FLAGS.student and not os.path.isdir(FLAGS.student):
+        raise app.UsageError(f"--student={FLAGS.student} is not a folder")
 
 
 def selected_paths():
-    """(tfsent rows, peer backends) to measure: --paths, else the older flags' defaults."""
+    """(tfsent rows, peer backends, student rows) to measure: --paths, else the older
+    flags' defaults (and every student row when --student is set)."""
     if FLAGS.paths is None:
         ours = [p for p in TFSENT_LABELS if (FLAGS.serve_xla or p != "savedmodel_xla")
                 and (HAS_ONNXRUNTIME or not p.startswith("onnx"))
                 and ((FLAGS.serve_litert and HAS_LITERT) or not p.startswith("litert"))]
-        return ours, ([] if FLAGS.skip_peer else list(FLAGS.backends))
+        student = [p for p in STUDENT_LABELS if FLAGS.student
+                   and (HAS_ONNXRUNTIME or "onnx" not in p)]
+        return ours, ([] if FLAGS.skip_peer else list(FLAGS.backends)), student
     return ([p for p in TFSENT_LABELS if p in FLAGS.paths],
-            [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths])
+            [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths],
+            [p for p in STUDENT_LABELS if p in FLAGS.paths])
 
 
 def min_cosine(a, b):
@@ -182,7 +204,7 @@ def main(argv):
     data, note = common.data_or_usage_error(FLAGS.data)
     peer_env.worker_env()  # checks --peer_env
     busy, warning = common.check_busy()
-    our_paths, backends = selected_paths()
+    our_paths, backends, student_paths = selected_paths()
     peer_python = None
     if backends:
         peer_python = peer_env.ensure_peer_env(FLAGS.peer_venv, FLAGS.peer_python,
@@ -209,6 +231,12 @@ def main(argv):
             ours["scenarios"][name] = lite["scenarios"][name]
             ours["embeddings"][name] = lite["embeddings"][name]
         ours["litert"] = {k: lite[k] for k in ("litert_threads", "model_bytes", "max_rss_mb")}
+    student = None
+    if student_paths:  # its own process; its rows' cosines are to its own SavedModel
+        student = common.run_worker(sys.executable, "tfsent_worker.py",
+                                    ["--mode=serve_student", f"--student={FLAGS.student}",
+                                     "--serve_paths=" + ",".join(student_paths)] + shared,
+                                    what="the student's serving")
     peers = {}
     for backend in backends:
         peers[backend] = common.run_worker(peer_python, "peer_serve.py",
@@ -222,11 +250,27 @@ def main(argv):
     cosines = {name: min_cosine(reference, emb) for name, emb in ours["embeddings"].items()}
     cosines.update({f"st_{b}": min_cosine(reference, p["embeddings"]) for b, p in
                     peers.items()})
+    student_cosines = {}
+    if student:
+        layers = student["student"]["num_layers"]
+        paths += [(f"{STUDENT_LABELS[name]} ({layers} layers)", student["scenarios"][name])
+                  for name in student["scenarios"]]
+        student_cosines = {name: min_cosine(student["embeddings"]["student_savedmodel"], emb)
+                           for name, emb in student["embeddings"].items()}
     result = {
         "tfsent": {k: v for k, v in ours.items() if k != "embeddings"},
         "peers": {b: {k: v for k, v in p.items() if k != "embeddings"} for b, p in
                   peers.items()},
         "min_cosine_to_tfsent_savedmodel": cosines,
+        **({"student": {k: v for k, v in student.items() if k != "embeddings"},
+            "min_cosine_to_student_savedmodel": student_cosines,
+            # p50 of the student over the teacher's row of the same runtime
+            "student_vs_teacher_p50_ratio": {
+                name: {key: student["scenarios"][name][key]["p50_ms"]
+                       / ours["scenarios"][name[len("student_"):]][key]["p50_ms"]
+                       for key in ("b1_c1", "b8_c1")}
+                for name in student["scenarios"]
+                if name[len("student_"):] in ours["scenarios"]}} if student else {}),
         "same_checkpoint": all(p["checkpoint_sha256"] == ours["checkpoint_sha256"]
                                for p in peers.values()),
         "settings": {"n": ours["n_sentences"], "data": data, "max_seq_length":
@@ -301,6 +345,12 @@ def main(argv):
                   f"{prof['traced_wall_ms']:.2f} ms")
     print("lowest cosine to tfsent's SavedModel (first 8 sentences): " + ", ".join(
         f"{k} {v:.6f}" for k, v in cosines.items()))
+    if student:
+        print("lowest cosine to the student's SavedModel: " + ", ".join(
+            f"{k} {v:.6f}" for k, v in student_cosines.items()))
+        print("student / teacher p50, same runtime: " + "; ".join(
+            f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
+            for name, ratios in result["student_vs_teacher_p50_ratio"].items()))
     if warning:
         print(f"warning: {warning}")
     print(f"wrote {FLAGS.json}")

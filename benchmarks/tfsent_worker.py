@@ -38,6 +38,11 @@ its memory high-water mark (ru_maxrss) belongs to that measurement alone.
           truncation at --max_seq_length, padding to the longest row) and run by
           ai-edge-litert's Interpreter (XNNPACK, --litert_threads threads; one Interpreter
           per calling thread, as a server's workers would each hold one).
+  serve_student
+          serve_latency.py's student rows: the encoder folder --student (e.g. a
+          `--method=distill` run's export) exported and timed as `serve` times minilm-l6
+          (SavedModel serving_default; onnx fp32 / int8 in ONNX Runtime): rows
+          student_savedmodel, student_onnx, student_onnx_int8 (--serve_paths).
 """
 
 import os
@@ -51,7 +56,7 @@ import common  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", None, ["train", "profile", "encode", "peak", "gemm", "serve",
-                                  "serve_litert"],
+                                  "serve_litert", "serve_student"],
                   "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
@@ -77,6 +82,7 @@ flags.DEFINE_list("serve_paths", ["savedmodel", "savedmodel_tf1", "savedmodel_xl
                   "serve: the rows to time (serve_latency.py's tfsent --paths names).")
 flags.DEFINE_integer("op_profile_calls", 50, "serve: batch-1 requests traced op by op in "
                      "the TF1 session (0: no op profile).")
+flags.DEFINE_string("student", None, "serve_student: the student's encoder folder.")
 flags.DEFINE_integer("litert_threads", 0, "serve_litert: threads of each LiteRT "
                      "Interpreter (0: one per CPU core).")
 
@@ -339,14 +345,7 @@ def serve_mode():
     paths = FLAGS.serve_paths
     result = {"n_sentences": len(sentences), "scenarios": {}, "embeddings": {}}
     k = FLAGS.keep_embeddings
-
-    def measure(name, call):
-        result["embeddings"][name] = np.asarray(call(sentences[:k])).tolist()
-        result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
-                                                           FLAGS.warmup_calls)
-        print(f"[tfsent_worker] {name}: " + ", ".join(
-            f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in result["scenarios"][name].items()),
-            file=sys.stderr, flush=True)
+    measure = _measurer(result, sentences, scenarios)
 
     def saved_model_call(path):
         serve = tf.saved_model.load(path).signatures["serving_default"]
@@ -408,6 +407,23 @@ def serve_mode():
     return result
 
 
+def _measurer(result, sentences, scenarios):
+    """measure(name, call): keeps the first --keep_embeddings embeddings of `call` and its
+    serving scenarios' timings in `result` under row `name`, and logs the p50s."""
+    import numpy as np
+
+    def measure(name, call):
+        result["embeddings"][name] = np.asarray(
+            call(sentences[:FLAGS.keep_embeddings])).tolist()
+        result["scenarios"][name] = common.measure_serving(call, sentences, scenarios,
+                                                           FLAGS.warmup_calls)
+        print(f"[tfsent_worker] {name}: " + ", ".join(
+            f"{s}: p50 {m['p50_ms']:.1f} ms" for s, m in result["scenarios"][name].items()),
+            file=sys.stderr, flush=True)
+
+    return measure
+
+
 def _onnx_rows(encoder, directory, names, measure):
     """tfsent's onnx export (fp32, and int8 for `onnx_int8`) in ONNX Runtime, each request
     tokenized by the exported tokenizer.json (Hugging Face `tokenizers`, as an ORT user
@@ -418,7 +434,7 @@ def _onnx_rows(encoder, directory, names, measure):
 
     from tfsent.formats import onnx as onnx_format
 
-    onnx_format.export_onnx(encoder, directory, pooling="mean",
+    onnx_format.export_onnx(encoder, directory, pooling=encoder.pooling,
                             quantize=("int8",) if "onnx_int8" in names else (),
                             max_seq_length=FLAGS.max_seq_length)
     tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
@@ -440,6 +456,56 @@ def _onnx_rows(encoder, directory, names, measure):
         measure(name, call)
     return {"onnxruntime": ort.__version__, "files": [files[n] for n in names],
             "intra_op_threads": "onnxruntime default"}
+
+
+def serve_student_mode():
+    """Times the student encoder's SavedModel and onnx exports, as serve_mode times
+    minilm-l6's; returns the result (embeddings keyed by row, the student's size)."""
+    import shutil
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    from tfsent.encoders import load_encoder
+    from tfsent.saved_model import export_encoder
+
+    sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
+    encoder = load_encoder(FLAGS.student, max_seq_length=FLAGS.max_seq_length)
+    scenarios = common.serving_scenarios(FLAGS.calls, FLAGS.throughput_calls,
+                                         FLAGS.throughput_batch)
+    result = {"n_sentences": len(sentences), "scenarios": {}, "embeddings": {},
+              "student": {"path": os.path.abspath(FLAGS.student),
+                          "num_layers": encoder.num_layers, "hidden_dim": encoder.hidden_dim,
+                          "pooling": encoder.pooling,
+                          "parameters": int(encoder.backbone.count_params())}}
+    k = FLAGS.keep_embeddings
+    measure = _measurer(result, sentences, scenarios)
+
+    tmp = tempfile.mkdtemp(prefix="tfsent-bench-student-")
+    try:
+        serve = tf.saved_model.load(export_encoder(
+            encoder, os.path.join(tmp, "savedmodel"), pooling=encoder.pooling,
+            max_seq_length=FLAGS.max_seq_length)).signatures["serving_default"]
+
+        def saved_model(batch):
+            return serve(sentences=tf.constant(batch))["embedding"].numpy()
+
+        if "student_savedmodel" in FLAGS.serve_paths:
+            measure("student_savedmodel", saved_model)
+        else:  # the reference of the onnx rows' cosine
+            result["embeddings"]["student_savedmodel"] = np.asarray(
+                saved_model(sentences[:k])).tolist()
+        onnx_paths = [p for p in ("onnx", "onnx_int8") if f"student_{p}" in FLAGS.serve_paths]
+        if onnx_paths:
+            result["onnx"] = _onnx_rows(
+                encoder, os.path.join(tmp, "onnx"), onnx_paths,
+                lambda name, call: measure(f"student_{name}", call))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.update({"max_rss_mb": round(common.max_rss_mb(), 1), "tensorflow": tf.__version__})
+    return result
 
 
 def serve_litert_mode():
@@ -634,10 +700,13 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if FLAGS.mode is None:
         raise app.UsageError("--mode is required (train, profile, encode, peak, gemm, "
-                             "serve or serve_litert)")
-    if FLAGS.mode in ("train", "profile", "encode", "serve", "serve_litert") and not FLAGS.data:
+                             "serve, serve_litert or serve_student)")
+    if FLAGS.mode in ("train", "profile", "encode", "serve", "serve_litert",
+                      "serve_student") and not FLAGS.data:
         raise app.UsageError("--data is required for --mode=train/profile/encode/serve/"
-                             "serve_litert")
+                             "serve_litert/serve_student")
+    if FLAGS.mode == "serve_student" and not FLAGS.student:
+        raise app.UsageError("--student is required for --mode=serve_student")
     if FLAGS.mode == "train" and FLAGS.steps <= FLAGS.warmup_steps:
         raise app.UsageError(f"--steps ({FLAGS.steps}) must exceed --warmup_steps "
                              f"({FLAGS.warmup_steps})")
@@ -646,7 +715,8 @@ def main(argv):
     result = {"train": train_mode, "profile": profile_mode, "encode": encode_mode,
               "peak": peak_mode,
               "gemm": gemm_mode, "serve": serve_mode,
-              "serve_litert": serve_litert_mode}[FLAGS.mode]()
+              "serve_litert": serve_litert_mode,
+              "serve_student": serve_student_mode}[FLAGS.mode]()
     result["load_average"] = common.load_average()
     common.emit_result(result)
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, minilm_or_skip
+from conftest import REPO, minilm_or_skip, shared_data_or_skip
 
 BENCH = os.path.join(REPO, "benchmarks")
 sys.path.insert(0, BENCH)
@@ -192,6 +192,61 @@ def test_serve_latency_paths_pick_rows(tmp_path):
     assert "TF1 session" in r.stdout and "tfsent SavedModel, XLA" not in r.stdout
 
 
+def test_serve_latency_student_rows_beside_the_teacher(tmp_path, tiny_encoder_dir):
+    """--student=DIR: the student's rows run in their own process, their cosine is to the
+    student's own SavedModel, and the JSON has student / teacher p50 per runtime."""
+    minilm_or_skip()
+    onnx = importlib.util.find_spec("onnxruntime") is not None
+    rows = ["savedmodel", "student_savedmodel"] + (["onnx", "student_onnx"] if onnx else [])
+    out = tmp_path / "serve.json"
+    r = _run("serve_latency.py", f"--paths={','.join(rows)}", f"--student={tiny_encoder_dir}",
+             "--n=8", "--calls=2", "--throughput_calls=1", "--throughput_batch=8",
+             "--warmup_calls=0", "--max_seq_length=16", "--matmul_size=64",
+             "--op_profile_calls=0", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    student_rows = [p for p in rows if p.startswith("student_")]
+    assert set(result["student"]["scenarios"]) == set(student_rows)
+    assert result["student"]["student"]["num_layers"] == 2  # the tiny encoder's
+    assert all(result["min_cosine_to_student_savedmodel"][p] >= 0.9999 for p in student_rows)
+    ratios = result["student_vs_teacher_p50_ratio"]
+    assert set(ratios) == set(student_rows)
+    for name, by_batch in ratios.items():
+        teacher = result["tfsent"]["scenarios"][name[len("student_"):]]
+        student = result["student"]["scenarios"][name]
+        assert by_batch["b1_c1"] == pytest.approx(
+            student["b1_c1"]["p50_ms"] / teacher["b1_c1"]["p50_ms"])
+    assert "student SavedModel (2 layers)" in r.stdout
+
+
+def test_export_quality_keeps_fp32_and_reports_int8_retention(tmp_path, tiny_encoder_dir):
+    """export_quality.py on a tiny encoder and STS-B test: the fp32 ONNX / LiteRT exports
+    give `encode`'s embeddings (cosine) and so its Spearman, int8 a figure of its own, with
+    its retention. (A random tiny model's cosines are all close together, so rounding
+    noise moves its Spearman by a few hundredths; minilm-l6's fp32 rows match to 0.01.)"""
+    sts_b = shared_data_or_skip("STS", "STSBenchmark")
+    formats = [f for f, module in (("onnx", "onnxruntime"), ("onnx_int8", "onnxruntime"),
+                                   ("litert_fp32", "ai_edge_litert"))
+               if importlib.util.find_spec(module) is not None]
+    if not formats:
+        pytest.skip("needs onnxruntime or ai-edge-litert (tfsent[onnx] / tfsent[litert])")
+    out = tmp_path / "quality.json"
+    r = _run("export_quality.py", f"--model={tiny_encoder_dir}", f"--formats={','.join(formats)}",
+             f"--data_dir={os.path.dirname(os.path.dirname(sts_b))}", "--tasks=STSBenchmark",
+             "--max_seq_length=16", "--batch_size=64", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    encode = result["spearman"]["encode"]["STSBenchmark"]
+    for name in formats:
+        retained = result["retention_percent"][name]["STSBenchmark"]
+        assert retained == pytest.approx(
+            100 * result["spearman"][name]["STSBenchmark"] / encode)
+        if not name.endswith("int8"):
+            assert result["spearman"][name]["STSBenchmark"] == pytest.approx(encode, abs=0.5)
+            assert result["cosine_to_encode"][name]["min_cosine"] > 0.9999
+    assert result["machine"]["cores"] >= 1 and "encode (TF)" in r.stdout
+
+
 def test_op_profile_grouping_hand_case():
     assert common.op_type_of("x/MatMul = _MklNativeFusedMatMul(a, b, c)", "x/MatMul") == \
         "_MklNativeFusedMatMul"
@@ -294,6 +349,10 @@ def test_peer_quantization_config_follows_the_isa():
     ("serve_latency.py", ["--paths=savedmodel", "--backends=onnx", "--json=JSON"],
      "--backends"),
     ("serve_latency.py", ["--paths=st_onnx", "--skip_peer", "--json=JSON"], "--skip_peer"),
+    ("serve_latency.py", ["--paths=student_onnx", "--json=JSON"], "--student"),
+    ("serve_latency.py", ["--student=/nonexistent", "--json=JSON"], "--student"),
+    ("export_quality.py", ["--formats=onnx,tensorrt", "--json=JSON"], "--formats"),
+    ("export_quality.py", ["--data_dir=/nonexistent", "--json=JSON"], "--data_dir"),
     ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
     ("retrieval_scale.py", ["--kinds=float32,pq", "--json=JSON"], "--kinds"),
 ])
