@@ -23,6 +23,7 @@ TFSENT_COMMANDS = ("train", "evaluate", "export", "mine", "index")
 FOREIGN_FLAGS = {
     "no-deps": "pip install",
     "dist": "pytest-xdist",
+    "durations": "pytest",
     "xla_cpu_compilation_enabled": "TF Serving's tensorflow_model_server",
     "enable_batching": "TF Serving's tensorflow_model_server",
     "batching_parameters_file": "TF Serving's tensorflow_model_server",
