@@ -527,3 +527,17 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
     again = retrieval.evaluate_retrieval(exported, split, query_prompt="query: ",
                                document_prompt="passage: ", verbose=0)
     assert again["ndcg@10"] == pytest.approx(metrics["exported"]["score"], abs=1e-3)
+    assert exported.prompts == {"query_prompt": "query: ", "document_prompt": "passage: "}
+    # tfsent.evaluate on the export: its own prompts without a flag; explicit empty flags
+    # evaluate without them.
+    plain = retrieval.evaluate_retrieval(exported, split, verbose=0)
+    for extra, want in (([], again), (["--query_prompt=", "--document_prompt="], plain)):
+        out = tmp_path / f"eval{len(extra)}.json"
+        r = subprocess.run([sys.executable, "-m", "tfsent.evaluate",
+                            f"--model={metrics['export']}", f"--tasks=beir:{folder}:dev",
+                            f"--output_json={out}", *extra], capture_output=True, text=True,
+                           cwd=REPO, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (got,) = [v for v in json.loads(out.read_text()).values() if isinstance(v, dict)]
+        assert got["ndcg@10"] == pytest.approx(want["ndcg@10"], abs=1e-6), extra
+        assert ("using the prompts it was exported with" in r.stderr) == (not extra)

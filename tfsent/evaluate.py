@@ -34,7 +34,9 @@ Hamming on the binary ones).
                                  {qid: {docid: score}} JSON when PATH ends with .json; with
                                  several beir tasks one file per task, the folder name and
                                  split put before the extension (run.climate-fever.test.trec)
-  --query_prompt, --document_prompt   text put before each query / document (E5: "query: ")
+  --query_prompt, --document_prompt   text put before each query / document (E5: "query: ");
+                                 without either, an exported SavedModel's own prompts
+                                 (those it was trained and exported with) apply
 
 `--plots_dir` (needs the `plots` extra, matplotlib) writes PNGs: per STS task a scatter
 of gold score vs cosine (`sts_TASK.png`, one panel per model), a histogram of the cosines
@@ -144,8 +146,8 @@ def _evaluate_from_flags():
         encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
                                       FLAGS.batch_size)
     all_results, tables = {}, {}
-    prompts = {"query_prompt": FLAGS.query_prompt, "document_prompt": FLAGS.document_prompt}
     for i, (label, enc) in enumerate(encoders.items()):
+        prompts = _prompts(enc.encoder, label, bool(retrieval))
         runs = run_files if i == 0 else None  # --run_file: --model's (first variant's) run
         if dims == (None,) and not quantizations:
             all_results[label] = _checked(run_tasks(enc, FLAGS.data_dir, tasks, FLAGS.mode,
@@ -210,6 +212,21 @@ def _run_file_flags(retrieval):
         if FLAGS.output_json and os.path.abspath(path) == os.path.abspath(FLAGS.output_json):
             raise ConfigError(f"--run_file and --output_json both name {path}")
     return paths
+
+
+def _prompts(encoder, label, retrieval):
+    """The retrieval prompts of one model: --query_prompt / --document_prompt when either is
+    given (an empty value included), else those an export was written with (logged)."""
+    given = flags.FLAGS
+    if given["query_prompt"].present or given["document_prompt"].present:
+        return {"query_prompt": given.query_prompt, "document_prompt": given.document_prompt}
+    stored = getattr(encoder, "prompts", None) or {}
+    if retrieval and any(stored.values()):
+        logging.info("%s: using the prompts it was exported with (query %r, document %r); "
+                     "--query_prompt= --document_prompt= evaluates without them", label,
+                     stored["query_prompt"], stored["document_prompt"])
+        return dict(stored)
+    return {"query_prompt": "", "document_prompt": ""}
 
 
 def _variant_flags():

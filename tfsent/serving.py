@@ -69,6 +69,18 @@ class SavedModelEncoder:
                              "shape and no hidden_dim in its metadata)", path=path) from None
 
     @property
+    def prompts(self):
+        """{"query_prompt", "document_prompt"} the export was written with (its metadata;
+        "" for each when absent, as in exports older than the prompts)."""
+        path = os.path.join(self.path, "assets.extra", METADATA_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            meta = {}
+        return {key: str(meta.get(key) or "") for key in ("query_prompt", "document_prompt")}
+
+    @property
     def quantized_outputs(self):
         """The quantizations this export serves ("int8", "binary")."""
         outputs = self._serve.structured_outputs
