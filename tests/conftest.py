@@ -169,3 +169,31 @@ def serve_in_fresh_process(path, sentences):
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
+
+
+def build_tiny_method(kind, strategy, weights=None):
+    """A tiny method (`kind`: unsup | sup | pairs | cmlm | supcon) built under `strategy`,
+    compiled with SGD(0.5) without XLA, its optimizer built, its trainable weights set to
+    `weights` when given: the two sides of the 2-replica equality tests."""
+    import keras
+
+    from tfsent.methods import CMLMCSE, RetrievalSimCSE, SimCSE, SupConSBERT
+    from tfsent.testing import tiny_encoder
+
+    with strategy.scope():
+        enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=0)
+        if kind == "supcon":
+            model = SupConSBERT(enc, scl_weight=0.5, temperature=1.0)
+        elif kind == "cmlm":
+            model = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, fusion_dropout=0.0,
+                            mlm_weight=0.5, temperature=0.05)
+        elif kind == "pairs":
+            model = RetrievalSimCSE(enc, temperature=0.05)
+        else:
+            model = SimCSE(enc, temperature=0.05, supervised=(kind == "sup"))
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+        model.optimizer.build(model.trainable_variables)
+    if weights is not None:
+        for v, w in zip(model.trainable_variables, weights):
+            v.assign(w)
+    return model

@@ -7,18 +7,16 @@ import os
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB
+from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method
 from tfsent.config import Recipe, build_config
 from tfsent.data.mixture import SourceMixture, SourceSampler, parse_sources
 from tfsent.encoders import SentenceTokenizer
 from tfsent.errors import ConfigError, InputError
-from tfsent.methods import SimCSE, get_method
-from tfsent.testing import tiny_encoder
+from tfsent.methods import get_method
 
 # Three sources told apart by one marker word that only their sentences hold.
 VERBS = ["plays", "runs", "sits", "eats food", "reads a book", "swims", "sleeps",
@@ -154,25 +152,14 @@ def test_two_replicas_match_one_replica(mirrored_strategy):
     replica runs under OneDeviceStrategy: under any strategy Keras' fit reads a first
     batch from a separate iterator to build the model, so training reads the pipeline's
     second iteration (another shuffle of each source) -- the same on both sides here."""
-    def build(strategy, weights=None):
-        with strategy.scope():
-            enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=0)
-            model = SimCSE(enc, temperature=0.05)
-            model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
-            model.optimizer.build(model.trainable_variables)
-        if weights is not None:
-            for v, w in zip(model.trainable_variables, weights):
-                v.assign(w)
-        return model
-
-    single = build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    single = build_tiny_method("unsup", tf.distribute.OneDeviceStrategy("/cpu:0"))
     init = [v.numpy() for v in single.trainable_variables]
     def dataset():
         return SourceMixture(["man", "dog"], [MAN, DOG], seed=1).dataset(
             "sentences", single.encoder.tokenizer, 8)
 
     h1 = single.fit(dataset(), epochs=1, steps_per_epoch=3, verbose=0).history
-    mirrored = build(mirrored_strategy, init)
+    mirrored = build_tiny_method("unsup", mirrored_strategy, init)
     assert mirrored.distribute_strategy.num_replicas_in_sync == 2
     h2 = mirrored.fit(dataset(), epochs=1, steps_per_epoch=3, verbose=0).history
     np.testing.assert_allclose(h1["loss"], h2["loss"], rtol=1e-5, atol=1e-5)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_VOCAB, minilm_or_skip, TINY_RUN_FLAGS
+from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method, minilm_or_skip
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
-from tfsent.methods import CMLMCSE, RetrievalSimCSE, SimCSE, SupConSBERT
+from tfsent.methods import SimCSE
 
 SENTS = ["a man plays a guitar", "a woman sits on the mat", "the dog runs in the park",
          "a child reads a book", "the cat sleeps", "a man rides a red bike",
@@ -24,26 +24,6 @@ POS = ["a man plays music", "a woman is on the mat", "a dog runs", "the child re
        "a cat sleeps on the mat", "a man rides a bike", "a woman eats", "a big tree"]
 NEG = ["a woman sleeps", "a man drives a car", "the cat swims", "a dog eats food",
        "the child runs", "a woman reads a book", "the man sits", "a small house"]
-
-
-def _build(kind, strategy, weights=None):
-    with strategy.scope():
-        enc = tiny_encoder(TINY_VOCAB, max_seq_length=12, dropout=0.0, seed=0)
-        if kind == "supcon":
-            model = SupConSBERT(enc, scl_weight=0.5, temperature=1.0)
-        elif kind == "cmlm":
-            model = CMLMCSE(enc, extractor_layers=1, fusion_layers=1, fusion_dropout=0.0,
-                            mlm_weight=0.5, temperature=0.05)
-        elif kind == "pairs":
-            model = RetrievalSimCSE(enc, temperature=0.05)
-        else:
-            model = SimCSE(enc, temperature=0.05, supervised=(kind == "sup"))
-        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
-        model.optimizer.build(model.trainable_variables)
-    if weights is not None:
-        for v, w in zip(model.trainable_variables, weights):
-            v.assign(w)
-    return model
 
 
 def _batch(kind, tokenizer):
@@ -71,12 +51,12 @@ def mirrored_strategy():
 @pytest.mark.parametrize("kind", ["unsup", "sup", "pairs", "cmlm", "supcon"])
 def test_two_replicas_match_one_replica(kind, mirrored_strategy):
     """One step on a global batch of 8: 2 replicas x 4 == 1 replica x 8 (loss and weights)."""
-    single = _build(kind, tf.distribute.get_strategy())
+    single = build_tiny_method(kind, tf.distribute.get_strategy())
     init = [v.numpy() for v in single.trainable_variables]
     batch = _batch(kind, single.encoder.tokenizer)
     ds = tf.data.Dataset.from_tensors(batch)
     h1 = single.fit(ds, epochs=1, steps_per_epoch=1, verbose=0).history
-    mirrored = _build(kind, mirrored_strategy, init)
+    mirrored = build_tiny_method(kind, mirrored_strategy, init)
     assert mirrored.distribute_strategy.num_replicas_in_sync == 2
     h2 = mirrored.fit(ds, epochs=1, steps_per_epoch=1, verbose=0).history
     for key in set(h1) - {"grad_norm"}:  # grad_norm is per replica (see SentenceMethod)

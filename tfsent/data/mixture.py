@@ -39,7 +39,7 @@ from tfsent.data import pipelines
 from tfsent.errors import ConfigError, InputError
 
 SAMPLINGS = ("proportional", "round_robin")
-_BLOCK = 4096  # choices drawn per numpy call (the stream does not depend on it)
+_BLOCK = 4096  # choices drawn per numpy call (block i: its own seeded generator)
 _CHOICE_SALT = 0x5EED  # keeps the choice stream apart from the sources' shuffles
 # Kinds whose rows are (anchor, positive, negative_1..negative_N): N is the row width - 2.
 ROW_KINDS = ("triplets", "pairs")
@@ -147,25 +147,23 @@ class SourceSampler:
         self.sampling = sampling
         self.seed = int(seed)
 
-    def _blocks(self):
-        """Blocks of _BLOCK choices, forever."""
+    def block(self, index):
+        """Draws index * _BLOCK ... (index + 1) * _BLOCK - 1 of the stream as an int64 array:
+        a pure function of (seed, index), so any number of readers (Keras' iterators,
+        tf.distribute's replicas) see the same stream without sharing a generator."""
+        index = int(index)
         if self.sampling == "round_robin":
-            block = np.arange(_BLOCK, dtype=np.int64) % self.n_sources
-            offset = 0
-            while True:
-                yield (block + offset) % self.n_sources
-                offset = (offset + _BLOCK) % self.n_sources
-        rng = np.random.default_rng([self.seed, _CHOICE_SALT])
-        while True:
-            yield rng.choice(self.n_sources, size=_BLOCK, p=self.probabilities).astype(np.int64)
+            return (np.arange(_BLOCK, dtype=np.int64) + index * _BLOCK) % self.n_sources
+        rng = np.random.default_rng([self.seed, _CHOICE_SALT, index])
+        return rng.choice(self.n_sources, size=_BLOCK, p=self.probabilities).astype(np.int64)
 
     def blocks(self, start=0):
-        """The stream from draw `start` on, in int64 arrays (for `from_generator`)."""
-        first_block, offset = divmod(start, _BLOCK)
-        for b, block in enumerate(self._blocks()):
-            if b < first_block:
-                continue
-            yield block[offset:] if b == first_block else block
+        """The stream from draw `start` on, in int64 arrays, forever."""
+        index, offset = divmod(start, _BLOCK)
+        yield self.block(index)[offset:]
+        while True:
+            index += 1
+            yield self.block(index)
 
     def choices(self, count, start=0):
         """The `count` draws from draw `start` on, as an int64 array."""
@@ -188,10 +186,15 @@ class SourceSampler:
         return [int(c) for c in counts]
 
     def dataset(self, start=0):
-        """The stream from draw `start` on as a tf.data.Dataset of int64 scalars."""
-        return tf.data.Dataset.from_generator(
-            lambda: self.blocks(start),
-            output_signature=tf.TensorSpec([None], tf.int64)).unbatch()
+        """The stream from draw `start` on as a tf.data.Dataset of int64 scalars (each block
+        computed from its index, no Python generator state)."""
+        index, offset = divmod(start, _BLOCK)
+
+        def block(i):
+            out = tf.numpy_function(self.block, [i], tf.int64, stateful=False)
+            return tf.ensure_shape(out, [_BLOCK])
+
+        return (tf.data.Dataset.range(index, 2 ** 62).map(block).unbatch().skip(offset))
 
 
 class SourceMixture:
