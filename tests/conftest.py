@@ -1,6 +1,7 @@
 """Test setup: two logical CPU devices (for MirroredStrategy tests), quiet TF logs, and
 shared fixtures (a tiny vocabulary and a tiny encoder saved as a tfsent directory)."""
 
+import itertools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -197,3 +198,29 @@ def build_tiny_method(kind, strategy, weights=None):
         for v, w in zip(model.trainable_variables, weights):
             v.assign(w)
     return model
+
+
+_COLLECTIVE_KEY_BASES = itertools.count(1)
+
+
+def mirrored_cpu_strategy(cross_device_ops=None):
+    """A 2-replica MirroredStrategy on the two logical CPUs with collective keys of its own.
+
+    Every MirroredStrategy numbers its collective groups from `_collective_key_base` (0
+    unless set; TensorFlow's knob for tests), so two instances in one process reuse the same
+    (group, instance) keys, and the second one's all-gather aborts with "Shape mismatch in
+    the collective instance" (a pytest-xdist worker runs several test files). Each strategy
+    made here starts its group keys 10,000 after the previous one."""
+    cls = tf.distribute.MirroredStrategy
+    previous = cls._collective_key_base
+    cls._collective_key_base = 10_000 * next(_COLLECTIVE_KEY_BASES)
+    try:
+        return cls(["/cpu:0", "/cpu:1"], cross_device_ops=cross_device_ops)
+    finally:
+        cls._collective_key_base = previous
+
+
+@pytest.fixture(scope="module")
+def mirrored_strategy():
+    """One 2-replica strategy per test module (see `mirrored_cpu_strategy`)."""
+    return mirrored_cpu_strategy()

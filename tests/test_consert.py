@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, mirrored_cpu_strategy
 from method_harness import MethodHarness
 from tfsent import losses
 from tfsent.data import pipelines
@@ -438,8 +438,7 @@ def test_joint_two_replicas_match_one_replica():
     logged losses and weights as 1 x 8 (premise and hypothesis views are gathered apart).
     Views `none` and encoder dropout 0: deterministic (augmentation seeds depend on the
     replica). ReductionToOneDevice: see tests/test_scd.py's mirrored_strategy."""
-    mirrored = tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    mirrored = mirrored_cpu_strategy(tf.distribute.ReductionToOneDevice())
     rows = ROWS[:8]
     results = []
     init = None

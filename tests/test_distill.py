@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import (PROBE, REPO, SENTENCES, TINY_RUN_FLAGS, TINY_VOCAB,
-                      serve_in_fresh_process)
+                      mirrored_cpu_strategy, serve_in_fresh_process)
 from hf_checkpoints import FAMILIES
 from method_harness import MethodHarness
 from tfsent.encoders import load_encoder
@@ -143,8 +143,7 @@ def test_two_replicas_match_one_replica():
     x 4 == 1 replica x 8 in the logged losses and every weight (the MSE is a global mean,
     the InfoNCE runs on gathered embeddings). ReductionToOneDevice: see
     tests/test_scd.py's mirrored_strategy."""
-    mirrored = tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    mirrored = mirrored_cpu_strategy(tf.distribute.ReductionToOneDevice())
     teacher = tiny_encoder(TINY_VOCAB, num_layers=2, max_seq_length=MAX_LEN, seed=1)
     sentences = SENTENCES[:8]
     batch = {"features": teacher.tokenizer(sentences),

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, mirrored_cpu_strategy
 from tfsent import mine
 from tfsent.errors import ConfigError, InputError
 
@@ -334,8 +334,7 @@ def test_simcse_sup_on_n_tuples_two_replicas_match_one():
     single = build(tf.distribute.get_strategy())
     init = [v.numpy() for v in single.weights]
     h1 = single.fit(N_TUPLES, batch_size=4, shuffle=False, verbose=0).history
-    mirrored = build(tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()), init)
+    mirrored = build(mirrored_cpu_strategy(tf.distribute.ReductionToOneDevice()), init)
     assert mirrored.distribute_strategy.num_replicas_in_sync == 2
     h2 = mirrored.fit(N_TUPLES, batch_size=4, shuffle=False, verbose=0).history
     np.testing.assert_allclose(h1["loss"], h2["loss"], rtol=1e-5)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, mirrored_cpu_strategy
 from method_harness import MethodHarness
 from tfsent.config import BASE_DEFAULTS, build_config
 from tfsent.data import pipelines
@@ -266,13 +266,10 @@ class _DistinctViewsSCD(SCD):
 
 @pytest.fixture(scope="module")
 def mirrored_strategy():
-    """2 logical CPUs. ReductionToOneDevice: MirroredStrategy's default CPU all-reduce uses
-    collective ops whose keys collide with another MirroredStrategy instance in the same
-    process (test_training.py has its own, so the full suite aborted with a collective
-    shape mismatch); reducing through one device issues no collective ops. The gradient
-    reduction is still a sum over replicas, which is all the equivalence depends on."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
-                                          cross_device_ops=tf.distribute.ReductionToOneDevice())
+    """2 logical CPUs, reducing through one device (no collective all-reduce); its own
+    collective keys all the same (conftest.mirrored_cpu_strategy). The gradient reduction is
+    still a sum over replicas, which is all the equivalence depends on."""
+    return mirrored_cpu_strategy(tf.distribute.ReductionToOneDevice())
 
 
 def _build_for_equivalence(cls, strategy, weights=None):

@@ -42,12 +42,6 @@ def _batch(kind, tokenizer):
     return next(iter(ds))
 
 
-@pytest.fixture(scope="module")
-def mirrored_strategy():
-    """One MirroredStrategy per process: several instances share collective keys and abort."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
 @pytest.mark.parametrize("kind", ["unsup", "sup", "pairs", "cmlm", "supcon"])
 def test_two_replicas_match_one_replica(kind, mirrored_strategy):
     """One step on a global batch of 8: 2 replicas x 4 == 1 replica x 8 (loss and weights)."""
