@@ -60,24 +60,31 @@ class SavedModelEncoder:
         dim = self._serve.structured_outputs["embedding"].shape[-1]
         if dim is not None:
             return int(dim)
-        path = os.path.join(self.path, "assets.extra", METADATA_FILE)
         try:
-            with open(path, encoding="utf-8") as f:
-                return int(json.load(f)["hidden_dim"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return int(self._metadata()["hidden_dim"])
+        except (KeyError, TypeError, ValueError):
             raise InputError("the SavedModel's embedding width is unknown (no static output "
-                             "shape and no hidden_dim in its metadata)", path=path) from None
+                             "shape and no hidden_dim in its metadata)",
+                             path=self._metadata_path) from None
+
+    @property
+    def _metadata_path(self):
+        return os.path.join(self.path, "assets.extra", METADATA_FILE)
+
+    def _metadata(self):
+        """The export's tfsent metadata ({} when it has none or it does not parse)."""
+        try:
+            with open(self._metadata_path, encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
 
     @property
     def prompts(self):
         """{"query_prompt", "document_prompt"} the export was written with (its metadata;
         "" for each when absent, as in exports older than the prompts)."""
-        path = os.path.join(self.path, "assets.extra", METADATA_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            meta = {}
+        meta = self._metadata()
         return {key: str(meta.get(key) or "") for key in ("query_prompt", "document_prompt")}
 
     @property
