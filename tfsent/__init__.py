@@ -9,4 +9,8 @@ loop, select, export, serve): docs/architecture.md.
 
 __version__ = "0.1.0"
 
+from tfsent import _moved  # noqa: E402
+
+_moved.install()  # old module names (tfsent._moved.MOVED) keep importing
+
 from tfsent import callbacks, encoders, layers, methods  # noqa: E402,F401

@@ -32,3 +32,38 @@ def fail(error):
     logging.error("%s", error)
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
+
+
+# The encoder every command starts from when --model is not given (and the training
+# config's `encoder` default): one place.
+DEFAULT_MODEL = "minilm-l6"
+
+
+def define_model_flags(flag_values=None, *, what="Encoder", savedmodel=False,
+                       prompts=True, batch_size=64):
+    """Defines the flags every command that loads a model shares, with one meaning each:
+    --model, --pooling, --max_seq_length (both default to the model's own setting: a
+    sentence-transformers folder's Pooling module and max_seq_length, a tfsent encoder
+    folder's, an export's), --batch_size, and (`prompts`) --query_prompt /
+    --document_prompt (default: the prompts the model was saved with, if any)."""
+    from absl import flags
+    fv = {} if flag_values is None else {"flag_values": flag_values}
+    loads = "anything tfsent.encoders.load_encoder takes" + (
+        ", or an exported SavedModel directory" if savedmodel else "")
+    flags.DEFINE_string("model", DEFAULT_MODEL, f"{what}: a preset name, a Hugging Face or "
+                        f"sentence-transformers folder, a tfsent encoder folder or "
+                        f"{DEFAULT_MODEL} ({loads}).", **fv)
+    flags.DEFINE_string("pooling", None, "Pooling (default: the model's own, e.g. a "
+                        "sentence-transformers Pooling module; else mean).", **fv)
+    flags.DEFINE_integer("max_seq_length", None, "Truncation length in tokens, special "
+                         "tokens included (default: the model's own, e.g. 256 for "
+                         f"{DEFAULT_MODEL}; else 128).", lower_bound=1, **fv)
+    flags.DEFINE_integer("batch_size", batch_size, "Texts per encoding batch.",
+                         lower_bound=1, **fv)
+    if prompts:
+        flags.DEFINE_string("query_prompt", None, "Text put before each query (default: "
+                            "the model's own query prompt, if it was saved with one; "
+                            "--query_prompt= for none).", **fv)
+        flags.DEFINE_string("document_prompt", None, "Text put before each document "
+                            "(default: the model's own document prompt, if any; "
+                            "--document_prompt= for none).", **fv)
