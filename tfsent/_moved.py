@@ -18,6 +18,12 @@ import warnings
 # {old module name: new module name}. One section per stage; keep the sections apart.
 MOVED = {
     # --- training (tfsent/training/) ---
+    "tfsent.callbacks": "tfsent.training.callbacks",
+    "tfsent.config": "tfsent.training.config",
+    "tfsent.selection": "tfsent.training.selection",
+    "tfsent.optimizers": "tfsent.training.optimizers",
+    "tfsent.distribute": "tfsent.training.distribute",  # its gathers: tfsent.methods.replicas
+    "tfsent.grad_cache": "tfsent.methods.grad_cache",
 
     # --- export formats (tfsent/formats/) ---
 

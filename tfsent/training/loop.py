@@ -1,76 +1,39 @@
-"""Trains a sentence encoder with one of tfsent's objectives.
-
-    python -m tfsent.train --method=NAME [--config=configs/RECIPE.py]
-        [--config.FIELD=VALUE ...] [--output_dir=DIR]
-
-With no other flag it trains `minilm-l6` on the demo corpus shipped in the package for a
-few minutes on a CPU, selects the best checkpoint on the demo dev pairs, exports it to
-DIR/export/<version>/ and writes DIR/metrics.json. Running the same command again after an
-interruption resumes from the last checkpoint. See `tfsent.config` for every field.
+"""One training run as a library call: `run(method, config, output_dir)` trains, selects
+and exports (what `python -m tfsent.train` does), in five named steps on a `Run`:
+`resolve_run`, `build_run`, `restore_run`, `fit_run`, `finalize_run`. The pieces they use
+(`build_model`, `make_optimizer`, `make_dataset`, `load_training_sources`, `total_steps`)
+serve benchmarks and tests too.
 """
 
 import math
 import os
 import shutil
-import sys
 import time
 
 import keras
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import logging
 
-from tfsent import cli, distribute
-from tfsent.config import build_config, load_recipe
 from tfsent.data import mixture, pairs, pipelines, readers
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
-from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
-                              RetrievalDevEvaluation, RunCheckpoint, STSDevEvaluation,
-                              Throughput)
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
 from tfsent.evaluation.retrieval import read_task_split
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
 from tfsent.methods.distill import teacher_name
-from tfsent.optimizers import LARS
-from tfsent.methods import help_text as methods_help_text
 from tfsent.publish import export_run_formats
 from tfsent.saved_model import export_encoder
-from tfsent.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
-from tfsent.training import (RunState, WarmupCosineDecay, WarmupLinearDecay,
-                             _write_json_atomic, prepare_run_dir, read_json, run_finished)
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("method", None, methods_help_text())
-flags.DEFINE_string("config", None, "Recipe file (configs/*.py) defining get_config().")
-flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>). A folder "
-                    "holding an unfinished run with the same config resumes it; one with "
-                    "another config, or not a tfsent run, is refused.")
-flags.DEFINE_bool("overwrite", False, "Discard the earlier run in --output_dir (its "
-                  "checkpoints, exports and metrics) and train anew.")
-flags.DEFINE_multi_string("config_override", [], "FIELD=VALUE (same as --config.FIELD=VALUE).")
-
-
-def split_config_overrides(argv):
-    """Pulls `--config.FIELD=VALUE` arguments out of argv (absl does not know them)."""
-    rest, overrides = [], []
-    for arg in argv:
-        if arg.startswith("--config."):
-            overrides.append(arg[len("--config."):])
-        else:
-            rest.append(arg)
-    return rest, overrides
-
-
-def resolve_config(method, recipe_path=None, overrides=()):
-    """The run config of `method`: defaults < recipe < overrides."""
-    spec = get_method(method)
-    recipe = load_recipe(recipe_path) if recipe_path else {}
-    if recipe.get("method", method) != method:
-        logging.warning("recipe %s was written for method %s, running %s", recipe_path,
-                        recipe["method"], method)
-    return build_config(spec.defaults, recipe, overrides, method=method)
+from tfsent.training import distribute
+from tfsent.training.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck,
+                                       NanGuard, RetrievalDevEvaluation, RunCheckpoint,
+                                       STSDevEvaluation, Throughput)
+from tfsent.training.optimizers import LARS
+from tfsent.training.run_dir import (RunState, prepare_run_dir, read_json, run_finished,
+                                     write_json_atomic)
+from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
+from tfsent.training.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
 
 
 def total_steps(config, n_examples):
@@ -215,7 +178,7 @@ class Run:
         self.config = config
         self.output_dir = output_dir
         self.overwrite = overwrite
-        self.status = None  # "new" | "resume" | "finished" (tfsent.training.prepare_run_dir)
+        self.status = None  # "new" | "resume" | "finished" (run_dir.prepare_run_dir)
         self.spec = None
         self.strategy = None
         self.chief = True
@@ -239,7 +202,7 @@ def run(method, config, output_dir, overwrite=False):
 
     Five named steps: `resolve_run` (strategy, roles, data, the run directory's status),
     `build_run` (encoder, method, optimizer), `restore_run` (resume or score the starting
-    encoder), `fit_run` (Keras fit with the callbacks of `tfsent.callbacks`),
+    encoder), `fit_run` (Keras fit with the callbacks of `tfsent.training.callbacks`),
     `finalize_run` (selection, export). A run already finished in `output_dir` with the
     same config is reported, not repeated; `overwrite` discards an earlier run there."""
     r = Run(method, config, output_dir, overwrite)
@@ -302,7 +265,7 @@ def resolve_run(r):
         r.write_dir = os.path.join(r.output_dir, ".workers", f"worker-{r.task_id}")
     os.makedirs(r.write_dir, exist_ok=True)
     if r.chief:
-        _write_json_atomic(os.path.join(r.output_dir, "config.json"),
+        write_json_atomic(os.path.join(r.output_dir, "config.json"),
                            dict(config, method=r.method))
     if r.jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
         logging.info("jit_compile off: XLA on CPU cannot place variables across %d replicas",
@@ -346,7 +309,7 @@ def restore_run(r):
     r.state.save_start(before[r.monitor])
     if config.get("report_geometry") and config.eval_data_dir:
         r.metrics["geometry_before"] = _geometry(r.model, config, use_head=False)
-    _write_json_atomic(r.metrics_path, r.metrics)
+    write_json_atomic(r.metrics_path, r.metrics)
 
 
 def fit_run(r):
@@ -449,7 +412,7 @@ def finalize_run(r, nan_guard, guard):
         metrics["geometry_after"] = _geometry(r.model, config, use_head=head is not None)
     if config.get("nli_eval_split"):
         _nli_accuracy(r.model, config, metrics)
-    _write_json_atomic(r.metrics_path, metrics)
+    write_json_atomic(r.metrics_path, metrics)
     score = exported["score"]
     logging.info("exported the %s (dev %s %s, step %s): %s", exported["which"], r.monitor,
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
@@ -508,7 +471,7 @@ def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
     no export, the best weights and the last good checkpoint stay as they were."""
     metrics["stopped"] = f"{reason} at step {failed_step}"
     if metrics_path:
-        _write_json_atomic(metrics_path, metrics)
+        write_json_atomic(metrics_path, metrics)
     latest = tf.train.latest_checkpoint(os.path.join(state.output_dir, "checkpoints"))
     last = f"step {latest.rsplit('-', 1)[1]}" if latest else "the start"
     best, best_step = state.best()
@@ -548,29 +511,3 @@ def _evaluate_tasks(model, config):
         return {}
     return run_tasks(model, config.eval_data_dir, config.test_tasks,
                      max_seq_length=config.eval_max_seq_length)
-
-
-def main(argv):
-    """absl entry point: a bad flag, field or input prints `error: ...`, exit status 2."""
-    def body():
-        overrides = list(FLAGS.config_override) + _OVERRIDES
-        config = resolve_config(FLAGS.method, FLAGS.config, overrides)
-        output_dir = FLAGS.output_dir or os.path.join("runs", FLAGS.method)
-        run(FLAGS.method, config, output_dir, overwrite=FLAGS.overwrite)
-
-    cli.run_command(body, argv, required=[
-        (FLAGS.method, "--method is required, e.g. --method=cmlm_cse")])
-
-
-_OVERRIDES = []
-
-
-def entry():
-    """Console entry: separates --config.FIELD=VALUE overrides, then runs absl."""
-    global _OVERRIDES
-    argv, _OVERRIDES = split_config_overrides(sys.argv)
-    app.run(main, argv=argv)
-
-
-if __name__ == "__main__":
-    entry()
