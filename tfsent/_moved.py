@@ -68,6 +68,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    """Puts the alias finder on `sys.meta_path` once (tfsent/__init__.py calls it)."""
+    """Puts the alias finder first on `sys.meta_path`, once (tfsent/__init__.py calls it):
+    an old name is the new module even where a stale copy of the old file is importable
+    (another checkout's editable install, an old file left behind)."""
     if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
-        sys.meta_path.append(_AliasFinder())
+        sys.meta_path.insert(0, _AliasFinder())
