@@ -6,7 +6,7 @@ Prints one result line (see common.emit_result). Each mode runs in its own proce
 its memory high-water mark (ru_maxrss) belongs to that measurement alone.
 
   train   unsupervised SimCSE on minilm-l6 built exactly as `python -m tfsent.train
-          --method=simcse_unsup` builds it (tfsent.train.resolve_config / make_optimizer /
+          --method=simcse_unsup` builds it (tfsent.training.resolve_config / make_optimizer /
           make_dataset, the registry's builder, model.compile with the config's jit_compile,
           model.fit on the tf.data pipeline), without the dev-evaluation, checkpoint and
           TensorBoard callbacks, which are not training. Steps are timed by a callback that
@@ -93,9 +93,9 @@ def _build_training():
     peer's tau 0.05 and lr 3e-5."""
     import keras
 
-    from tfsent import distribute
+    from tfsent.training import distribute
     from tfsent.methods import get_method
-    from tfsent.train import build_model, load_training_data, make_dataset, resolve_config
+    from tfsent.training import build_model, load_training_data, make_dataset, resolve_config
 
     # tau 0.05 and lr 3e-5 as the peer trains (the paper's; simcse_unsup's CPU demo
     # defaults are tau 0.2, lr 1e-5 since #21): the same FLOPs either way, the same update.

@@ -14,7 +14,7 @@ from tfsent.data import cache
 from tfsent.errors import ConfigError
 from tfsent.testing import tiny_encoder
 from tfsent.methods import CLSR
-from tfsent.optimizers import LARS
+from tfsent.training.optimizers import LARS
 
 PAIRS = [("a man plays a guitar", "a man plays music"), ("the dog runs", "a dog runs"),
          ("a child reads a book", "the child reads"), ("the cat sleeps", "a cat sleeps"),
@@ -213,7 +213,7 @@ def test_projection_dim_sets_the_loss_space_from_the_config():
 
     import pytest
 
-    from tfsent.config import build_config
+    from tfsent.training.config import build_config
     from tfsent.methods.clsr import SPEC
 
     enc = tiny_encoder(TINY_VOCAB, hidden_dim=16)

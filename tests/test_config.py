@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO, TINY_VOCAB
-from tfsent.config import build_config, load_recipe
 from tfsent.errors import ConfigError
 from tfsent.methods import REGISTRY, get_method
-from tfsent.train import split_config_overrides
-from tfsent.training import WarmupLinearDecay
+from tfsent.training.config import build_config, load_recipe, split_config_overrides
+from tfsent.training.schedules import WarmupLinearDecay
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +102,7 @@ BOUNDARIES = [
 @pytest.mark.parametrize("method,field,bad,good", BOUNDARIES)
 def test_config_and_constructor_accept_the_same_values(method, field, bad, good,
                                                        deep_tiny_encoder):
-    from tfsent.config import BASE_DEFAULTS, Config
+    from tfsent.training.config import BASE_DEFAULTS, Config
 
     spec = get_method(method)
     with pytest.raises(ConfigError, match=re.escape(field)):
@@ -128,7 +127,7 @@ def test_config_and_constructor_accept_the_same_values(method, field, bad, good,
 def test_validation_runs_before_data_or_model():
     """`resolve_config` (the CLI's first step, before any data is read or model built)
     rejects a rate the SCD constructor would reject."""
-    from tfsent.train import resolve_config
+    from tfsent.training import resolve_config
 
     with pytest.raises(ConfigError, match=re.escape("dropout_rate_a must be in [0, 1)")):
         resolve_config("scd", None, ["dropout_rate_a=1.0", "train_data=/nonexistent.txt"])
@@ -149,7 +148,7 @@ def test_recipe_values_are_type_checked(tmp_path, field, value, expected):
     path = tmp_path / "recipe.py"
     path.write_text(f"def get_config():\n    return {{'method': 'cmlm_cse', "
                     f"{field!r}: {value!r}}}\n")
-    from tfsent.train import resolve_config
+    from tfsent.training import resolve_config
 
     with pytest.raises(ConfigError, match=re.escape(str(path)) + f".*{field} must be "
                                           + re.escape(expected)):
@@ -160,7 +159,7 @@ def test_recipe_numbers_of_either_kind_still_pass(tmp_path):
     path = tmp_path / "recipe.py"
     path.write_text("def get_config():\n    return {'epochs': 1, 'steps': 0, "
                     "'temperature': 1, 'export_if_worse': True, 'export_pooling': None}\n")
-    from tfsent.train import resolve_config
+    from tfsent.training import resolve_config
 
     config = resolve_config("simcse_unsup", str(path))
     assert (config.epochs, config.temperature, config.export_if_worse) == (1, 1, True)
@@ -185,7 +184,7 @@ def test_a_field_of_another_method_says_so():
 
 
 def test_field_help_comes_from_the_spec():
-    from tfsent.config import help_text
+    from tfsent.training.config import help_text
 
     text = help_text("clsr")
     assert "clsr_head_init = 'identity'  (one of random, identity)" in text  # demo default

@@ -310,7 +310,7 @@ def test_joint_loss_is_ce_plus_alpha_con_and_sup_is_ce():
 
 
 def test_registry_entries_build_from_config():
-    from tfsent.config import BASE_DEFAULTS, build_config
+    from tfsent.training.config import BASE_DEFAULTS, build_config
 
     specs = {spec.name: spec for spec in SPECS}
     assert set(specs) == {"consert", "consert_joint", "consert_sup"}
@@ -407,9 +407,9 @@ def test_joint_contrastive_term_is_premises_plus_hypotheses_separately():
 def test_consert_nli_modes_read_shuffled_pairs_supcon_grouped(tmp_path):
     """ConSERT's NLI modes read ordinary shuffled batches (an anchor's own premise text is
     rarely among its batch's other rows); SupCon-SBERT keeps premise-grouped batches."""
-    from tfsent.config import build_config
+    from tfsent.training.config import build_config
     from tfsent.methods import get_method
-    from tfsent.train import make_dataset
+    from tfsent.training import make_dataset
 
     words = TINY_VOCAB[7:]
     rows = [(f"the {words[p]} {words[p + 1]}", f"a {words[p]} {words[h]}", label)

@@ -24,7 +24,7 @@ from tfsent.encoders.layer_drop import keep_layers, parse_layers
 from tfsent.errors import ConfigError
 from tfsent.methods import Distill
 from tfsent.testing import tiny_encoder
-from tfsent.train import resolve_config
+from tfsent.training import resolve_config
 
 MAX_LEN = 16
 

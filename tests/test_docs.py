@@ -37,7 +37,7 @@ _ABSL_FLAGS = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"
 def config_fields():
     """Every config field `--config.FIELD` may name: the base defaults plus every method's
     defaults. (The one place this test reads the method registry.)"""
-    from tfsent.config import BASE_DEFAULTS
+    from tfsent.training.config import BASE_DEFAULTS
     from tfsent.methods import REGISTRY
 
     fields = set(BASE_DEFAULTS)

@@ -57,7 +57,7 @@ def train_and_export(method, family, checkpoint, workdir):
 
     from tfsent.saved_model import export_encoder
     from tfsent.methods import get_method
-    from tfsent.train import build_model, load_training_data, make_dataset, resolve_config
+    from tfsent.training import build_model, load_training_data, make_dataset, resolve_config
 
     extra = [o.format(tmp=workdir) for o in METHOD_OVERRIDES.get(method, [])]
     config = resolve_config(method, None, [f"encoder={checkpoint}", *OVERRIDES, *extra])

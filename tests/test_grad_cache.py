@@ -68,7 +68,7 @@ def test_chunk_loop_in_a_graph_equals_plain(jit, chunk):
     """In a tf.function (with and without XLA) the equal chunks between the first and the
     last run in a tf.while_loop (12 rows: chunk 2 -> 1 + a loop of 5; chunk 5 -> 1 + 1 +
     a remainder of 2); the gradients, sparse embedding rows included, still match."""
-    from tfsent.grad_cache import chunk_segments as _chunk_segments
+    from tfsent.methods.grad_cache import chunk_segments as _chunk_segments
 
     assert _chunk_segments(12, 2) == [(0, 2, 1), (2, 2, 5)]
     assert _chunk_segments(12, 5) == [(0, 5, 1), (5, 5, 1), (10, 2, 1)]
@@ -81,7 +81,7 @@ def test_chunk_loop_in_a_graph_equals_plain(jit, chunk):
 
 
 def test_chunk_segments():
-    from tfsent.grad_cache import chunk_segments as _chunk_segments
+    from tfsent.methods.grad_cache import chunk_segments as _chunk_segments
 
     assert _chunk_segments(3, 8) == [(0, 3, 1)]
     assert _chunk_segments(8, 8) == [(0, 8, 1)]

@@ -217,7 +217,7 @@ def test_keras_save_and_load_model_in_a_fresh_process(tmp_path):
 def test_model_checkpoint_on_dev_spearman_keeps_the_best_epoch(tmp_path):
     """STSDevEvaluation writes val_spearman; ModelCheckpoint(save_best_only) and
     EarlyStopping read it; the saved model is the best epoch's."""
-    from tfsent.callbacks import STSDevEvaluation
+    from tfsent.training.callbacks import STSDevEvaluation
 
     s1, s2, gold = readers.read_scored_pairs(readers.DEMO_PAIRS)
     model = _build("simcse_unsup")

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method
-from tfsent.config import Recipe, build_config
+from tfsent.training.config import Recipe, build_config
 from tfsent.data.mixture import SourceMixture, SourceSampler, parse_sources
 from tfsent.encoders import SentenceTokenizer
 from tfsent.errors import ConfigError, InputError
@@ -220,7 +220,7 @@ def test_bad_sources_refused_before_any_model(tmp_path):
     """An empty source, a source the method cannot read, sources of different widths:
     errors naming the source, raised before the run directory or a model exists (the
     encoder named does not even exist as a preset)."""
-    from tfsent.train import resolve_config, run
+    from tfsent.training import resolve_config, run
 
     man = _write(tmp_path / "man.txt", MAN)
     empty = _write(tmp_path / "empty.txt", ["", "  "])
@@ -271,7 +271,7 @@ def test_cli_retrieval_mixes_beir_pairs_with_nli(tmp_path, tiny_encoder_dir):
     a contradiction column the BEIR pairs lack, refused before any model until
     hard_negatives=false keeps both sources' (anchor, positive) columns."""
     from test_pairs import tiny_beir_with_train
-    from tfsent.train import resolve_config, run
+    from tfsent.training import resolve_config, run
 
     folder = tiny_beir_with_train(tmp_path / "tiny")
     sources = f"beir:{folder}:train,demo_nli"

@@ -412,7 +412,7 @@ def test_run_exports_take_the_next_version(tmp_path, encoder):
 
 
 def test_config_field_checked_early():
-    from tfsent.config import build_config
+    from tfsent.training.config import build_config
 
     config = build_config({}, overrides=["export_formats=saved_model,sentence_transformers"])
     assert publish.export_formats(config.export_formats) == ["saved_model",

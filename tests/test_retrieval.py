@@ -422,7 +422,7 @@ def test_cli_malformed_corpus_is_a_clear_error(tmp_path, tiny_encoder_dir):
 
 # -- the callback ---------------------------------------------------------------------------
 def test_callback_drives_model_checkpoint_on_val_ndcg(tmp_path):
-    from tfsent.callbacks import RetrievalDevEvaluation
+    from tfsent.training.callbacks import RetrievalDevEvaluation
     from tfsent.methods import SimCSE
     from tfsent.testing import tiny_encoder
 
@@ -449,7 +449,7 @@ def test_callback_drives_model_checkpoint_on_val_ndcg(tmp_path):
 
 
 def test_callback_refuses_a_missing_split(tmp_path):
-    from tfsent.callbacks import RetrievalDevEvaluation
+    from tfsent.training.callbacks import RetrievalDevEvaluation
 
     folder = tiny_beir(tmp_path / "tiny")
     with pytest.raises(InputError, match="train.tsv: missing BEIR file"):
@@ -501,16 +501,16 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
     by dev nDCG@10 (the corpus re-encoded each time), selection and the log use it, and the
     export serves the run's prompts."""
     from conftest import TINY_RUN_FLAGS
-    from tfsent import train
+    from tfsent import training
 
     folder = tiny_beir(tmp_path / "beir")
     flags = [f.replace("--config.", "") for f in TINY_RUN_FLAGS]
-    config = train.resolve_config("simcse_unsup", overrides=[
+    config = training.resolve_config("simcse_unsup", overrides=[
         f"encoder={tiny_encoder_dir}", "max_seq_length=16", "batch_size=8", "steps=4",
         "eval_every=2", "jit_compile=false", f"eval_data=beir:{folder}:dev",
         "query_prompt=query: ", "document_prompt=passage: ", *flags])
     out = str(tmp_path / "run")
-    metrics = train.run("simcse_unsup", config, out)
+    metrics = training.run("simcse_unsup", config, out)
     assert 0.0 <= metrics["dev_before"]["ndcg@10"] <= 100.0
     assert "per_query" not in metrics["dev_before"]
     assert [h["step"] for h in metrics["dev_history"]] == [2, 4]

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from conftest import TINY_VOCAB, mirrored_cpu_strategy
 from method_harness import MethodHarness
-from tfsent.config import BASE_DEFAULTS, build_config
+from tfsent.training.config import BASE_DEFAULTS, build_config
 from tfsent.data import pipelines
 from tfsent.encoders import DROPOUT_SITES
 from tfsent.errors import ConfigError

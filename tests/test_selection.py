@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_VOCAB
-from tfsent.callbacks import DivergenceGuard, NanGuard
-from tfsent.selection import BestEncoderKeeper
+from tfsent.training.callbacks import DivergenceGuard, NanGuard
+from tfsent.training.selection import BestEncoderKeeper
 from tfsent.data import pipelines, readers
 from tfsent.testing import tiny_encoder
 
@@ -211,7 +211,7 @@ def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir):
                                   "--config.collapse_uniformity_ratio=1.5",
                                   "--config.divergence_drop=-2", "--config.loss_scale=0"])
 def test_selection_flags_are_validated(flag):
-    from tfsent.config import build_config
+    from tfsent.training.config import build_config
     from tfsent.errors import ConfigError
 
     with pytest.raises(ConfigError, match=flag.split(".")[1].split("=")[0]):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO, TINY_RUN_FLAGS
-from tfsent import train
+from tfsent import training
 from tfsent.errors import ConfigError
 from tfsent.saved_model import list_versions
 
@@ -28,7 +28,7 @@ def _cli(module, *args):
 
 def _config(encoder_dir, *overrides):
     flags = [f.replace("--config.", "") for f in TINY_RUN_FLAGS]
-    return train.resolve_config("simcse_unsup", overrides=[
+    return training.resolve_config("simcse_unsup", overrides=[
         f"encoder={encoder_dir}", "max_seq_length=16", "batch_size=8", "steps=4",
         "eval_every=2", "jit_compile=false", "learning_rate=0.001", *flags, *overrides])
 
@@ -49,32 +49,32 @@ def test_a_model_checkpoint_folder_is_never_an_output_dir(tmp_path, tiny_encoder
     with pytest.raises(ConfigError, match="holds no tfsent run"):
         (tmp_path / "notes").mkdir()
         (tmp_path / "notes" / "todo.txt").write_text("x")
-        train.run("simcse_unsup", _config(tiny_encoder_dir), str(tmp_path / "notes"),
-                  overwrite=True)
+        training.run("simcse_unsup", _config(tiny_encoder_dir), str(tmp_path / "notes"),
+                     overwrite=True)
     assert os.listdir(tmp_path / "notes") == ["todo.txt"]
 
 
 def test_finished_differing_and_overwritten_runs(tmp_path, tiny_encoder_dir, capsys):
     out = str(tmp_path / "run")
-    first = train.run("simcse_unsup", _config(tiny_encoder_dir), out)
+    first = training.run("simcse_unsup", _config(tiny_encoder_dir), out)
     assert first["steps"] == 4 and list_versions(os.path.join(out, "export")) == [1]
     # The same command again: finished, nothing trained or exported again.
-    again = train.run("simcse_unsup", _config(tiny_encoder_dir), out)
+    again = training.run("simcse_unsup", _config(tiny_encoder_dir), out)
     assert "already finished" in capsys.readouterr().out
     assert again == first and list_versions(os.path.join(out, "export")) == [1]
     # Another config in the same folder: refused, naming the field and both values.
     with pytest.raises(ConfigError) as info:
-        train.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"), out)
+        training.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"), out)
     message = str(info.value)
     assert "learning_rate: 0.001 in the folder's run, 0.01 now" in message
     assert "--overwrite" in message and "new --output_dir" in message
     with pytest.raises(ConfigError, match="method: 'simcse_unsup' in the folder's run"):
-        config = train.resolve_config("scd", overrides=[f"encoder={tiny_encoder_dir}"])
-        train.run("scd", config, out)
+        config = training.resolve_config("scd", overrides=[f"encoder={tiny_encoder_dir}"])
+        training.run("scd", config, out)
     assert list_versions(os.path.join(out, "export")) == [1]
     # --overwrite: the earlier run's files go, the new config trains from the start.
-    redone = train.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"), out,
-                       overwrite=True)
+    redone = training.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"),
+                          out, overwrite=True)
     assert redone["steps"] == 4 and list_versions(os.path.join(out, "export")) == [1]
     stored = json.load(open(os.path.join(out, "config.json")))
     assert stored["learning_rate"] == 0.01

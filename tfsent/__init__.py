@@ -1,7 +1,7 @@
 """tfsent: contrastive sentence-embedding objectives as Keras 3 / TensorFlow models.
 
-Importing tfsent registers every method, layer and callback with Keras (package "tfsent"),
-so `keras.saving.load_model` restores them.
+Importing tfsent registers every method, layer, callback, schedule and optimizer with Keras
+(package "tfsent"), so `keras.saving.load_model` restores them.
 
 The seven stages and where each lives (read data, build the encoder, method loss, train
 loop, select, export, serve): docs/architecture.md.
@@ -20,4 +20,14 @@ with _startup.native_notices_filtered(_startup.quiet_wanted()):
     import tensorflow as _tf  # noqa: E402
 
     _tf.config.list_physical_devices("GPU")  # the CUDA probe, inside the filter
-    from tfsent import callbacks, encoders, layers, methods  # noqa: E402,F401
+    from tfsent import encoders, layers, methods, training  # noqa: E402,F401
+
+
+def __getattr__(name):
+    """`tfsent.<old module name>` (`tfsent.callbacks.STSDevEvaluation` after `import tfsent`)
+    resolves through `_moved.MOVED`: the new module, with the old name's FutureWarning."""
+    if f"tfsent.{name}" in _moved.MOVED:
+        import importlib
+
+        return importlib.import_module(f"tfsent.{name}")
+    raise AttributeError(f"module 'tfsent' has no attribute {name!r}")

@@ -18,6 +18,12 @@ import warnings
 # {old module name: new module name}. One section per stage; keep the sections apart.
 MOVED = {
     # --- training (tfsent/training/) ---
+    "tfsent.callbacks": "tfsent.training.callbacks",
+    "tfsent.config": "tfsent.training.config",
+    "tfsent.selection": "tfsent.training.selection",
+    "tfsent.optimizers": "tfsent.training.optimizers",
+    "tfsent.distribute": "tfsent.training.distribute",  # its gathers: tfsent.methods.replicas
+    "tfsent.grad_cache": "tfsent.methods.grad_cache",
 
     # --- export formats (tfsent/formats/) ---
 
@@ -62,6 +68,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    """Puts the alias finder on `sys.meta_path` once (tfsent/__init__.py calls it)."""
+    """Puts the alias finder first on `sys.meta_path`, once (tfsent/__init__.py calls it):
+    an old name is the new module even where a stale copy of the old file is importable
+    (another checkout's editable install, an old file left behind)."""
     if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
-        sys.meta_path.append(_AliasFinder())
+        sys.meta_path.insert(0, _AliasFinder())

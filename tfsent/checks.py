@@ -1,4 +1,4 @@
-"""Argument checks shared by the constructors and `tfsent.config.validate`.
+"""Argument checks shared by the constructors and `tfsent.training.config.validate`.
 
 A range is defined once here; a constructor checks its argument with it and the run
 config checks the field that feeds that argument with the same object, so the two cannot

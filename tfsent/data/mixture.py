@@ -106,8 +106,8 @@ def parse_weights(source_weights, n_sources):
 def check_config(config, data_kind=None, duplicate_free=False, premise_grouped=False):
     """Checks the mixture fields of a run config (sources, weights, sampling) against
     each other and, when `data_kind` is given, against the method's batches. Raises
-    ConfigError naming the field; called by `tfsent.config.validate`, before any data is
-    read or model loaded."""
+    ConfigError naming the field; called by `tfsent.training.config.validate`, before any
+    data is read or model loaded."""
     sources = parse_sources(config["train_data"])
     weights = parse_weights(config.get("source_weights"), len(sources))
     if weights is not None and config.get("mixture_sampling") == "round_robin":

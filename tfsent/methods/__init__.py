@@ -34,7 +34,7 @@ def get_method(name):
 
 def help_text():
     """Every method with its doc line and its own config fields (the `--method` flag's
-    help; `tfsent.config.help_text` describes each field)."""
+    help; `tfsent.training.config.help_text` describes each field)."""
     lines = ["Objective, one of:"]
     for spec in REGISTRY.values():
         lines.append(f"  {spec.help_line()} [fields: "

@@ -2,7 +2,7 @@
 
 A method owns a `SentenceEncoder` (and any heads), defines `compute_losses(batch,
 training)` from pure functions in `tfsent.losses`, and inherits a `train_step` that is
-correct under tf.distribute (see `tfsent.distribute` for the gradient convention),
+correct under tf.distribute (see `tfsent.methods.replicas` for the gradient convention),
 XLA-compilable and mixed-precision safe (losses in float32, loss scaling through the
 optimizer). The same class is used by `python -m tfsent.train` and by `model.fit` in a
 user's own code.
@@ -12,14 +12,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent import formats, grad_cache
+from tfsent import formats
 from tfsent.checks import Field
 from tfsent.data import preprocessing
 from tfsent.encoders.loading import load_encoder
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
-from tfsent.grad_cache import FEATURE_KEYS
 from tfsent.matryoshka import MatryoshkaLoss, check_dims
+from tfsent.methods import grad_cache
+from tfsent.methods.grad_cache import FEATURE_KEYS
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
@@ -261,7 +262,7 @@ class SentenceMethod(keras.Model):
                     f"{type(self).__name__}.compile({name}={value!r}): a tfsent method "
                     f"computes its own objective and logs {', '.join(self.metric_names)}; "
                     f"remove {name}= (for a dev score, use "
-                    "tfsent.callbacks.STSDevEvaluation)")
+                    "tfsent.training.callbacks.STSDevEvaluation)")
         super().compile(optimizer=optimizer, **kwargs)
 
     def compile_from_config(self, config):
@@ -336,7 +337,7 @@ class SentenceMethod(keras.Model):
         self.optimizer.apply_gradients(zip(grads, variables))
         results = self._update_trackers(logs)
         # The step's own gradient norm, not an epoch mean: one exploding step must not be
-        # diluted by the steps before it (`tfsent.callbacks.NanGuard` reads it).
+        # diluted by the steps before it (`tfsent.training.callbacks.NanGuard` reads it).
         results["grad_norm"] = (tf.reshape(grad_norm, [1]) if _multi_worker(
             self.distribute_strategy) else grad_norm)
         return results
@@ -353,12 +354,12 @@ class SentenceMethod(keras.Model):
         return tape.gradient(scaled, variables), logs
 
     def grad_cache_gradients(self, batch, variables):
-        """`gradients` computed with GradCache (`tfsent.grad_cache`)."""
+        """`gradients` computed with GradCache (`tfsent.methods.grad_cache`)."""
         return grad_cache.grad_cache_gradients(self, batch, variables)
 
     def _gradient_norm(self, grads):
         """Global L2 norm of this replica's gradients before clipping, without the loss
-        scale (logged as `grad_norm`; `tfsent.callbacks.NanGuard` stops on an explosion).
+        scale (logged as `grad_norm`; `tfsent.training.callbacks.NanGuard` stops on an explosion).
         Unlike the losses it is a per-replica value: the norm of the summed gradient would
         need a second all-reduce of every gradient."""
         norm = tf.linalg.global_norm([g for g in grads if g is not None])

@@ -5,7 +5,7 @@ import numpy as np
 
 from tfsent import checks, losses
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad
+from tfsent.methods.replicas import gather_with_local_grad
 from tfsent.errors import ConfigError
 from tfsent.layers.heads import MLPEncoder
 from tfsent.methods.base import SentenceMethod

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tfsent import checks, losses
 from tfsent.checks import Field
-from tfsent.distribute import global_mean
+from tfsent.methods.replicas import global_mean
 from tfsent.layers.cmlm import Fusioner, LexicalExtractor
 from tfsent.methods.simcse import SimCSE, contrastive_fields
 from tfsent.methods.spec import MethodSpec

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tfsent import checks, losses, matryoshka
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad, global_mean
+from tfsent.methods.replicas import gather_with_local_grad, global_mean
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
 from tfsent.layers.augment import (AUGMENTATIONS, Augmentation, check_augmentation,

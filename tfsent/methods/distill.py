@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfsent import checks, losses
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad, global_mean
+from tfsent.methods.replicas import gather_with_local_grad, global_mean
 from tfsent.encoders.families import TABLE
 from tfsent.encoders.layer_drop import describe_encoder, keep_layers, parse_layers
 from tfsent.encoders.model import resolve_dropout_rates

@@ -3,7 +3,7 @@
 
 from tfsent import checks, losses
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad, num_replicas
+from tfsent.methods.replicas import gather_with_local_grad, num_replicas
 from tfsent.layers.projector import Projector
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.spec import MethodSpec
@@ -143,7 +143,7 @@ SPEC = MethodSpec(
     run_defaults={
         "eval_data": "demo",
         # Dev Spearman points below the best that stop a run (SCD's late collapse;
-        # `tfsent.callbacks.DivergenceGuard`).
+        # `tfsent.training.callbacks.DivergenceGuard`).
         "divergence_drop": 5.0,
         # The CPU demo trains minilm-l6, a mean-pooled sentence encoder whose [CLS] state
         # was never trained as a summary: mean pooling here; configs/scd.py keeps the

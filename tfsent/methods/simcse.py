@@ -6,7 +6,7 @@ from absl import logging
 
 from tfsent import checks, losses, matryoshka
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad
+from tfsent.methods.replicas import gather_with_local_grad
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.methods.base import SentenceMethod, encoder_dropout_field
 from tfsent.methods.spec import MethodSpec

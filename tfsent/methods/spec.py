@@ -3,8 +3,9 @@
 A spec names the class, the kind of training data it reads, its config fields (each a
 `tfsent.checks.Field` with default, type, check and the constructor argument it feeds),
 the CPU-demo values of run fields (`run_defaults`; paper recipes live in configs/), and an
-optional validation hook for checks that span fields. `tfsent.config` derives validation,
-the known fields and the help text from it; `build` makes the model from a run config.
+optional validation hook for checks that span fields. `tfsent.training.config` derives
+validation, the known fields and the help text from it; `build` makes the model from a run
+config.
 """
 
 from tfsent.errors import ConfigError

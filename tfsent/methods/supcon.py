@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from tfsent import checks, losses, matryoshka
 from tfsent.checks import Field
-from tfsent.distribute import gather_with_local_grad, global_mean
+from tfsent.methods.replicas import gather_with_local_grad, global_mean
 from tfsent.layers.nli_head import NLIHead
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.spec import MethodSpec

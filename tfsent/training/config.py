@@ -10,13 +10,15 @@ import ast
 import importlib.util
 import os
 
+from absl import logging
+
 from tfsent import checks
 from tfsent.checks import Field
 from tfsent.data import mixture
-from tfsent.distribute import STRATEGIES
 from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError
 from tfsent.methods import REGISTRY, get_method
+from tfsent.training.distribute import STRATEGIES
 
 
 class Config(dict):
@@ -99,7 +101,7 @@ RUN_FIELDS = [
           doc="an early dev evaluation at this step when < eval_every (0: off)"),
     Field("export_if_worse", False,
           doc="export the best checkpoint even if the start scored higher"),
-    # Divergence guard (tfsent.callbacks.DivergenceGuard; 0 turns a criterion off).
+    # Divergence guard (tfsent.training.callbacks.DivergenceGuard; 0 turns a criterion off).
     Field("divergence_drop", 10.0, checks.NON_NEGATIVE,
           doc="stop when dev Spearman falls this far below the best/start"),
     Field("collapse_cosine_rise", 0.3, checks.NON_NEGATIVE,
@@ -277,6 +279,27 @@ def _validate_mixture(config, method):
                       and config.get("duplicate_free_batches", False))
     mixture.check_config(config, spec.data_kind, duplicate_free=duplicate_free,
                          premise_grouped=spec.data_kind == "nli_pairs" and spec.premise_grouped)
+
+
+def resolve_config(method, recipe_path=None, overrides=()):
+    """The run config of `method`: defaults < recipe < overrides."""
+    spec = get_method(method)
+    recipe = load_recipe(recipe_path) if recipe_path else {}
+    if recipe.get("method", method) != method:
+        logging.warning("recipe %s was written for method %s, running %s", recipe_path,
+                        recipe["method"], method)
+    return build_config(spec.defaults, recipe, overrides, method=method)
+
+
+def split_config_overrides(argv):
+    """Pulls `--config.FIELD=VALUE` arguments out of argv (absl does not know them)."""
+    rest, overrides = [], []
+    for arg in argv:
+        if arg.startswith("--config."):
+            overrides.append(arg[len("--config."):])
+        else:
+            rest.append(arg)
+    return rest, overrides
 
 
 def help_text(method=None):

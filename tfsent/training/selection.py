@@ -3,8 +3,8 @@
 `BestEncoderKeeper` (a Keras callback) keeps the weights of the best dev score in the run
 directory, the starting encoder counting as the first candidate; `choose_export` picks the
 exported weights when the run ends; `dev_name` names the dev set in logs and metrics. The
-dev score itself comes from `tfsent.callbacks.STSDevEvaluation`; the run directory's files
-from `tfsent.training.RunState`.
+dev score itself comes from `tfsent.training.callbacks.STSDevEvaluation`; the run
+directory's files from `tfsent.training.run_dir.RunState`.
 """
 
 import math
@@ -45,8 +45,8 @@ def step_of(model):
 
 class BestEncoderKeeper(keras.callbacks.Callback):
     """The CLI's model selection: keeps the weights of the best `monitor` score in the run
-    directory (`tfsent.training.RunState`: best/model.weights.h5 + best.json) and logs one
-    line per evaluation.
+    directory (`tfsent.training.run_dir.RunState`: best/model.weights.h5 + best.json) and
+    logs one line per evaluation.
 
     The starting encoder is a candidate: `baseline` (its step-0 score) is the first best,
     so "best" in the log means the best of the start and every trained evaluation. Only

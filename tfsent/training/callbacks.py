@@ -3,7 +3,7 @@
 
 In your own Keras code, put `STSDevEvaluation` before the callbacks that read its logs:
 
-    dev = tfsent.callbacks.STSDevEvaluation(sents1, sents2, scores)
+    dev = tfsent.training.callbacks.STSDevEvaluation(sents1, sents2, scores)
     model.fit(..., callbacks=[dev, keras.callbacks.ModelCheckpoint(
         "best.keras", monitor="val_spearman", mode="max", save_best_only=True),
         keras.callbacks.EarlyStopping(monitor="val_spearman", mode="max", patience=3)])
@@ -28,8 +28,9 @@ from tfsent.data.beir import RetrievalSplit
 from tfsent.errors import InputError
 from tfsent.evaluation import RETRIEVAL_MEASURES
 from tfsent.evaluation.retrieval import evaluate_retrieval, read_task_split
-from tfsent.selection import BestEncoderKeeper, finite as _finite, step_of as _step  # noqa: F401
-from tfsent.training import dev_embeddings, sts_dev_score, write_projector_snapshot
+from tfsent.training.dev_scoring import dev_embeddings, sts_dev_score, write_projector_snapshot
+from tfsent.training.selection import BestEncoderKeeper  # noqa: F401  (the CLI's keeper)
+from tfsent.training.selection import finite as _finite, step_of as _step
 
 GEOMETRY_KEYS = ("alignment", "uniformity", "random_pair_cosine")
 
@@ -110,7 +111,7 @@ class STSDevEvaluation(_DevEvaluation):
 
 class _DevEncoder:
     """`encode(sentences, batch_size, normalize, max_seq_length)` of a model as the dev
-    evaluations see it (`training.dev_embeddings`: its dev pooling and head)."""
+    evaluations see it (`dev_scoring.dev_embeddings`: its dev pooling and head)."""
 
     def __init__(self, model, use_head):
         self.model = model

@@ -1,6 +1,5 @@
-"""Training machinery shared by all methods: LR schedules, dev scoring, run-directory state
-(the Keras callbacks built on them are in `tfsent.callbacks`; selection in
-`tfsent.selection`).
+"""The run directory: its files, `RunState` (checkpoints, the start and best weights) and
+whether a folder holds a new, a resumable or a finished run (`prepare_run_dir`).
 
 Run directory layout (`output_dir`):
   config.json    the run's full config (with "method"); a rerun must match it to resume
@@ -22,74 +21,18 @@ holds a run of another config.
 """
 
 import json
-import math
 import os
 import shutil
 
-import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
-from google.protobuf import text_format
-from tensorboard.plugins import projector
 
 from tfsent import fsio
 from tfsent.errors import ConfigError
-from tfsent.evaluation.geometry import pair_geometry
-from tfsent.evaluation.sts import correlations
 
 
-@keras.saving.register_keras_serializable(package="tfsent")
-class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to `peak` over `warmup_steps`, then cosine decay to 0 at
-    `total_steps` (SimCLR's schedule, used by CLSR)."""
-
-    def __init__(self, peak, total_steps, warmup_steps=0):
-        self.peak = float(peak)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        warm = self.peak * (step + 1.0) / float(max(self.warmup_steps, 1))
-        span = float(max(self.total_steps - self.warmup_steps, 1))
-        frac = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
-        cosine = 0.5 * self.peak * (1.0 + tf.cos(math.pi * frac))
-        return tf.where(step < self.warmup_steps, warm, cosine)
-
-    def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps}
-
-
-@keras.saving.register_keras_serializable(package="tfsent")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to `peak` over `warmup_steps`, then linear decay to 0 at
-    `total_steps` (`decay=False`: constant after warmup)."""
-
-    def __init__(self, peak, total_steps, warmup_steps=0, decay=True):
-        self.peak = float(peak)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.decay = bool(decay)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        warm = tf.cast(max(self.warmup_steps, 1), tf.float32)
-        lr = self.peak * tf.minimum(1.0, (step + 1.0) / warm) if self.warmup_steps else \
-            tf.constant(self.peak)
-        if self.decay:
-            span = tf.cast(max(self.total_steps - self.warmup_steps, 1), tf.float32)
-            frac = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
-            lr = tf.where(step < self.warmup_steps, lr, self.peak * (1.0 - frac))
-        return lr
-
-    def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps, "decay": self.decay}
-
-
-def _write_json_atomic(path, obj):
+def write_json_atomic(path, obj):
+    """Writes `obj` as indented JSON to `path` atomically (`tfsent.fsio`)."""
     fsio.write_file_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
 
 
@@ -105,68 +48,6 @@ def read_json(path, default=None):
         return default
     with open(path) as f:
         return json.load(f)
-
-
-def dev_embeddings(model, sentences, batch_size=128, max_seq_length=None, use_head=True):
-    """L2-normalised embeddings of `sentences` with `model.encode` (a SentenceMethod: its
-    dev pooling and head)."""
-    kwargs = {"pooling": model.dev_pooling} if hasattr(model, "dev_pooling") else {}
-    return model.encode(list(sentences), batch_size=batch_size, normalize=True,
-                        max_seq_length=max_seq_length, use_head=use_head, **kwargs)
-
-
-def sts_dev_score(model, sents1, sents2, gold, batch_size=128, max_seq_length=None,
-                  use_head=True, geometry=False):
-    """Spearman and Pearson (x100) of cosine vs gold on dev pairs.
-
-    With `geometry=True` the result also has "alignment" (over pairs scored in the top
-    fifth of the gold range), "uniformity" and "random_pair_cosine" (over the distinct
-    dev sentences), and "sentences"/"embeddings" (the distinct sentences and their rows).
-    """
-    unique = list(dict.fromkeys(list(sents1) + list(sents2)))
-    emb = dev_embeddings(model, unique, batch_size, max_seq_length, use_head)
-    index = {s: i for i, s in enumerate(unique)}
-    a = emb[[index[s] for s in sents1]]
-    b = emb[[index[s] for s in sents2]]
-    cos = np.sum(a * b, axis=1)
-    # The evaluator's guarded correlation: NaN (not a scipy warning and garbage) when every
-    # cosine is equal, and a NaN score is never "best" (tfsent.callbacks).
-    out = correlations(cos, gold)
-    if geometry:
-        out.update(pair_geometry(a, b, gold, emb), sentences=unique, embeddings=emb)
-    return out
-
-
-def write_projector_snapshot(log_dir, name, sentences, embeddings, max_points=1000):
-    """Adds an embedding snapshot for TensorBoard's projector under `log_dir`.
-
-    Writes projector/metadata.tsv (the first `max_points` sentences, one a line),
-    projector/NAME.tsv (their vectors) and (re)writes projector_config.pbtxt listing every
-    snapshot of the directory. Each file is written to a temporary name and renamed.
-    """
-    folder = os.path.join(log_dir, "projector")
-    os.makedirs(folder, exist_ok=True)
-    sentences = list(sentences)[:max_points]
-    vectors = np.asarray(embeddings)[:len(sentences)]
-    clean = [" ".join(s.split()) or "(empty)" for s in sentences]  # no tabs or newlines
-    _write_text_atomic(os.path.join(folder, "metadata.tsv"), "".join(c + "\n" for c in clean))
-    _write_text_atomic(os.path.join(folder, f"{name}.tsv"),
-                       "".join("\t".join(f"{v:.5g}" for v in row) + "\n" for row in vectors))
-    config = projector.ProjectorConfig()
-    for file in sorted(f for f in os.listdir(folder) if f.endswith(".tsv")):
-        if file == "metadata.tsv":
-            continue
-        entry = config.embeddings.add()
-        entry.tensor_name = file[:-4]
-        entry.tensor_path = os.path.join("projector", file)
-        entry.metadata_path = os.path.join("projector", "metadata.tsv")
-    # What projector.visualize_embeddings writes, but atomically.
-    _write_text_atomic(os.path.join(log_dir, "projector_config.pbtxt"),
-                       text_format.MessageToString(config))
-
-
-def _write_text_atomic(path, text):
-    fsio.write_file_atomic(path, text.encode("utf-8"))
 
 
 class RunState:
@@ -203,7 +84,7 @@ class RunState:
             chief_best = read_json(os.path.join(self.output_dir, "best", "best.json"))
             if chief_best is not None:
                 os.makedirs(self.best_dir, exist_ok=True)
-                _write_json_atomic(self.best_json, chief_best)
+                write_json_atomic(self.best_json, chief_best)
         return int(self.model.optimizer.iterations.numpy())
 
     def save_checkpoint(self, step):
@@ -222,7 +103,7 @@ class RunState:
         tmp = os.path.join(self.best_dir, "model.tmp.weights.h5")
         self.model.save_weights(tmp)
         fsio.commit_file(tmp, final)
-        _write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
+        write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
 
     @property
     def start_weights(self):
@@ -236,7 +117,7 @@ class RunState:
         tmp = os.path.join(folder, "model.tmp.weights.h5")
         self.model.save_weights(tmp)
         fsio.commit_file(tmp, self.start_weights)
-        _write_json_atomic(os.path.join(folder, "start.json"), {"score": score, "step": 0})
+        write_json_atomic(os.path.join(folder, "start.json"), {"score": score, "step": 0})
 
     def load_start(self):
         """Loads the starting weights into the model; False if there are none."""
