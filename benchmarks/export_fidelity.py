@@ -144,7 +144,7 @@ def _print(rows, title):
 def check_model(python, workdir):
     """--model mode; returns the rows."""
     from tfsent.encoders import load_encoder
-    from tfsent.publish import EXPORT_INFO_FILE, export_encoder_as
+    from tfsent.formats import EXPORT_INFO_FILE, export_encoder_as
 
     name, sentences = check_sentences(FLAGS.data_dir)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
@@ -184,7 +184,7 @@ def check_model(python, workdir):
 def check_run(python, workdir):
     """--run mode: the run's SavedModel against its other exports; returns the rows."""
     from tfsent.serving import SavedModelEncoder, resolve_savedmodel_dir
-    from tfsent.publish import EXPORT_INFO_FILE, FORMATS
+    from tfsent.formats import EXPORT_INFO_FILE, FORMATS
 
     name, sentences = check_sentences(FLAGS.data_dir)
     served = SavedModelEncoder(resolve_savedmodel_dir(os.path.join(FLAGS.run, "export")))

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process
 from tfsent.encoders import load_encoder
-from tfsent.saved_model import export_encoder, list_versions
+from tfsent.formats.saved_model import export_encoder, list_versions
 from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",

@@ -1,4 +1,4 @@
-"""Publishing to other ecosystems (tfsent.publish), without torch: the weight maps through
+"""Publishing to other ecosystems (tfsent.formats), without torch: the weight maps through
 keras-hub's own Hugging Face converters, round trips through `load_encoder` and keras-hub,
 sentence-transformers' module pipeline transcribed in NumPy, tokenizer.json through the
 `tokenizers` library, refusals, and the CLIs. The real clients (sentence-transformers,

@@ -27,7 +27,7 @@ import peer_env  # noqa: E402
 from tfsent import publish  # noqa: E402
 from tfsent.encoders import SentenceEncoder, load_encoder, resolve_short_name  # noqa: E402
 from tfsent.layers.heads import MLPEncoder  # noqa: E402
-from tfsent.saved_model import export_encoder  # noqa: E402
+from tfsent.formats.saved_model import export_encoder  # noqa: E402
 from tfsent.serving import SavedModelEncoder  # noqa: E402
 from tfsent.testing import tiny_encoder  # noqa: E402
 

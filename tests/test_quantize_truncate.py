@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, SHARED_DATA, shared_data_or_skip
-from tfsent import quantize
+from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.saved_model import export_encoder
+from tfsent.formats.saved_model import export_encoder
 from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["a man plays the guitar .", "the dog runs in the park .", "",

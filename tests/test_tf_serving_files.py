@@ -1,4 +1,4 @@
-"""TF Serving's production files (`tfsent.tf_serving`), the Keras-native `export` and the
+"""TF Serving's production files (`tfsent.formats.tf_serving`), the Keras-native `export` and the
 format registry (`tfsent.formats`): warm-up records parsed with tensorflow-serving-api's
 PredictionLog and replayed through TF Serving's TF1 loader in one fresh process; the
 batching parameters parsed as TF Serving's BatchingParameters text proto; the registry's
@@ -16,12 +16,13 @@ from google.protobuf import (descriptor_pb2, descriptor_pool, message_factory, t
                              wrappers_pb2)
 
 from conftest import PROBE, REPO, SENTENCES, TF_SERVING_LOADER, tiny_method_encoder
-from tfsent import formats, tf_serving
+from tfsent import formats
+from tfsent.formats import tf_serving
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError
 from tfsent.methods import SimCSE
-from tfsent.search_index import export_search_index
+from tfsent.formats.search_index import export_search_index
 from tfsent.serving import SavedModelEncoder
 
 # Runs in a fresh interpreter: tensorflow, tensorflow_text and tensorflow-serving-api only.

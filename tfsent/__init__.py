@@ -14,3 +14,6 @@ from tfsent import _moved  # noqa: E402
 _moved.install()  # old module names (tfsent._moved.MOVED) keep importing
 
 from tfsent import callbacks, encoders, layers, methods  # noqa: E402,F401
+# The output formats; importing them also installs SentenceEncoder.export's writer (the
+# exporter hook of tfsent.encoders.model).
+from tfsent import formats  # noqa: E402,F401
