@@ -18,7 +18,7 @@ from tfsent.formats import quantize
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.formats.saved_model import list_versions
+from tfsent.formats.metadata import list_versions
 from tfsent.formats.search_index import export_search_index
 
 faiss = pytest.importorskip("faiss")

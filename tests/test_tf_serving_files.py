@@ -18,6 +18,7 @@ from google.protobuf import (descriptor_pb2, descriptor_pool, message_factory, t
 from conftest import PROBE, REPO, SENTENCES, TF_SERVING_LOADER, tiny_method_encoder
 from tfsent import formats
 from tfsent.formats import tf_serving
+from tfsent.formats.metadata import read_metadata
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError
@@ -91,7 +92,7 @@ def test_method_export_is_served_the_tf_serving_way_as_encode(exports):
     assert served["modules"] == []  # neither tfsent nor keras_hub in the serving process
     np.testing.assert_allclose(np.array(served[method_path]["probe"]), model.encode(PROBE),
                                atol=1e-5)
-    meta = json.load(open(os.path.join(method_path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(method_path)
     assert meta["method"] == "SimCSE" and meta["pooling"] == model.export_pooling
 
 

@@ -45,6 +45,9 @@ def check_versions_parent(parent, option="--export_dir"):
     return parent
 
 
+check_export_target = check_new_target  # its name in tfsent.publish.staging
+
+
 @contextlib.contextmanager
 def staged_dir(directory, purpose):
     """Yields an empty folder to write the `purpose` (e.g. "onnx export") into; when the
