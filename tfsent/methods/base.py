@@ -147,8 +147,8 @@ class SentenceMethod(keras.Model):
                **kwargs):
         """Writes the method's servable encoder (the encoder with `export_pooling` and
         `export_head`, as `python -m tfsent.train` exports it) as `format` through the
-        registry `tfsent.formats.FORMATS` ("tf_saved_model", "onnx", "litert"); returns
-        the path written.
+        registry `tfsent.formats.FORMATS` (tf_saved_model, onnx, litert,
+        sentence_transformers, ...); returns the path written.
 
         Keras' `Model.export` signature, with these differences: for "tf_saved_model"
         `filepath` is TF Serving's model directory and the SavedModel is its next version
