@@ -50,9 +50,9 @@ def _export_from_flags():
     entry = formats.check_export(FLAGS.format, FLAGS.export_dir, quantize_modes, options,
                                  option_names=OPTION_FLAGS)
     if FLAGS.pooling is not None:
-        check_pooling(FLAGS.pooling)
-        if entry.name == "sentence_transformers":
+        if entry.name == "sentence_transformers":  # names what the format can express
             formats.check_sentence_transformers_pooling(FLAGS.pooling)
+        check_pooling(FLAGS.pooling)
     if FLAGS.truncate_dim is not None and FLAGS.truncate_dim < 1:
         raise ConfigError(f"--truncate_dim must be >= 1, got {FLAGS.truncate_dim}")
     metadata = {"model": FLAGS.model}
