@@ -40,7 +40,9 @@ flags.DEFINE_bool("normalize", False, "--model: export with L2 normalisation.")
 flags.DEFINE_integer("max_seq_length", 256, "--model: truncation length.")
 flags.DEFINE_string("original", None, "--model: sentence-transformers directory the encoder "
                     "came from (compared with the re-export in sentence-transformers).")
-flags.DEFINE_list("formats", ["sentence_transformers", "huggingface", "keras_hub"],
+# The formats a peer library (or keras-hub) loads.
+PEER_FORMATS = ("sentence_transformers", "huggingface", "keras_hub")
+flags.DEFINE_list("formats", list(PEER_FORMATS),
                   "--model: formats to export and check.")
 flags.DEFINE_string("data_dir", os.path.join(os.path.dirname(common.REPO_DIR), "shared", "data"),
                     "SentEval-layout data (STS-B test sentences); the demo corpus without it.")
@@ -144,7 +146,8 @@ def _print(rows, title):
 def check_model(python, workdir):
     """--model mode; returns the rows."""
     from tfsent.encoders import load_encoder
-    from tfsent.publish import EXPORT_INFO_FILE, export_encoder_as
+    from tfsent import formats
+    from tfsent.formats.metadata import read_metadata
 
     name, sentences = check_sentences(FLAGS.data_dir)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
@@ -153,11 +156,11 @@ def check_model(python, workdir):
     sentences_file = write_sentences(sentences, workdir)
     jobs, labels, rows = [], [], []
     for fmt in FLAGS.formats:
-        path = export_encoder_as(encoder, os.path.join(workdir, fmt), fmt,
-                                 pooling=FLAGS.pooling, normalize=FLAGS.normalize,
-                                 max_seq_length=FLAGS.max_seq_length,
-                                 metadata={"model": FLAGS.model})
-        info = json.load(open(os.path.join(path, EXPORT_INFO_FILE)))
+        path = formats.export(encoder, os.path.join(workdir, fmt), format=fmt,
+                              pooling=FLAGS.pooling, normalize=FLAGS.normalize,
+                              max_seq_length=FLAGS.max_seq_length,
+                              metadata={"model": FLAGS.model})
+        info = read_metadata(path)
         job = peer_job(fmt, path, info, sentences_file, os.path.join(workdir, f"{fmt}.npy"))
         if job:
             jobs.append(job)
@@ -184,18 +187,18 @@ def check_model(python, workdir):
 def check_run(python, workdir):
     """--run mode: the run's SavedModel against its other exports; returns the rows."""
     from tfsent.serving import SavedModelEncoder, resolve_savedmodel_dir
-    from tfsent.publish import EXPORT_INFO_FILE, FORMATS
+    from tfsent.formats.metadata import read_metadata
 
     name, sentences = check_sentences(FLAGS.data_dir)
     served = SavedModelEncoder(resolve_savedmodel_dir(os.path.join(FLAGS.run, "export")))
     sentences_file = write_sentences(sentences, workdir)
     jobs, labels, rows = [], [], []
-    for fmt in FORMATS[1:]:
+    for fmt in PEER_FORMATS:
         parent = os.path.join(FLAGS.run, f"export_{fmt}")
         if not os.path.isdir(parent):
             continue
         path = _newest(parent)
-        info = json.load(open(os.path.join(path, EXPORT_INFO_FILE)))
+        info = read_metadata(path)
         reference = served.encode(sentences, normalize=info["normalize"])
         job = peer_job(fmt, path, info, sentences_file, os.path.join(workdir, f"{fmt}.npy"))
         if job:

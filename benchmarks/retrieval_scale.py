@@ -4,7 +4,7 @@
         --dim=384 --repeats=30 --large_repeats=8 --kinds=float32,int8,binary]
 
 For each corpus size M, synthetic unit vectors (--dim wide; clustered, see
-`synthetic_corpus`) are written as a search export (`tfsent.search_index`, wrapped around
+`synthetic_corpus`) are written as a search export (`tfsent.formats.search_index`, wrapped around
 a tiny random encoder of the same width whose text path is not used here), once per
 index kind, and loaded back with `tf.saved_model.load`. What is timed is one call of the
 export's `search_embeddings` signature (precomputed query vectors and k = --k in, ids and
@@ -131,7 +131,7 @@ def measure_size(size, kinds, encoder, work_dir):
     import tensorflow as tf
 
     from tfsent.data.beir import Corpus
-    from tfsent.search_index import export_search_index, saved_model_size
+    from tfsent.formats.search_index import export_search_index, saved_model_size
 
     k, repeats = FLAGS.k, FLAGS.large_repeats if size >= 500_000 else FLAGS.repeats
     docs, queries = synthetic_corpus(size, FLAGS.dim, 64, FLAGS.seed)

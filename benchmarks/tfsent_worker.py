@@ -266,7 +266,7 @@ def encode_mode():
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from tfsent.encoders import load_encoder, resolve_short_name
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     n, bs = len(sentences), FLAGS.batch_size
@@ -336,7 +336,7 @@ def serve_mode():
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from tfsent.encoders import load_encoder, resolve_short_name
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
@@ -469,7 +469,7 @@ def serve_student_mode():
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from tfsent.encoders import load_encoder
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     encoder = load_encoder(FLAGS.student, max_seq_length=FLAGS.max_seq_length)

@@ -5,8 +5,9 @@ code block or an inline code span) must be one that command defines; a `--flag` 
 span with no command before it must be defined by some tfsent command, benchmark or tool
 (or be one of FOREIGN_FLAGS, other programs' flags the docs mention). Every
 `--config.FIELD` must be a config field: a base default or some method's default.
-Flags are read from the scripts' source (every `flags.DEFINE_*("name", ...)` call), since
-tfsent.evaluate, tfsent.export and tfsent.mine define theirs only when run as a program.
+Flags are read from the scripts' source (every `flags.DEFINE_*("name", ...)` call, and
+`cli.define_model_flags`'s for a script that calls it), since tfsent.evaluate,
+tfsent.export and tfsent.mine define theirs only when run as a program.
 """
 
 import ast
@@ -56,6 +57,9 @@ def script_flags(path):
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)):
             names.add(node.args[0].value)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "define_model_flags"):  # the shared model flags
+            names |= script_flags(os.path.join(REPO, "tfsent", "cli.py"))
     return names
 
 

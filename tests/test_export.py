@@ -12,7 +12,8 @@ import pytest
 
 from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process
 from tfsent.encoders import load_encoder
-from tfsent.saved_model import export_encoder, list_versions
+from tfsent.formats.metadata import list_versions, read_metadata
+from tfsent.formats.saved_model import export_encoder
 from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["A man is playing a guitar.", "", "   ", "Le café était fermé à Noël.",
@@ -101,8 +102,7 @@ def test_versions_and_no_partial_directory(tmp_path, tiny_encoder_dir):
     finally:
         live.kill()
         live.wait()
-    meta = json.load(open(os.path.join(export_dir, "2", "assets.extra",
-                                       "tfsent_export.json")))
+    meta = read_metadata(os.path.join(export_dir, "2"))
     assert meta["pooling"] == "cls_before_pooler"
 
 
@@ -112,7 +112,7 @@ def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
     enc.encode(["a man plays"], max_seq_length=8)
     enc.encode(["a man plays"], pooling="cls_before_pooler")
     path = export_encoder(enc, str(tmp_path / "e"), max_seq_length=12)
-    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(path)
     assert meta["max_seq_length"] == 12
 
 
@@ -128,7 +128,7 @@ def test_xla_export_and_encode_match_plain(tmp_path, tiny_encoder_dir):
         xla = enc.encode(SENTENCES, batch_size=batch_size, jit_compile=True)
         np.testing.assert_allclose(xla, plain, atol=1e-5)
     path = export_encoder(enc, str(tmp_path / "x"), jit_compile=True)
-    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(path)
     assert meta["jit_compile"] is True
     served = serve_in_fresh_process(path, SENTENCES)
     assert served["modules"] == []
@@ -218,7 +218,7 @@ def test_query_and_document_prompts_are_signatures(tmp_path, tiny_encoder_dir):
     np.testing.assert_allclose(served["encode_document"],
                                enc.encode(["passage: " + t for t in texts]), atol=1e-5)
     assert not np.allclose(served["encode_query"], served["serving_default"], atol=1e-3)
-    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(path)
     assert (meta["query_prompt"], meta["document_prompt"]) == ("query: ", "passage: ")
     model = SavedModelEncoder(path)
     np.testing.assert_allclose(model.encode_query(texts), served["encode_query"], atol=1e-6)

@@ -55,7 +55,7 @@ def train_and_export(method, family, checkpoint, workdir):
     (export path, model.encode(SENTENCES), logs of the last step)."""
     import keras
 
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
     from tfsent.methods import get_method
     from tfsent.training import build_model, load_training_data, make_dataset, resolve_config
 

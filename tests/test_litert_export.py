@@ -16,6 +16,7 @@ from conftest import REPO
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats import litert
+from tfsent.formats.metadata import read_metadata
 
 pytest.importorskip("ai_edge_litert", reason="needs the tfsent[litert] extra")
 
@@ -106,7 +107,7 @@ def test_litert_client_matches_encode_on_hard_cases(exports, client_output, fami
     assert _cosines(got["batch"], normalized).min() >= bound      # batch 7, padded
     assert _cosines(got["ones"], normalized).min() >= bound       # batch 1 each
     assert _cosines(got["raw"], raw).min() >= bound               # the unnormalised output
-    info = json.load(open(os.path.join(directory, "tfsent_export.json")))
+    info = read_metadata(directory)
     # The long sentence was cut at the export's max length by the tokenizer files alone.
     assert got["lengths"][1] == info["max_seq_length"] < 600
     assert info["quantize"] == (quantize or "none") and info["family"] == family

@@ -21,6 +21,7 @@ from tfsent.errors import ConfigError
 
 pytest.importorskip("onnxruntime")
 from tfsent.formats import onnx as onnx_format  # noqa: E402
+from tfsent.formats.metadata import read_metadata  # noqa: E402
 
 HARD = ["", "Café au lait, NAÏVE résumé!", "東京 is in 日本.", "word " * 600,
         "a short one", "The quick brown fox jumps over the lazy dog.", "x"]
@@ -105,7 +106,7 @@ def test_onnx_runtime_gives_encode_vectors(exports, case):
     if case not in cases:
         pytest.skip("minilm-l6 is not installed")
     directory, refs = cases[case]
-    files = json.load(open(os.path.join(directory, "tfsent_export.json")))["files"]
+    files = read_metadata(directory)["files"]
     assert files == [onnx_format.ONNX_FILE, onnx_format.INT8_FILE]
     for name, floor in ((onnx_format.ONNX_FILE, FP32_MIN), (onnx_format.INT8_FILE, INT8_MIN)):
         for ref, got in zip(refs, served[f"{directory}|{name}"]):
@@ -206,16 +207,30 @@ def test_sentence_transformers_onnx_files_refusals(hf_checkpoint_dirs, tmp_path)
     the last hidden state (sentence-transformers' ONNX backend returns nothing else);
     refused before anything is written. (The round trip through sentence-transformers'
     ONNX backend: tests/test_publish_peer.py.)"""
-    from tfsent import publish
+    from tfsent import formats
 
     encoder = load_encoder(hf_checkpoint_dirs["roberta"], pooling="mean")
-    with pytest.raises(ConfigError, match="sentence_transformers export, not huggingface"):
-        publish.export_encoder_as(encoder, str(tmp_path / "hf"), "huggingface", onnx=True)
+    with pytest.raises(ConfigError, match="onnx does not apply to format=huggingface"):
+        formats.export(encoder, str(tmp_path / "hf"), format="huggingface", onnx=True)
     with pytest.raises(ConfigError, match="--pooling=last2_avg.*mean"):
-        publish.export_encoder_as(encoder, str(tmp_path / "st"), "sentence_transformers",
-                                  pooling="last2_avg", onnx=True)
+        formats.export(encoder, str(tmp_path / "st"), format="sentence_transformers",
+                       pooling="last2_avg", onnx=True)
     assert os.listdir(tmp_path) == []
-    path = publish.export_encoder_as(encoder, str(tmp_path / "ok"), "sentence_transformers",
-                                     onnx=True)
+    path = formats.export(encoder, str(tmp_path / "ok"), format="sentence_transformers",
+                          onnx=True)
     assert sorted(os.listdir(os.path.join(path, "onnx"))) == [onnx_format.ONNX_FILE,
                                                               onnx_format.INT8_FILE]
+
+
+def test_a_training_run_can_ask_for_onnx(hf_checkpoint_dirs, tmp_path):
+    """`--config.export_formats=onnx`: OUTPUT_DIR/export_onnx/<next version>; the run's
+    prompts, which an ids model cannot apply, are recorded in the metadata."""
+    from tfsent import formats
+
+    encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="mean")
+    paths = formats.export_run_formats(encoder, str(tmp_path), "saved_model,onnx",
+                                       query_prompt="query: ", metadata={"step": 3})
+    assert paths == {"onnx": str(tmp_path / "export_onnx" / "1")}
+    meta = read_metadata(paths["onnx"])
+    assert (meta["format"], meta["query_prompt"], meta["step"]) == ("onnx", "query: ", 3)
+    assert meta["files"] == [onnx_format.ONNX_FILE]

@@ -1,4 +1,5 @@
-"""Publishing to other ecosystems (tfsent.publish), without torch: the weight maps through
+"""The other ecosystems' formats of tfsent.formats (sentence_transformers, huggingface,
+keras_hub), without torch: the weight maps through
 keras-hub's own Hugging Face converters, round trips through `load_encoder` and keras-hub,
 sentence-transformers' module pipeline transcribed in NumPy, tokenizer.json through the
 `tokenizers` library, refusals, and the CLIs. The real clients (sentence-transformers,
@@ -15,7 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO, TINY_VOCAB, minilm_or_skip
-from tfsent import publish
+from tfsent import formats
+from tfsent.encoders.hf_format import hf_config, hf_state_dict
+from tfsent.formats.huggingface import write_hf_model, write_tokenizer_files
+from tfsent.formats.metadata import read_metadata
+from tfsent.formats.sentence_transformers import ST_POOLINGS
 from tfsent.encoders import SentenceEncoder, load_encoder
 from tfsent.errors import ConfigError
 from tfsent.layers.heads import MLPEncoder
@@ -72,7 +77,7 @@ def test_weight_map_is_the_inverse_of_keras_hub_converter(tmp_path, family):
     backbone = randomize(BACKBONES[family](
         vocabulary_size=40, num_layers=2, num_heads=2, hidden_dim=8, intermediate_dim=12,
         max_sequence_length=20), seed=1)
-    publish.write_hf_model(backbone, str(tmp_path))
+    write_hf_model(backbone, str(tmp_path))
     config = json.load(open(tmp_path / "config.json"))
     assert config["model_type"] == family
     loaded = keras_hub.models.Backbone.from_preset(str(tmp_path))
@@ -89,13 +94,13 @@ def test_names_carry_the_base_model_prefix_and_positions_their_offset():
     backbone = keras_hub.models.RobertaBackbone(vocabulary_size=30, num_layers=1, num_heads=2,
                                                 hidden_dim=8, intermediate_dim=12,
                                                 max_sequence_length=10)
-    tensors = publish.hf_state_dict(randomize(backbone))
+    tensors = hf_state_dict(randomize(backbone))
     assert all(name.startswith("roberta.") for name in tensors)
     positions = tensors["roberta.embeddings.position_embeddings.weight"]
     assert positions.shape == (12, 8) and not positions[:2].any()
     np.testing.assert_array_equal(positions[2:], backbone.embeddings.position_embedding
                                   .position_embeddings.numpy())
-    assert publish.hf_config(backbone)["max_position_embeddings"] == 12
+    assert hf_config(backbone)["max_position_embeddings"] == 12
 
 
 def test_unsupported_family_is_refused(tmp_path):
@@ -103,7 +108,7 @@ def test_unsupported_family_is_refused(tmp_path):
                                              embedding_dim=8, hidden_dim=8, intermediate_dim=12,
                                              max_sequence_length=10)
     with pytest.raises(ConfigError, match="AlbertBackbone.*supported backbones are"):
-        publish.write_hf_model(albert, str(tmp_path))
+        write_hf_model(albert, str(tmp_path))
     assert os.listdir(tmp_path) == []
 
 
@@ -116,7 +121,7 @@ def test_unsupported_family_is_refused(tmp_path):
 def test_load_encoder_round_trip(tmp_path, encoder, fmt, pooling):
     """load_encoder on the exported directory embeds as the exported encoder did (the
     pooling is passed: load_encoder on this branch reads the transformer, not modules.json)."""
-    path = publish.export_encoder_as(encoder, tmp_path / "out", fmt, pooling=pooling)
+    path = formats.export(encoder, tmp_path / "out", format=fmt, pooling=pooling)
     loaded = load_encoder(path, pooling=pooling, max_seq_length=16)
     assert loaded.activation == "gelu_new"  # the approximate GELU, by its Hugging Face name
     ref = encoder.encode(SENTENCES, pooling=pooling, verbose=0)
@@ -126,7 +131,7 @@ def test_load_encoder_round_trip(tmp_path, encoder, fmt, pooling):
 
 
 def test_keras_hub_preset_round_trip(tmp_path, encoder):
-    path = publish.export_encoder_as(encoder, tmp_path / "kh", "keras_hub", pooling="mean",
+    path = formats.export(encoder, tmp_path / "kh", format="keras_hub", pooling="mean",
                                      normalize=True)
     backbone = keras_hub.models.Backbone.from_preset(path)
     assert type(backbone) is keras_hub.models.BertBackbone
@@ -145,10 +150,10 @@ def test_keras_hub_preset_round_trip(tmp_path, encoder):
 
 
 def test_keras_hub_preset_without_text_embedder_for_other_poolings(tmp_path, encoder):
-    path = publish.export_encoder_as(encoder, tmp_path / "kh", "keras_hub",
+    path = formats.export(encoder, tmp_path / "kh", format="keras_hub",
                                      pooling="first_last_avg")
     assert not os.path.exists(os.path.join(path, "task.json"))
-    info = json.load(open(os.path.join(path, publish.EXPORT_INFO_FILE)))
+    info = read_metadata(path)
     assert info["text_embedder"] is None and "first_last_avg" in info[
         "text_embedder_missing_because"]
     backbone = keras_hub.models.Backbone.from_preset(path)
@@ -164,7 +169,7 @@ def test_keras_hub_warns_about_its_gelu(tmp_path, caplog):
     enc = tiny_encoder(TINY_VOCAB)
     assert enc.activation == "gelu"
     with caplog.at_level("WARNING"):
-        publish.export_encoder_as(enc, tmp_path / "kh", "keras_hub")
+        formats.export(enc, tmp_path / "kh", format="keras_hub")
     assert "gelu_approximate" in caplog.text
 
 
@@ -212,12 +217,12 @@ def st_pipeline_numpy(directory, hidden_states, mask):
     return sentence
 
 
-@pytest.mark.parametrize("pooling", list(publish.ST_POOLINGS))
+@pytest.mark.parametrize("pooling", list(ST_POOLINGS))
 @pytest.mark.parametrize("num_layers", [1, 3])
 def test_sentence_transformers_modules_compute_tfsent_pooling(tmp_path, pooling, num_layers):
     enc = tiny_encoder(TINY_VOCAB, num_layers=num_layers, hidden_dim=16, max_seq_length=16)
     randomize(enc.backbone, seed=num_layers)
-    path = publish.export_encoder_as(enc, tmp_path / "st", "sentence_transformers",
+    path = formats.export(enc, tmp_path / "st", format="sentence_transformers",
                                      pooling=pooling)
     features = enc.tokenize(SENTENCES)
     out = enc(features, pooling=pooling, output_hidden_states=True)
@@ -230,7 +235,7 @@ def test_sentence_transformers_modules_compute_tfsent_pooling(tmp_path, pooling,
 
 
 def test_sentence_transformers_head_as_dense_modules(tmp_path, encoder, head):
-    path = publish.export_encoder_as(encoder, tmp_path / "st", "sentence_transformers",
+    path = formats.export(encoder, tmp_path / "st", format="sentence_transformers",
                                      pooling="cls", head=head, normalize=True)
     modules = json.load(open(os.path.join(path, "modules.json")))
     assert [m["type"].rsplit(".", 1)[1] for m in modules] == [
@@ -245,13 +250,13 @@ def test_sentence_transformers_head_as_dense_modules(tmp_path, encoder, head):
     ref = np.array(head(out["embedding"]))
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-    info = json.load(open(os.path.join(path, publish.EXPORT_INFO_FILE)))
+    info = read_metadata(path)
     assert info["embedding_dim"] == 12 and info["head"] == "MLPEncoder"
 
 
 def test_sentence_bert_and_tokenizer_configs(tmp_path):
     enc = tiny_encoder(TINY_VOCAB, max_seq_length=16, lowercase=False)
-    path = publish.export_encoder_as(enc, tmp_path / "st", "sentence_transformers",
+    path = formats.export(enc, tmp_path / "st", format="sentence_transformers",
                                      max_seq_length=12)
     st = json.load(open(os.path.join(path, "sentence_bert_config.json")))
     assert st == {"max_seq_length": 12, "do_lower_case": False}
@@ -282,7 +287,7 @@ def _wordpiece_tokenizer_json(tmp_path, lowercase):
     tok = SentenceTokenizer(vocab, lowercase, lowercase, 512, pad_to_max_length=False)
     path = tmp_path / "tok"
     path.mkdir()
-    publish.write_tokenizer_files(tok, str(path), "bert", 512)
+    write_tokenizer_files(tok, str(path), "bert", 512)
     return tok, str(path / "tokenizer.json")
 
 
@@ -339,11 +344,11 @@ def _nothing_written(parent, name):
 
 def test_inexpressible_pooling_refused(tmp_path, encoder):
     with pytest.raises(ConfigError) as err:
-        publish.export_encoder_as(encoder, tmp_path / "st", "sentence_transformers",
+        formats.export(encoder, tmp_path / "st", format="sentence_transformers",
                                   pooling="mean_no_cls")
     message = str(err.value)
     assert "--pooling=mean_no_cls" in message
-    for name in publish.ST_POOLINGS:
+    for name in ST_POOLINGS:
         assert name in message
     assert _nothing_written(tmp_path, "st")
 
@@ -352,15 +357,15 @@ def test_existing_directory_refused(tmp_path, encoder):
     target = tmp_path / "st"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="--export_dir=.*not an empty directory"):
-        publish.export_encoder_as(encoder, target, "huggingface")
+    with pytest.raises(ConfigError, match="target=.*not an empty directory"):
+        formats.export(encoder, target, format="huggingface")
     assert os.listdir(target) == ["keep.txt"]
     # A second export to the same directory refuses too; an empty directory is used.
     empty = tmp_path / "empty"
     empty.mkdir()
-    publish.export_encoder_as(encoder, empty, "huggingface")
+    formats.export(encoder, empty, format="huggingface")
     with pytest.raises(ConfigError):
-        publish.export_encoder_as(encoder, empty, "huggingface")
+        formats.export(encoder, empty, format="huggingface")
     assert os.path.exists(empty / "model.safetensors")
 
 
@@ -371,7 +376,7 @@ def test_existing_directory_refused(tmp_path, encoder):
 def test_inexpressible_head_refused(tmp_path, encoder, layer, message):
     layer.build((None, 16))
     with pytest.raises(ConfigError, match=message):
-        publish.export_encoder_as(encoder, tmp_path / "st", "sentence_transformers",
+        formats.export(encoder, tmp_path / "st", format="sentence_transformers",
                                   head=layer)
     assert _nothing_written(tmp_path, "st")
 
@@ -379,13 +384,16 @@ def test_inexpressible_head_refused(tmp_path, encoder, layer, message):
 @pytest.mark.parametrize("fmt", ["huggingface", "keras_hub"])
 def test_head_refused_where_it_has_no_place(tmp_path, encoder, head, fmt):
     with pytest.raises(ConfigError, match=f"format {fmt} cannot carry the export head"):
-        publish.export_encoder_as(encoder, tmp_path / "x", fmt, head=head)
+        formats.export(encoder, tmp_path / "x", format=fmt, head=head)
     assert _nothing_written(tmp_path, "x")
 
 
 def test_unknown_format_refused(tmp_path, encoder):
-    with pytest.raises(ConfigError, match="'onnx' is not a format"):
-        publish.export_encoder_as(encoder, tmp_path / "x", "onnx")
+    with pytest.raises(ConfigError, match="format=bogus: unknown format"):
+        formats.export(encoder, tmp_path / "x", format="bogus")
+    with pytest.raises(ConfigError, match="normalize does not apply to format=onnx"):
+        formats.export(encoder, tmp_path / "x", format="onnx", normalize=True)
+    assert not os.path.exists(tmp_path / "x")
 
 
 def test_failure_mid_write_leaves_nothing(tmp_path, encoder, monkeypatch):
@@ -396,16 +404,16 @@ def test_failure_mid_write_leaves_nothing(tmp_path, encoder, monkeypatch):
 
     monkeypatch.setattr(safetensors.numpy, "save_file", disk_full)
     with pytest.raises(OSError):
-        publish.export_encoder_as(encoder, tmp_path / "st", "sentence_transformers")
+        formats.export(encoder, tmp_path / "st", format="sentence_transformers")
     assert _nothing_written(tmp_path, "st")
 
 
 def test_run_exports_take_the_next_version(tmp_path, encoder):
     """The training CLI's exports: OUTPUT_DIR/export_<format>/<version>, a second run into
     the same directory adds a version (saved_model is the run's own, not written here)."""
-    first = publish.export_run_formats(encoder, str(tmp_path), "saved_model,huggingface",
+    first = formats.export_run_formats(encoder, str(tmp_path), "saved_model,huggingface",
                                        pooling="mean", max_seq_length=16)
-    second = publish.export_run_formats(encoder, str(tmp_path), "huggingface")
+    second = formats.export_run_formats(encoder, str(tmp_path), "huggingface")
     assert first == {"huggingface": str(tmp_path / "export_huggingface" / "1")}
     assert second == {"huggingface": str(tmp_path / "export_huggingface" / "2")}
     assert sorted(os.listdir(tmp_path)) == ["export_huggingface"]
@@ -415,10 +423,13 @@ def test_config_field_checked_early():
     from tfsent.training.config import build_config
 
     config = build_config({}, overrides=["export_formats=saved_model,sentence_transformers"])
-    assert publish.export_formats(config.export_formats) == ["saved_model",
+    assert formats.export_formats(config.export_formats) == ["saved_model",
                                                              "sentence_transformers"]
-    with pytest.raises(ConfigError, match="'onnx' is not a format"):
-        build_config({}, overrides=["export_formats=saved_model,onnx"])
+    with pytest.raises(ConfigError, match="export_formats=bogus: unknown format; valid: "
+                                          "tf_saved_model, onnx, litert"):
+        build_config({}, overrides=["export_formats=saved_model,bogus"])
+    with pytest.raises(ConfigError, match="search_index: the format indexes a corpus"):
+        formats.export_formats("saved_model,search_index")
     with pytest.raises(ConfigError, match="--pooling=mean_no_cls"):
         build_config({}, overrides=["export_formats=sentence_transformers",
                                     "export_pooling=mean_no_cls"])

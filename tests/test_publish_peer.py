@@ -24,10 +24,12 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import export_fidelity  # noqa: E402  (benchmarks/: comparison and peer helpers)
 import peer_env  # noqa: E402
 
-from tfsent import publish  # noqa: E402
+from tfsent import formats  # noqa: E402
+from tfsent.formats.huggingface import write_hf_model  # noqa: E402
+from tfsent.formats.sentence_transformers import ST_POOLINGS  # noqa: E402
 from tfsent.encoders import SentenceEncoder, load_encoder, resolve_short_name  # noqa: E402
 from tfsent.layers.heads import MLPEncoder  # noqa: E402
-from tfsent.saved_model import export_encoder  # noqa: E402
+from tfsent.formats.saved_model import export_encoder  # noqa: E402
 from tfsent.serving import SavedModelEncoder  # noqa: E402
 from tfsent.testing import tiny_encoder  # noqa: E402
 
@@ -152,18 +154,17 @@ def peer(request, tmp_path_factory, sentences):
     head = MLPEncoder(40, 24)
     head.build((None, 32))
     randomize(head, seed=5)
-    for pooling in publish.ST_POOLINGS:
+    for pooling in ST_POOLINGS:
         normalize = pooling in ("mean", "cls")
-        path = publish.export_encoder_as(enc, os.path.join(work, f"st_{pooling}"),
-                                         "sentence_transformers", pooling=pooling,
-                                         normalize=normalize)
+        path = formats.export(enc, os.path.join(work, f"st_{pooling}"),
+                              format="sentence_transformers", pooling=pooling,
+                              normalize=normalize)
         add(f"st_{pooling}", enc.encode(sentences, pooling=pooling, normalize=normalize,
                                         verbose=0),
             {"kind": "sentence_transformers", "model_dir": path,
              "sentences": sentences_file})
-    path = publish.export_encoder_as(enc, os.path.join(work, "st_head"),
-                                     "sentence_transformers", pooling="cls", head=head,
-                                     normalize=True)
+    path = formats.export(enc, os.path.join(work, "st_head"), format="sentence_transformers",
+                          pooling="cls", head=head, normalize=True)
     ref = np.array(head(enc.encode(sentences, pooling="cls", verbose=0)))
     add("st_head", ref / np.linalg.norm(ref, axis=1, keepdims=True),
         {"kind": "sentence_transformers", "model_dir": path, "sentences": sentences_file})
@@ -172,13 +173,13 @@ def peer(request, tmp_path_factory, sentences):
     prompts = {"query_prompt": "query: ", "document_prompt": "passage: "}
     served = SavedModelEncoder(export_encoder(enc, os.path.join(work, "sm_prompts"),
                                               pooling="mean", **prompts))
-    path = publish.export_encoder_as(enc, os.path.join(work, "st_prompts"),
-                                     "sentence_transformers", pooling="mean", **prompts)
+    path = formats.export(enc, os.path.join(work, "st_prompts"),
+                          format="sentence_transformers", pooling="mean", **prompts)
     for side in ("query", "document"):
         add(f"st_prompts_{side}", getattr(served, f"encode_{side}")(sentences),
             {"kind": "sentence_transformers", "model_dir": path,
              "sentences": sentences_file, "encode": side})
-    hf = publish.export_encoder_as(enc, os.path.join(work, "hf"), "huggingface")
+    hf = formats.export(enc, os.path.join(work, "hf"), format="huggingface")
     for pooling in HF_POOLINGS:
         add(f"hf_{pooling}", enc.encode(sentences, pooling=pooling, verbose=0),
             {"kind": "transformers", "model_dir": hf, "sentences": sentences_file,
@@ -189,14 +190,14 @@ def peer(request, tmp_path_factory, sentences):
     subset_file = os.path.join(work, "subset.json")
     json.dump(subset, open(subset_file, "w", encoding="utf-8"), ensure_ascii=False)
     reference = minilm.encode(subset, normalize=True, verbose=0)
-    st = publish.export_encoder_as(minilm, os.path.join(work, "minilm_st"),
-                                   "sentence_transformers", normalize=True)
+    st = formats.export(minilm, os.path.join(work, "minilm_st"),
+                        format="sentence_transformers", normalize=True)
     add("minilm_st", reference, {"kind": "sentence_transformers", "model_dir": st,
                                  "sentences": subset_file})
     add("minilm_original", None, {"kind": "sentence_transformers",
                                   "model_dir": resolve_short_name("minilm-l6"),
                                   "sentences": subset_file})
-    hf = publish.export_encoder_as(minilm, os.path.join(work, "minilm_hf"), "huggingface")
+    hf = formats.export(minilm, os.path.join(work, "minilm_hf"), format="huggingface")
     add("minilm_hf", reference, {"kind": "transformers", "model_dir": hf,
                                  "sentences": subset_file, "pooling": "mean",
                                  "max_seq_length": 256, "normalize": True})
@@ -233,7 +234,7 @@ def _family_jobs(work):
         randomize(backbone, seed=len(out) + 1)
         path = os.path.join(work, f"family_{family}")
         os.makedirs(path)
-        publish.write_hf_model(backbone, path)
+        write_hf_model(backbone, path)
         # Ids >= 3 (RoBERTa's padding_idx is 1), padding positions hold the pad id.
         ids = np.where(mask == 1, rng.integers(3, 60, mask.shape), 1 if "roberta" in family
                        else 0).astype("int32")
@@ -250,7 +251,7 @@ def _family_jobs(work):
     return out
 
 
-@pytest.mark.parametrize("pooling", list(publish.ST_POOLINGS) + ["head"])
+@pytest.mark.parametrize("pooling", list(ST_POOLINGS) + ["head"])
 def test_sentence_transformers_loads_the_export(peer, pooling):
     reference, got, report = peer[f"st_{pooling}"]
     assert_same_embeddings(reference, got, f"sentence-transformers, {pooling}")
@@ -336,8 +337,8 @@ def onnx_peer(tmp_path_factory):
         pytest.skip(message)
     work = str(tmp_path_factory.mktemp("st_onnx"))
     encoder = load_encoder("minilm-l6", pooling="mean")
-    model_dir = publish.export_encoder_as(encoder, os.path.join(work, "st"),
-                                          "sentence_transformers", normalize=True, onnx=True)
+    model_dir = formats.export(encoder, os.path.join(work, "st"),
+                               format="sentence_transformers", normalize=True, onnx=True)
     texts = ["A man is playing a guitar.", "Two dogs run across the snowy field.",
              "The stock market fell sharply on Monday."] + EXTRA
     sentences = export_fidelity.write_sentences(texts, work)

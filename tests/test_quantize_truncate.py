@@ -12,10 +12,11 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, SHARED_DATA, shared_data_or_skip
-from tfsent import quantize
+from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.saved_model import export_encoder
+from tfsent.formats.metadata import read_metadata
+from tfsent.formats.saved_model import export_encoder
 from tfsent.serving import SavedModelEncoder
 
 SENTENCES = ["a man plays the guitar .", "the dog runs in the park .", "",
@@ -133,7 +134,7 @@ def test_export_serves_int8_and_binary_equal_to_numpy(quantized_export):
     encoder, path = quantized_export
     served = SavedModelEncoder(path)
     assert served.quantized_outputs == ("int8", "binary")
-    meta = json.load(open(os.path.join(path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(path)
     assert meta["quantize"] == ["int8", "binary"] and meta["int8_calibration_sentences"] == 4
     # The stored ranges are those of the export's own float embeddings of the calibration set.
     lo, hi = quantize.calibrate_int8(served.encode(SENTENCES[:4]))

@@ -19,6 +19,7 @@ from conftest import REPO, TINY_VOCAB, minilm_or_skip, shared_data_or_skip
 from tfsent.data import beir, readers
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
+from tfsent.formats.metadata import read_metadata
 from tfsent.search import top_k_cosine
 
 pytrec_eval = pytest.importorskip("pytrec_eval")  # the test extra: pytrec-eval-terrier
@@ -516,8 +517,7 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
     assert [h["step"] for h in metrics["dev_history"]] == [2, 4]
     assert all("ndcg@10" in h and "mrr@10" in h for h in metrics["dev_history"])
     assert "ndcg@10" in metrics["dev_best"]
-    meta = json.load(open(os.path.join(metrics["export"], "assets.extra",
-                                       "tfsent_export.json")))
+    meta = read_metadata(metrics["export"])
     assert (meta["query_prompt"], meta["document_prompt"]) == ("query: ", "passage: ")
     # The dev figures are the callback's own on the exported weights' model.
     from tfsent.serving import SavedModelEncoder

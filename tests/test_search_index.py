@@ -1,4 +1,4 @@
-"""tfsent.search_index / python -m tfsent.index: the `search` signature served the TF
+"""tfsent.formats.search_index / python -m tfsent.index: the `search` signature served the TF
 Serving way (a fresh process importing only tensorflow + tensorflow_text, a TF1 session
 restoring through the saver_def) against faiss-cpu's exact search, k per request, the
 int8 / binary indexes (recall, Hamming candidates against faiss IndexBinaryFlat),
@@ -14,12 +14,12 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, TF_SERVING_LOADER, TINY_WORDS, minilm_or_skip, shared_data_or_skip
-from tfsent import quantize
+from tfsent.formats import quantize
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.saved_model import list_versions
-from tfsent.search_index import export_search_index
+from tfsent.formats.metadata import list_versions
+from tfsent.formats.search_index import export_search_index
 
 faiss = pytest.importorskip("faiss")
 
@@ -281,7 +281,7 @@ def test_chunked_scan_equals_one_chunk(tiny_encoder_dir):
     """The corpus scanned 64 rows at a time (a running top-k over 8 chunks, the last one
     short) gives what one chunk gives, for every index kind, with ties (equal rows in
     different chunks) in corpus order."""
-    from tfsent.search_index import SearchModule
+    from tfsent.formats.search_index import SearchModule
 
     encoder = load_encoder(tiny_encoder_dir)
     rng = np.random.default_rng(3)
@@ -373,7 +373,7 @@ def climate_fever_export(tmp_path_factory):
 
 def test_minilm_climate_fever_top10_equals_exact_float_search(climate_fever_export,
                                                               tmp_path):
-    from tfsent.search_index import SearchModule
+    from tfsent.formats.search_index import SearchModule
 
     split, path, matrix, encoder = climate_fever_export
     claims = split.query_texts

@@ -1,4 +1,4 @@
-"""TF Serving's production files (`tfsent.tf_serving`), the Keras-native `export` and the
+"""TF Serving's production files (`tfsent.formats.tf_serving`), the Keras-native `export` and the
 format registry (`tfsent.formats`): warm-up records parsed with tensorflow-serving-api's
 PredictionLog and replayed through TF Serving's TF1 loader in one fresh process; the
 batching parameters parsed as TF Serving's BatchingParameters text proto; the registry's
@@ -16,12 +16,14 @@ from google.protobuf import (descriptor_pb2, descriptor_pool, message_factory, t
                              wrappers_pb2)
 
 from conftest import PROBE, REPO, SENTENCES, TF_SERVING_LOADER, tiny_method_encoder
-from tfsent import formats, tf_serving
+from tfsent import formats
+from tfsent.formats import tf_serving
+from tfsent.formats.metadata import read_metadata
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.methods import SimCSE
-from tfsent.search_index import export_search_index
+from tfsent.formats.search_index import export_search_index
 from tfsent.serving import SavedModelEncoder
 
 # Runs in a fresh interpreter: tensorflow, tensorflow_text and tensorflow-serving-api only.
@@ -90,7 +92,7 @@ def test_method_export_is_served_the_tf_serving_way_as_encode(exports):
     assert served["modules"] == []  # neither tfsent nor keras_hub in the serving process
     np.testing.assert_allclose(np.array(served[method_path]["probe"]), model.encode(PROBE),
                                atol=1e-5)
-    meta = json.load(open(os.path.join(method_path, "assets.extra", "tfsent_export.json")))
+    meta = read_metadata(method_path)
     assert meta["method"] == "SimCSE" and meta["pooling"] == model.export_pooling
 
 
@@ -217,3 +219,33 @@ def test_export_cli_refuses_before_loading_the_model(tmp_path):
         assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
         assert "Traceback" not in r.stderr
     assert sorted(os.listdir(tmp_path)) == ["full"]
+
+
+def test_every_record_matches_its_writer():
+    """What a record says (head, corpus, quantize) is what its writer takes."""
+    for entry in formats.FORMATS.values():
+        takes = entry.options()
+        assert ("head" in takes) == entry.carries_head, entry.name
+        assert ("corpus" in takes) == entry.needs_corpus, entry.name
+        assert (entry.quantize_kwarg in takes) == bool(entry.quantize_modes), entry.name
+        assert entry.description, entry.name
+
+
+def test_version_counter_and_metadata_reader(tmp_path):
+    from tfsent.formats.metadata import metadata_path, read_metadata, write_metadata
+    from tfsent.formats.staging import next_version
+
+    assert next_version(tmp_path / "absent") == 1
+    for name in ("1", "3", "notes", ".4.tfsent-staging-1"):
+        (tmp_path / name).mkdir()
+    assert next_version(tmp_path) == 4
+    with pytest.raises(InputError, match="no readable tfsent export metadata"):
+        read_metadata(tmp_path / "1")
+    assert read_metadata(tmp_path / "1", required=False) == {}
+    write_metadata(tmp_path / "1", {"format": "onnx"}, {"step": 2})
+    assert read_metadata(tmp_path / "1") == {"format": "onnx", "step": 2}
+    (tmp_path / "3" / "saved_model.pb").write_bytes(b"")  # a SavedModel version
+    write_metadata(tmp_path / "3", {"format": "tf_saved_model"})
+    assert metadata_path(tmp_path) == str(tmp_path / "3" / "assets.extra" /
+                                          "tfsent_export.json")
+    assert read_metadata(tmp_path)["format"] == "tf_saved_model"  # the newest version's

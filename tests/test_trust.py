@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, TINY_RUN_FLAGS
 from tfsent import training
 from tfsent.errors import ConfigError
-from tfsent.saved_model import list_versions
+from tfsent.formats.metadata import list_versions
 
 
 def _env():

@@ -21,6 +21,9 @@ with _startup.native_notices_filtered(_startup.quiet_wanted()):
 
     _tf.config.list_physical_devices("GPU")  # the CUDA probe, inside the filter
     from tfsent import encoders, layers, methods, training  # noqa: E402,F401
+    # The output formats; importing them also installs SentenceEncoder.export's writer
+    # (the exporter hook of tfsent.encoders.model).
+    from tfsent import formats  # noqa: E402,F401
 
 
 def __getattr__(name):

@@ -26,6 +26,15 @@ MOVED = {
     "tfsent.grad_cache": "tfsent.methods.grad_cache",
 
     # --- export formats (tfsent/formats/) ---
+    "tfsent.saved_model": "tfsent.formats.saved_model",
+    "tfsent.tf_serving": "tfsent.formats.tf_serving",
+    "tfsent.quantize": "tfsent.formats.quantize",
+    "tfsent.search_index": "tfsent.formats.search_index",
+    "tfsent.publish": "tfsent.formats",
+    "tfsent.publish.sentence_transformers": "tfsent.formats.sentence_transformers",
+    "tfsent.publish.huggingface": "tfsent.formats.huggingface",
+    "tfsent.publish.keras_hub_preset": "tfsent.formats.keras_hub_preset",
+    "tfsent.publish.staging": "tfsent.formats.staging",
 
     # --- search and mining (tfsent/search/) ---
 

@@ -51,7 +51,8 @@ import os
 import numpy as np
 from absl import app, flags, logging
 
-from tfsent import cli, fsio, plots, quantize
+from tfsent import cli, fsio, plots
+from tfsent.formats import quantize
 from tfsent.errors import ConfigError
 from tfsent.evaluation import (align_uniform, format_table, random_pair_cosines,
                                resolve_tasks, retrieval_table)

@@ -1,5 +1,5 @@
-"""Builds a top-k search SavedModel from the command line (the library:
-`tfsent.search_index`).
+"""Builds a top-k search SavedModel from the command line: the `search_index` format of
+`tfsent.formats` (`tfsent.formats.search_index`).
 
     python -m tfsent.index --model=NAME_OR_DIR --corpus=BEIR_DIR_or_corpus.jsonl
         --export_dir=DIR [--quantize=int8|binary] [--truncate_dim=N] [--batch_size=64]
@@ -15,12 +15,11 @@ import os
 
 from absl import app, flags, logging
 
-from tfsent import cli
+from tfsent import cli, formats
 from tfsent.data import beir
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
-from tfsent.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_kind, \
-    export_search_index
+from tfsent.formats.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_kind
 
 
 def main(argv):
@@ -32,28 +31,27 @@ def _index_from_flags():
     """Checks the flags and the corpus, loads --model, writes the search export."""
     FLAGS = flags.FLAGS
     kind = check_index_kind(FLAGS.quantize)
-    if FLAGS.truncate_dim is not None and FLAGS.truncate_dim < 1:
-        raise ConfigError(f"--truncate_dim must be >= 1, got {FLAGS.truncate_dim}")
-    for name in ("batch_size", "rescore_multiplier"):
-        if getattr(FLAGS, name) < 1:
+    for name in ("truncate_dim", "rescore_multiplier"):
+        if getattr(FLAGS, name) is not None and getattr(FLAGS, name) < 1:
             raise ConfigError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
-    if FLAGS.max_seq_length is not None and FLAGS.max_seq_length < 1:
-        raise ConfigError(f"--max_seq_length must be >= 1, got {FLAGS.max_seq_length}")
     if FLAGS.rescore_multiplier != DEFAULT_RESCORE_MULTIPLIER and kind != "binary":
         raise ConfigError("--rescore_multiplier applies to --quantize=binary only")
-    check_pooling(FLAGS.pooling)
-    if os.path.exists(FLAGS.export_dir) and not os.path.isdir(FLAGS.export_dir):
-        raise ConfigError(f"--export_dir={FLAGS.export_dir} exists and is not a folder")
+    if FLAGS.pooling is not None:
+        check_pooling(FLAGS.pooling)
+    quantize = () if kind == "float32" else (kind,)
+    options = {"pooling": FLAGS.pooling, "truncate_dim": FLAGS.truncate_dim,
+               "max_seq_length": FLAGS.max_seq_length, "query_prompt": FLAGS.query_prompt,
+               "document_prompt": FLAGS.document_prompt, "batch_size": FLAGS.batch_size,
+               "rescore_multiplier": FLAGS.rescore_multiplier}
+    formats.check_export("search_index", FLAGS.export_dir, quantize,
+                         {"corpus": FLAGS.corpus, **options})
     corpus = beir.read_corpus(FLAGS.corpus)  # missing, empty, malformed, duplicate ids
     logging.info("%d documents in %s", len(corpus), FLAGS.corpus)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
-    path = export_search_index(
-        encoder, corpus, FLAGS.export_dir, quantize_index=kind, pooling=FLAGS.pooling,
-        truncate_dim=FLAGS.truncate_dim, max_seq_length=FLAGS.max_seq_length,
-        query_prompt=FLAGS.query_prompt, document_prompt=FLAGS.document_prompt,
-        batch_size=FLAGS.batch_size, rescore_multiplier=FLAGS.rescore_multiplier,
-        metadata={"model": FLAGS.model, "corpus": os.path.abspath(FLAGS.corpus)})
+    path = formats.export(
+        encoder, FLAGS.export_dir, format="search_index", quantize=quantize, corpus=corpus,
+        metadata={"model": FLAGS.model, "corpus": os.path.abspath(FLAGS.corpus)}, **options)
     logging.info("indexed %d documents of %s with %s (%s) to %s", len(corpus), FLAGS.corpus,
                  FLAGS.model, kind, path)
     return path
@@ -61,8 +59,7 @@ def _index_from_flags():
 
 def _define_flags():
     """The command's flags (defined only when it runs as a command)."""
-    flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint dir or "
-                        "minilm-l6 (anything tfsent.encoders.load_encoder takes).")
+    cli.define_model_flags()
     flags.DEFINE_string("corpus", None, "A BEIR folder or its corpus.jsonl (one JSON object "
                         "a line: _id, text, optional title).")
     flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels; the index "
@@ -72,14 +69,6 @@ def _define_flags():
                         "rescored with the float query).")
     flags.DEFINE_integer("truncate_dim", None, "Keep the first N dimensions of the "
                          "embedding (before normalisation; a Matryoshka-trained model).")
-    flags.DEFINE_integer("batch_size", 64, "Documents per batch when encoding the corpus.")
-    flags.DEFINE_integer("max_seq_length", None, "Tokenizer truncation length (default: the "
-                         "model's).")
-    flags.DEFINE_string("pooling", "mean", "Pooling of the token embeddings.")
-    flags.DEFINE_string("query_prompt", "", "Prepended to each query before tokenizing (in "
-                        "the graph: the search signature takes raw queries).")
-    flags.DEFINE_string("document_prompt", "", "Prepended to each document before "
-                        "tokenizing.")
     flags.DEFINE_integer("rescore_multiplier", DEFAULT_RESCORE_MULTIPLIER,
                          "--quantize=binary: rescore rescore_multiplier * k Hamming "
                          "candidates with the float query.")

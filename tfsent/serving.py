@@ -4,21 +4,20 @@
 version directory, or an export directory whose newest version is used) or anything
 `tfsent.encoders.load_encoder` takes. `SavedModelEncoder` runs an export in this process
 with the `encode(sentences)` interface of a SentenceEncoder; `ServedQuantizedEncoder`
-exposes an export's own int8 / binary codes. Writing exports: `tfsent.saved_model`.
+exposes an export's own int8 / binary codes. Writing exports: `tfsent.formats.saved_model`.
 """
 
-import json
 import os
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenizer)
 
-from tfsent import quantize
+from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
-from tfsent.saved_model import METADATA_FILE, list_versions
+from tfsent.formats.metadata import list_versions, metadata_path, read_metadata
 
 
 def load_any(model, pooling="mean", max_seq_length=512):
@@ -69,16 +68,11 @@ class SavedModelEncoder:
 
     @property
     def _metadata_path(self):
-        return os.path.join(self.path, "assets.extra", METADATA_FILE)
+        return metadata_path(self.path)
 
     def _metadata(self):
         """The export's tfsent metadata ({} when it has none or it does not parse)."""
-        try:
-            with open(self._metadata_path, encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return meta if isinstance(meta, dict) else {}
+        return read_metadata(self.path, required=False)
 
     @property
     def prompts(self):

@@ -14,7 +14,7 @@ import time
 import tensorflow as tf
 
 from conftest import REPO, TINY_RUN_FLAGS
-from tfsent.tf_serving import BATCHING_FILE
+from tfsent.formats.tf_serving import BATCHING_FILE
 
 
 def _cmd(out, encoder_dir, steps, lr, *extra):

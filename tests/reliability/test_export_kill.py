@@ -8,7 +8,7 @@ import sys
 import time
 
 from conftest import REPO, serve_in_fresh_process
-from tfsent.tf_serving import BATCHING_FILE
+from tfsent.formats.tf_serving import BATCHING_FILE
 
 
 def _export_cmd(model, export_dir):

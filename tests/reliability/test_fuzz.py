@@ -134,7 +134,7 @@ def test_encode_random_unicode(tiny, texts):
 def served(tiny, tmp_path_factory):
     import tensorflow as tf
 
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
 
     path = export_encoder(tiny, str(tmp_path_factory.mktemp("fuzz_export")))
     return tf.saved_model.load(path).signatures["serving_default"]

@@ -107,7 +107,7 @@ def test_two_workers_match_one_process(tmp_path, tiny_encoder_dir):
 
 def _embed_untrained(encoder_dir, tmp_path):
     from tfsent.encoders import load_encoder
-    from tfsent.saved_model import export_encoder
+    from tfsent.formats.saved_model import export_encoder
 
     path = export_encoder(load_encoder(encoder_dir), str(tmp_path / "untrained"))
     return _embed(path)

@@ -14,7 +14,7 @@ named five ways (see `load_encoder`):
 
 One module per concern:
   families.py          the families as data: keras-hub classes and settings, Hugging Face
-                       names, the weight map (read by loading and by tfsent.publish)
+                       names, the weight map (read by loading and by tfsent.formats)
   tokenizers.py        in-graph tokenizers (strings -> ids), kept inside exported SavedModels:
                        WordPiece, byte-level BPE, SentencePiece
   pooling.py           pooling functions of (hidden states, mask)

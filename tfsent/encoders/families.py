@@ -1,5 +1,5 @@
 """The encoder families tfsent runs, as data: one record per family, read by loading
-(`hf_format`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.publish`).
+(`hf_format`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.formats`).
 
     families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert")
     families.TABLE[name]           the family's `Family` record

@@ -14,7 +14,7 @@ keras-hub's converters, so that
     token-type row (always zero in converted fairseq checkpoints) is folded into them,
   - the MLM head, when the checkpoint has one, is available to CMLM-CSE (`read_mlm_head`).
 `hf_state_dict` / `hf_config` are the inverse: a backbone's weights and config under Hugging
-Face's names, as `tfsent.publish` writes them. The families' names and weight maps are
+Face's names, as `tfsent.formats` writes them. The families' names and weight maps are
 `families.TABLE`'s; the keras-hub sublayers they name come from `keras_hub_adapter`.
 """
 

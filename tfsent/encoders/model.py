@@ -25,7 +25,6 @@ import tensorflow as tf
 import tfsent.encoders.encoder_dir as encoder_dir
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
-from tfsent import formats
 from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import check_pooling, pool
 from tfsent.errors import ConfigError, InputError
@@ -293,12 +292,16 @@ class SentenceEncoder(keras.Model):
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
         """Writes this encoder (with its `pooling`) as `format` through the registry
-        `tfsent.formats.FORMATS` ("tf_saved_model", "onnx", "litert"); returns the path
-        written. Keras' `Model.export` signature, with the differences
+        `tfsent.formats.FORMATS` (tf_saved_model, onnx, litert, sentence_transformers,
+        ...); returns the path written. The writing is `tfsent.formats.keras_export`,
+        reached through the exporter hook (`set_exporter`). Keras' `Model.export` signature, with the differences
         `SentenceMethod.export` lists (tf_saved_model: `filepath` holds TF Serving's
         versions; `input_signature` must be None; `kwargs` go to the writer)."""
-        return formats.keras_export(self, filepath, format, verbose, input_signature,
-                                    {"pooling": self.pooling}, kwargs)
+        if _EXPORTER[0] is None:
+            raise RuntimeError("no exporter installed: import tfsent.formats (`import "
+                               "tfsent` does) before SentenceEncoder.export")
+        return _EXPORTER[0](self, filepath, format, verbose, input_signature,
+                            {"pooling": self.pooling}, kwargs)
 
     def clamp_length(self, max_seq_length=None):
         """A truncation length the position embeddings cover (default: the tokenizer's)."""
@@ -365,6 +368,18 @@ class SentenceEncoder(keras.Model):
         if config.get("tokenizer") is not None:
             config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
         return cls(**config)
+
+
+# The function `SentenceEncoder.export` calls: tfsent.formats installs its `keras_export`
+# here when it is imported (tfsent/__init__.py imports it, so it is always installed). The
+# formats import the encoders; through this hook the encoders never import the formats.
+_EXPORTER = [None]
+
+
+def set_exporter(function):
+    """Installs `function(encoder, filepath, format, verbose, input_signature, defaults,
+    kwargs)` as the body of `SentenceEncoder.export` (`tfsent.formats` does on import)."""
+    _EXPORTER[0] = function
 
 
 class _FunctionCache:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from tfsent import quantize
+from tfsent.formats import quantize
 from tfsent.data import beir
 from tfsent.errors import ConfigError
 from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks, score, short_name

@@ -13,10 +13,10 @@ DIR (new, or an empty folder) gets:
                         outputs embedding: float32[N, H] (pooled, as `encode` without
                                 normalisation), embedding_normalized: float32[N, H] (L2)
                       the same outputs as the SavedModel's `encode_ids` signature
-                      (`tfsent.saved_model.ServingModule`); padding is handled by the mask,
+                      (`tfsent.formats.saved_model.ServingModule`); padding is handled by the mask,
                       so a batch padded to its longest row embeds as each row alone.
   tokenizer files     Hugging Face's (tokenizer.json + vocab.txt for WordPiece, the family's
-                      files otherwise; `tfsent.publish.write_tokenizer_files`), so ids come
+                      files otherwise; `tfsent.formats.write_tokenizer_files`), so ids come
                       from `tokenizers` / `transformers` as for the published model. Their
                       `model_max_length` is the max length: truncate to it
                       (`truncation=True`).
@@ -47,13 +47,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfsent.encoders import check_pooling
-from tfsent.encoders.hf_format import checked_family
 from tfsent.errors import ConfigError, InputError
-from tfsent.formats import refuse_text_options
-from tfsent.publish import EXPORT_INFO_FILE
-from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
-from tfsent.publish.staging import check_export_target, staged_dir, write_json
-from tfsent.saved_model import ServingModule
+from tfsent.formats.huggingface import check_new_export, write_new_export, \
+    write_tokenizer_files
+from tfsent.formats.saved_model import ServingModule
 
 MODEL_FILE = "model.tflite"
 QUANTIZE_MODES = ("", "int8")
@@ -161,8 +158,7 @@ def check_ids(input_ids, attention_mask):
 
 
 def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=None,
-                  head=None, metadata=None, query_prompt="", document_prompt="",
-                  normalize=False):
+                  head=None, metadata=None):
     """Writes `encoder` as a LiteRT model with its tokenizer files to the new `directory`
     (absent or empty; written in a staging folder and renamed into place); returns its
     absolute path.
@@ -176,43 +172,33 @@ def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=
             (default: the tokenizer's, clamped to the position table).
         head: a layer applied to the pooled embedding (a method's export head).
         metadata: extra entries for tfsent_export.json.
-        query_prompt, document_prompt, normalize: refused when set (the file takes token
-            ids, so prompts belong to the caller's tokenization, and it serves both
-            `embedding` and `embedding_normalized`).
+    Prompts and normalisation belong to the caller: the file takes token ids and serves
+    both `embedding` and `embedding_normalized`.
     """
-    refuse_text_options("litert", query_prompt, document_prompt, normalize)
     quantize = check_quantize(quantize)
-    pooling = check_pooling(pooling or encoder.pooling)
-    if encoder.tokenizer is None:
-        raise ConfigError("cannot export an encoder without a tokenizer")
-    family = checked_family(encoder.backbone)
-    tokenizer_kind(encoder.tokenizer)
-    directory = check_export_target(directory)
+    directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     interpreter_class()  # the extra, before any work
-    length = encoder.clamp_length(max_seq_length)
     model = convert(encoder, pooling, quantize, head)
     probe_cosine = _check_probe(encoder, model, pooling, head, length, quantize)
-    with staged_dir(directory, "litert export") as tmp:
-        with open(os.path.join(tmp, MODEL_FILE), "wb") as f:
+    width = int(probe_cosine["width"])
+
+    def write_files(folder):
+        with open(os.path.join(folder, MODEL_FILE), "wb") as f:
             f.write(model)
-        write_tokenizer_files(encoder.tokenizer, tmp, family, length)
-        width = int(probe_cosine["width"])
-        info = {"format": "litert", "family": family, "model_file": MODEL_FILE,
-                "signature": "serving_default",
+        write_tokenizer_files(encoder.tokenizer, folder, encoder.family, length)
+        return {"model_file": MODEL_FILE, "signature": "serving_default",
                 "inputs": {name: "int32[batch, length]" for name in INPUTS},
                 "outputs": {"embedding": f"float32[batch, {width}]",
                             "embedding_normalized": f"float32[batch, {width}] (L2)"},
-                "dynamic_shapes": True, "max_seq_length": int(length),
-                "pooling": pooling, "normalization": "embedding_normalized is embedding "
-                "divided by its L2 norm; embedding is not normalised",
+                "dynamic_shapes": True, "normalization": "embedding_normalized is "
+                "embedding divided by its L2 norm; embedding is not normalised",
                 "padding": "attention_mask 0 marks padding (any padding id)",
                 "token_type_ids": "not an input (single sentences: all 0)",
-                "quantize": quantize or "none",
-                "head": None if head is None else type(head).__name__,
-                "embedding_dim": width, "probe_min_cosine": probe_cosine["min"]}
-        info.update(metadata or {})
-        write_json(os.path.join(tmp, EXPORT_INFO_FILE), info)
-    return directory
+                "quantize": quantize or "none", "embedding_dim": width,
+                "probe_min_cosine": probe_cosine["min"]}
+
+    return write_new_export(directory, "litert", encoder, pooling, length, head, write_files,
+                            metadata)
 
 
 def _check_probe(encoder, model, pooling, head, length, quantize):

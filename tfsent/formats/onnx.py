@@ -13,7 +13,7 @@ DIR holds
                                 avx512_vnni file (its setting is per tensor: per channel
                                 keeps tfsent's cosine to fp32 >= 0.98 on this graph, per
                                 tensor gave 0.94 on minilm-l6);
-  the Hugging Face tokenizer files (`tfsent.publish.huggingface.write_tokenizer_files`):
+  the Hugging Face tokenizer files (`tfsent.formats.huggingface.write_tokenizer_files`):
   an ONNX Runtime user tokenizes with them (TF Text's ops do not convert to ONNX);
   tfsent_export.json.
 
@@ -38,7 +38,7 @@ attention) ran ~1.8x slower in onnxruntime than sentence-transformers' own expor
 fails under Keras 3 (tf2onnx issue 2329). Every family tfsent runs (bert, roberta,
 xlm-roberta, distilbert: post-LayerNorm blocks, positions from 0 in tfsent's tables) and
 every pooling convert; a head converts when sentence-transformers' Dense could express it
-(`tfsent.publish.sentence_transformers.dense_stack`).
+(`tfsent.formats.heads.dense_stack`).
 """
 
 import os
@@ -48,12 +48,10 @@ import numpy as np
 
 from tfsent.encoders import check_pooling, families
 from tfsent.encoders import keras_hub_adapter as kh
-from tfsent.encoders.hf_format import checked_family
 from tfsent.errors import ConfigError
-from tfsent.formats import refuse_text_options
-from tfsent.publish.huggingface import tokenizer_kind, write_tokenizer_files
-from tfsent.publish.sentence_transformers import dense_stack
-from tfsent.publish.staging import check_export_target, staged_dir, write_json
+from tfsent.formats.heads import dense_stack
+from tfsent.formats.huggingface import check_new_export, write_new_export, \
+    write_tokenizer_files
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_qint8_avx512_vnni.onnx"
@@ -69,7 +67,6 @@ _FFN_ACTIVATIONS = {"gelu": "BiasGelu", "gelu_new": "FastGelu", "gelu_approximat
 # sentence-transformers' Dense activations (the head) -> ONNX op (gelu: com.microsoft.Gelu)
 _HEAD_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 EXTRA = "tfsent[onnx]"
-EXPORT_INFO_FILE = "tfsent_export.json"
 
 
 def check_quantize(quantize):
@@ -322,31 +319,21 @@ def write_onnx_files(encoder, directory, pooling=None, head=None, quantize=()):
 
 
 def export_onnx(encoder, directory, pooling=None, head=None, quantize=(), max_seq_length=None,
-                metadata=None, query_prompt="", document_prompt="", normalize=False):
+                metadata=None):
     """Writes the onnx format (see the module docstring) to the new `directory`; returns
     it. Everything refusable (an unknown quantize mode, an existing non-empty directory, a
-    missing extra, an encoder without tokenizer, prompts or `normalize`, which belong to
-    the caller's tokenization and to the `embedding_normalized` output) is refused before
-    any work."""
-    refuse_text_options("onnx", query_prompt, document_prompt, normalize)
+    missing extra, an encoder without tokenizer) is refused before any work. Prompts and
+    normalisation belong to the caller: the model takes token ids and serves both
+    `embedding` and `embedding_normalized`."""
     quantize = check_quantize(quantize)
-    pooling = check_pooling(pooling or encoder.pooling)
-    directory = check_export_target(directory)
+    directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     require_onnx()
-    if encoder.tokenizer is None:
-        raise ConfigError("cannot export an encoder without a tokenizer (ONNX Runtime users "
-                          "tokenize with the exported tokenizer files)")
-    family = checked_family(encoder.backbone)
-    tokenizer_kind(encoder.tokenizer)
-    length = encoder.clamp_length(max_seq_length)
-    with staged_dir(directory, "onnx export") as tmp:
-        files = write_onnx_files(encoder, tmp, pooling, head, quantize)
-        write_tokenizer_files(encoder.tokenizer, tmp, family, length)
-        info = {"format": "onnx", "family": family, "pooling": pooling,
-                "max_seq_length": int(length), "files": files, "opset": OPSET,
-                "inputs": input_names(encoder),
-                "outputs": ["embedding", "embedding_normalized", "last_hidden_state"],
-                "head": None if head is None else type(head).__name__}
-        info.update(metadata or {})
-        write_json(os.path.join(tmp, EXPORT_INFO_FILE), info)
-    return directory
+
+    def write_files(folder):
+        files = write_onnx_files(encoder, folder, pooling, head, quantize)
+        write_tokenizer_files(encoder.tokenizer, folder, encoder.family, length)
+        return {"files": files, "opset": OPSET, "inputs": input_names(encoder),
+                "outputs": ["embedding", "embedding_normalized", "last_hidden_state"]}
+
+    return write_new_export(directory, "onnx", encoder, pooling, length, head, write_files,
+                            metadata)

@@ -148,15 +148,15 @@ class SentenceMethod(keras.Model):
                **kwargs):
         """Writes the method's servable encoder (the encoder with `export_pooling` and
         `export_head`, as `python -m tfsent.train` exports it) as `format` through the
-        registry `tfsent.formats.FORMATS` ("tf_saved_model", "onnx", "litert"); returns
-        the path written.
+        registry `tfsent.formats.FORMATS` (tf_saved_model, onnx, litert,
+        sentence_transformers, ...); returns the path written.
 
         Keras' `Model.export` signature, with these differences: for "tf_saved_model"
         `filepath` is TF Serving's model directory and the SavedModel is its next version
-        (`filepath/1` first; strings in, see `tfsent.saved_model`); `input_signature`
+        (`filepath/1` first; strings in, see `tfsent.formats.saved_model`); `input_signature`
         must be None (the signatures are fixed); `kwargs` go to the format's writer
         (`pooling`, `head`, `max_seq_length`, `quantize`, `metadata`, `query_prompt`,
-        ...; for tf_saved_model those of `tfsent.saved_model.export_encoder`).
+        ...; for tf_saved_model those of `tfsent.formats.saved_model.export_encoder`).
         """
         defaults = {"pooling": self.export_pooling, "head": self.export_head,
                     "metadata": {"method": type(self).__name__}}

@@ -260,7 +260,7 @@ def validate(config, method=None):
         raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
                           f"eval_every ({config.eval_every})")
     _validate_mixture(config, method)
-    from tfsent import publish  # its exporters import optional packages
+    from tfsent import formats as publish  # the output formats (tfsent.formats)
 
     if "sentence_transformers" in publish.export_formats(config.export_formats):
         publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)

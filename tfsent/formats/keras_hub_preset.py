@@ -8,7 +8,7 @@ from absl import logging
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.hf_format import HF_ACTIVATIONS
-from tfsent.publish.huggingface import tokenizer_kind
+from tfsent.formats.huggingface import check_new_export, prompt_map, tokenizer_kind, write_new_export
 
 # tfsent pooling -> keras-hub TextEmbedder's pooling_mode.
 KERAS_HUB_EMBEDDER_POOLINGS = {"mean": "mean", "cls_before_pooler": "cls"}
@@ -25,8 +25,23 @@ def _keras_hub_tokenizer(tokenizer, family):
     return cls(proto=bytes(tokenizer.model))
 
 
+def export_keras_hub(encoder, directory, pooling=None, normalize=False, max_seq_length=None,
+                     metadata=None, query_prompt="", document_prompt=""):
+    """Writes the keras_hub format to the new `directory`; returns it. The prompts are
+    recorded in tfsent_export.json (a preset has no place for them)."""
+    directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
+    prompts = prompt_map(query_prompt, document_prompt)
+
+    def write_files(folder):
+        return {"normalize": bool(normalize), "activation": encoder.activation,
+                "prompts": prompts, **write(encoder, folder, pooling, normalize, length)}
+
+    return write_new_export(directory, "keras_hub", encoder, pooling, length, None,
+                            write_files, metadata)
+
+
 def write(encoder, directory, pooling, normalize, max_seq_length):
-    """The keras_hub format into the existing `directory`; returns the details
+    """The keras_hub files into the existing `directory`; returns the details
     `tfsent_export.json` records."""
     backbone = encoder.backbone
     family = encoder.family

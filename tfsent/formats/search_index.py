@@ -1,12 +1,12 @@
 """Writes a top-k search SavedModel: an encoder plus a corpus index (the export stage for
 search; the command line is `tfsent.index`).
 
-Layout and staging are the encoder export's (`tfsent.saved_model`): `EXPORT_DIR/<version>`,
+Layout and staging are the encoder export's (`tfsent.formats.saved_model`): `EXPORT_DIR/<version>`,
 the next integer version, built in a marked staging folder and renamed into place when
 complete, so TF Serving never sees half an index. Loading needs `tensorflow` and
 `tensorflow_text` only, through `tf.saved_model.load` or a TF1 session restoring the
 variables through the saver_def (TF Serving's way): the index is stored in plain
-tf.Variables for that reason (see `tfsent.saved_model.tf_variables`).
+tf.Variables for that reason (see `tfsent.formats.saved_model.tf_variables`).
 
 Signatures:
   search(queries: string[N], k: int32 scalar) ->
@@ -21,7 +21,7 @@ Signatures:
 `search` prepends the query prompt (given at export) to each query in the graph, then
 embeds through the same tokenizer + forward as `serving_default` (one forward pass).
 Each version carries TF Serving warm-up requests (`serving_default` at batch 1 and 8, one
-`search` with k=1; `tfsent.tf_serving`); no batching parameters: TF Serving's request
+`search` with k=1; `tfsent.formats.tf_serving`); no batching parameters: TF Serving's request
 batching needs a batch dimension on every input, and `k` is a scalar.
 `k` is chosen per request; k < 1 or k > corpus size fails the request with an
 InvalidArgumentError reading "k=<k> is out of range: k must be between 1 and the corpus
@@ -31,12 +31,12 @@ Index kinds (D = the embedding width after `truncate_dim`; documents are embedde
 the document prompt prepended, truncated to D, L2-normalised):
 - float32: the [M, D] matrix of normalised documents; score = cosine = dot product.
 - int8: per-dimension min/max ranges over the corpus itself (asymmetric: `lo_d`, `hi_d`,
-  255 steps; `tfsent.quantize.int8_codes`, so nothing saturates); the query stays float
+  255 steps; `tfsent.formats.quantize.int8_codes`, so nothing saturates); the query stays float
   and is scored against the dequantized codes, lo + step * (code + 128), computed as
   (q * step) . code + q . (lo + 128 step): the codes are cast to float32 one chunk at a
   time and multiplied, no float copy of the corpus is kept. Score = q . dequantized(doc)
   (about the cosine: the documents were unit vectors).
-- binary: packed sign bits, uint8 [M, ceil(D / 8)] (`tfsent.quantize.binary_codes`).
+- binary: packed sign bits, uint8 [M, ceil(D / 8)] (`tfsent.formats.quantize.binary_codes`).
   Search: the query's sign bits against every document by Hamming distance (xor +
   popcount on 64/32/16/8-bit words), the `rescore_multiplier * k` nearest (at most M;
   ties: lower corpus index first) rescored with the float query against each candidate's
@@ -58,12 +58,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent import quantize, tf_serving
+from tfsent.data import beir
 from tfsent.encoders import check_pooling
+from tfsent.formats import quantize, tf_serving
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
-from tfsent.saved_model import (ServingModule, embedding_width, encoder_metadata,
-                                new_version_path, write_version)
+from tfsent.formats.saved_model import (ServingModule, embedding_width, encoder_metadata,
+                                        write_version)
+from tfsent.formats.staging import new_version_path
 
 INDEX_KINDS = ("float32", "int8", "binary")
 DEFAULT_CHUNK_ROWS = 16384
@@ -326,8 +328,8 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
                      int8_lo=search.int8_lo.tolist(), int8_hi=search.int8_hi.tolist())
     if kind == "binary":
         index["rescore_multiplier"] = int(rescore_multiplier)
-    meta = {**encoder_metadata(search, encoder, width), "quantize": [],
-            "search_index": index, **(metadata or {})}
+    meta = {**encoder_metadata("search_index", search, encoder, width, quantize=[],
+                               search_index=index), **(metadata or {})}
     signatures = {"serving_default": search.serve, "encode_ids": search.encode_ids,
                   "search": search.search, "search_embeddings": search.search_embeddings}
     # Warm-up: the encoder's requests and one search (k=1). No batching_parameters.txt:
@@ -336,6 +338,27 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
         "search", "queries", batch_sizes=(1,), extra_inputs={"k": np.int32(1)})
     write_version(final, search, signatures, meta, warmup=warmup)
     return final
+
+
+def write_search_index(encoder, export_dir, corpus, quantize=(), pooling=None,
+                       truncate_dim=None, max_seq_length=None, query_prompt="",
+                       document_prompt="", batch_size=64,
+                       rescore_multiplier=DEFAULT_RESCORE_MULTIPLIER, metadata=None,
+                       verbose=1):
+    """The registry's writer of `search_index` (`tfsent.formats.export(encoder, DIR,
+    format="search_index", corpus=..., quantize="binary")`): `export_search_index` with
+    `corpus` a `tfsent.data.beir.Corpus` or the path of one (a BEIR folder or its
+    corpus.jsonl) and `quantize` () or a tuple of one index kind."""
+    if len(quantize) > 1:
+        raise ConfigError(f"quantize={','.join(quantize)}: a search index is of one kind "
+                          "(int8 or binary; none for float32)")
+    if isinstance(corpus, (str, os.PathLike)):
+        corpus = beir.read_corpus(os.fspath(corpus))
+    return export_search_index(
+        encoder, corpus, export_dir, quantize_index=quantize[0] if quantize else None,
+        pooling=pooling, truncate_dim=truncate_dim, max_seq_length=max_seq_length,
+        query_prompt=query_prompt, document_prompt=document_prompt, batch_size=batch_size,
+        rescore_multiplier=rescore_multiplier, metadata=metadata, verbose=verbose)
 
 
 def saved_model_size(path):

@@ -1,5 +1,5 @@
 """TF Serving's production files beside a SavedModel export: warm-up requests and batching
-parameters (`tfsent.saved_model` writes both; docs/export.md shows the server command).
+parameters (`tfsent.formats.saved_model` writes both; docs/export.md shows the server command).
 
 Warm-up (`WARMUP_FILE`, in each version's `assets.extra/`): TF Serving replays these
 requests when it loads a version (`--enable_model_warmup`, on by default) before the version
@@ -139,7 +139,7 @@ def batching_parameters_text(params):
     """`params` as the BatchingParameters text proto TF Serving's
     --batching_parameters_file reads (Int64Value fields: `name { value: N }`)."""
     lines = ["# TF Serving batching (BatchingParameters text proto), derived by "
-             "tfsent.tf_serving.batching_parameters",
+             "tfsent.formats.tf_serving.batching_parameters",
              "# from latencies measured in benchmarks/serve_latency.py; tune "
              "num_batch_threads to the server's cores."]
     lines += [f"{name} {{ value: {value} }}" for name, value in params.items()]

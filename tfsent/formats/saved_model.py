@@ -3,7 +3,7 @@
 Layout (TF Serving's): `EXPORT_DIR/<version>/saved_model.pb`, integer versions, each new
 export takes the next version; each version's `assets.extra/` holds `tfsent_export.json`
 (the metadata) and `tf_serving_warmup_requests`, and `EXPORT_DIR/batching_parameters.txt`
-TF Serving's batching settings (`tfsent.tf_serving`). A version is built in a marked staging folder inside
+TF Serving's batching settings (`tfsent.formats.tf_serving`). A version is built in a marked staging folder inside
 EXPORT_DIR (`tfsent.fsio.staged_dir`) and renamed into place only when complete and
 flushed to disk, so a server watching EXPORT_DIR never sees a partial model; a staging
 folder of an export that was killed is removed by the next export (only its own, marked,
@@ -21,7 +21,7 @@ With `truncate_dim=D` both embeddings keep their first D dimensions (a Matryoshk
 truncation before normalisation) and H is D. With `quantize` both signatures also return
 `embedding_int8` (int8[N, H], ranges calibrated on given sentences and stored in the
 graph and the metadata) and/or `embedding_binary` (uint8[N, ceil(H / 8)], packed sign
-bits): see `tfsent.quantize`.
+bits): see `tfsent.formats.quantize`.
 Loading needs `tensorflow` and `tensorflow_text` (the tokenizer's ops) and nothing else,
 through TF2's `tf.saved_model.load` or, as TF Serving does, a TF1 session restoring the
 variables through the MetaGraph's saver_def (see `tf_variables`).
@@ -31,20 +31,20 @@ CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR
 Loading and running exports: `tfsent.serving`. The command line: `tfsent.export`.
 """
 
-import json
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
 
-from tfsent import fsio, quantize, tf_serving
+from tfsent import fsio
 from tfsent.encoders import call_in_buckets, check_pooling
 from tfsent.errors import ConfigError
+from tfsent.formats import quantize, tf_serving
+# METADATA_FILE and list_versions: also importable from here, as before the metadata module.
+from tfsent.formats.metadata import METADATA_FILE, export_metadata, list_versions, \
+    write_metadata  # noqa: F401
+from tfsent.formats.staging import new_version_path
 from tfsent.matryoshka import check_dims
-
-METADATA_FILE = "tfsent_export.json"
-_STAGED_VERSION = re.compile(r"\.(\d+)\.tfsent-staging-\d+")
 
 
 class ServingModule(tf.Module):
@@ -142,18 +142,6 @@ def tf_variables(*layers):
     return found
 
 
-def list_versions(export_dir):
-    """Integer version subdirectories of `export_dir` that hold a complete SavedModel."""
-    if not os.path.isdir(export_dir):
-        return []
-    versions = []
-    for name in os.listdir(export_dir):
-        if re.fullmatch(r"\d+", name) and os.path.exists(
-                os.path.join(export_dir, name, "saved_model.pb")):
-            versions.append(int(name))
-    return sorted(versions)
-
-
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
                    max_seq_length=None, head=None, jit_compile=False, truncate_dim=None,
                    quantize_outputs=(), calibration_sentences=None, query_prompt="",
@@ -174,7 +162,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
 
     Returns the path of the new version directory. The write is atomic: the version is
     built in a marked staging folder (`tfsent.fsio.staged_dir`) and renamed into place.
-    TF Serving's production files come with it (`tfsent.tf_serving`): warm-up requests in
+    TF Serving's production files come with it (`tfsent.formats.tf_serving`): warm-up requests in
     the version's assets.extra, and `export_dir/batching_parameters.txt` unless present.
     """
     pooling = pooling or encoder.pooling
@@ -202,66 +190,38 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     # would be a second (wasted) trace of the tokenizer and the encoder.
     signatures = {"serving_default": module.serve, "encode_query": module.encode_query,
                   "encode_document": module.encode_document, "encode_ids": module.encode_ids}
-    meta = {**encoder_metadata(module, encoder, width), "quantize": list(quantize_outputs),
-            "query_prompt": module.query_prompt, "document_prompt": module.document_prompt,
-            **calibration}
-    meta.update(metadata or {})
-    write_version(final, module, signatures, meta)
+    meta = encoder_metadata("tf_saved_model", module, encoder, width,
+                            quantize=list(quantize_outputs), query_prompt=module.query_prompt,
+                            document_prompt=module.document_prompt, **calibration)
+    write_version(final, module, signatures, {**meta, **(metadata or {})})
     tf_serving.write_batching_parameters(export_dir)
     return final
 
 
-def encoder_metadata(module, encoder, width):
-    """The metadata entries describing the encoder path of a ServingModule (pooling,
-    lengths, tokenizer options, embedding width and truncation)."""
-    return {"pooling": module.pooling, "max_seq_length": module.tokenizer.max_seq_length,
-            "hidden_dim": encoder.hidden_dim, "lowercase": encoder.tokenizer.lowercase,
-            "strip_accents": encoder.tokenizer.strip_accents,
-            "jit_compile": bool(module.jit_compile),
-            "embedding_dim": module.truncate_dim or width, "truncate_dim": module.truncate_dim}
-
-
-def new_version_path(export_dir, version=None):
-    """`EXPORT_DIR/<version>` for a new export (default: the next integer version), after
-    removing the abandoned staging folders of killed exports there. ConfigError when
-    `export_dir` is a file or the version exists. Creates `export_dir` if needed."""
-    export_dir = os.fspath(export_dir)
-    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
-        raise ConfigError(f"export directory {export_dir} exists and is not a folder")
-    os.makedirs(export_dir, exist_ok=True)
-    if version is None:
-        existing = list_versions(export_dir)
-        version = (existing[-1] + 1) if existing else 1
-    final = os.path.join(export_dir, str(int(version)))
-    _remove_abandoned_staging(export_dir)
-    if os.path.exists(final):
-        raise ConfigError(f"export version {version} already exists at {final}")
-    return final
+def encoder_metadata(format_name, module, encoder, width, **details):
+    """The metadata of a SavedModel built on the ServingModule `module`:
+    `export_metadata`'s entries, then the encoder path's (embedding width and truncation,
+    tokenizer options), then `details`."""
+    return export_metadata(
+        format_name, encoder, module.pooling, module.tokenizer.max_seq_length, module.head,
+        hidden_dim=encoder.hidden_dim, lowercase=encoder.tokenizer.lowercase,
+        strip_accents=encoder.tokenizer.strip_accents, jit_compile=bool(module.jit_compile),
+        embedding_dim=module.truncate_dim or width, truncate_dim=module.truncate_dim,
+        **details)
 
 
 def write_version(final, module, signatures, metadata, warmup=None):
-    """Saves `module` with `signatures` and `metadata` (assets.extra/METADATA_FILE) as the
+    """Saves `module` with `signatures` and `metadata` (`tfsent.formats.metadata`) as the
     version folder `final`, built in a marked staging folder and renamed into place, with
     TF Serving's warm-up requests (assets.extra/tf_serving_warmup_requests): `warmup`
-    ([(signature, inputs)], see `tfsent.tf_serving.warmup_requests`), by default
+    ([(signature, inputs)], see `tfsent.formats.tf_serving.warmup_requests`), by default
     `serving_default` at batch 1 and 8."""
     if warmup is None:
         warmup = tf_serving.warmup_requests()
     with fsio.staged_dir(final, "SavedModel version") as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)
-        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
-        with open(os.path.join(tmp, "assets.extra", METADATA_FILE), "w") as f:
-            json.dump(metadata, f, indent=2)
+        write_metadata(tmp, metadata)
         tf_serving.write_warmup_requests(tmp, warmup)
-
-
-def _remove_abandoned_staging(export_dir):
-    """Removes the staging folders of killed exports in `export_dir` (marked by tfsent, of
-    a process that has ended on this host); anything else there is left alone."""
-    for name in os.listdir(export_dir):
-        match = _STAGED_VERSION.fullmatch(name)
-        if match:
-            fsio.recover(os.path.join(export_dir, match.group(1)))
 
 
 def embedding_width(encoder, head=None):

@@ -5,15 +5,19 @@ pooler, a method's export head) and Normalize (only with `normalize=True`) modul
 
 import os
 
-import keras
 import numpy as np
 
 from tfsent.encoders.hf_format import SAFETENSORS_FILE
 from tfsent.errors import ConfigError
-from tfsent.layers.heads import MLPEncoder
-from tfsent.publish.huggingface import write_transformer
-from tfsent.publish.staging import write_json, write_safetensors
+from tfsent.formats import onnx as onnx_format
+from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
+from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export, write_transformer
+from tfsent.formats.staging import write_json, write_safetensors
 
+ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
+# Poolings whose modules need only the last hidden state (the others' WeightedLayerPooling
+# needs every layer's, which sentence-transformers' ONNX backend does not return).
+ONNX_POOLINGS = ("mean", "cls", "cls_before_pooler")
 # Poolings sentence-transformers expresses, and how: (Pooling mode, extra modules).
 ST_POOLINGS = {
     "mean": "Pooling mean",
@@ -23,14 +27,6 @@ ST_POOLINGS = {
     "emb_last_avg": "WeightedLayerPooling (embeddings and layer L) + Pooling mean",
     "last2_avg": "WeightedLayerPooling (layers L-1 and L) + Pooling mean",
 }
-# keras activation name -> torch.nn module class sentence-transformers' Dense instantiates.
-ST_ACTIVATIONS = {"linear": "torch.nn.modules.linear.Identity",
-                  "relu": "torch.nn.modules.activation.ReLU",
-                  "tanh": "torch.nn.modules.activation.Tanh",
-                  "sigmoid": "torch.nn.modules.activation.Sigmoid",
-                  "gelu": "torch.nn.modules.activation.GELU"}  # keras gelu: exact, as torch's
-
-
 def _layer_weights(pooling, num_layers):
     """(layer_start, weights) of sentence-transformers' WeightedLayerPooling that averages
     the same hidden states as tfsent's `pooling` (index 0 = the embedding output)."""
@@ -42,44 +38,6 @@ def _layer_weights(pooling, num_layers):
     if pooling == "emb_last_avg":
         return 0, [1.0] + [0.0] * (n - 1) + [1.0]
     raise ValueError(pooling)
-
-
-def _activation_name(layer):
-    return keras.activations.serialize(layer.activation)
-
-
-def dense_stack(head):
-    """A method's export head as [(kernel (in, out), bias or None, keras activation name)].
-
-    Expressible heads: a keras Dense, a keras Sequential of Dense layers, tfsent's
-    MLPEncoder (CLSR's e); Dense activations must be in ST_ACTIVATIONS."""
-    if head is None:
-        return []
-    if isinstance(head, MLPEncoder):
-        layers = [head.hidden, head.out]
-    elif isinstance(head, keras.Sequential):
-        layers = list(head.layers)
-    else:
-        layers = [head]
-    out = []
-    for layer in layers:
-        if type(layer) is not keras.layers.Dense:
-            raise ConfigError(
-                f"export head layer {layer.name!r} ({type(layer).__name__}) has no "
-                "sentence-transformers equivalent: expressible heads are keras Dense layers, "
-                "a keras Sequential of them, or tfsent's MLPEncoder")
-        if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
-            raise ConfigError(f"export head layer {layer.name!r} is LoRA-enabled or quantized; "
-                              "merge or dequantize it first")
-        act = _activation_name(layer)
-        if act not in ST_ACTIVATIONS:
-            raise ConfigError(f"export head layer {layer.name!r} has activation {act!r}, which "
-                              "sentence-transformers' Dense cannot express; expressible: "
-                              f"{', '.join(ST_ACTIVATIONS)}")
-        kernel = np.asarray(layer.kernel.numpy(), np.float32)
-        bias = np.asarray(layer.bias.numpy(), np.float32) if layer.use_bias else None
-        out.append((kernel, bias, act))
-    return out
 
 
 def check_sentence_transformers_pooling(pooling):
@@ -102,15 +60,59 @@ def _write_st_dense(directory, kernel, bias, activation):
                 "bias": bias is not None, "activation_function": ST_ACTIVATIONS[activation]})
 
 
-def check(pooling, head):
-    """Refuses (ConfigError) a pooling or head the format cannot express, before anything is
-    written."""
+def check_onnx_files(pooling):
+    """ConfigError (before any work) unless the ONNX files can go with this export: a
+    pooling that needs only the last hidden state, and the tfsent[onnx] extra."""
+    if pooling not in ONNX_POOLINGS:
+        raise ConfigError(f"--pooling={pooling}: sentence-transformers' ONNX backend gives its "
+                          "modules the last hidden state only; the ONNX files go with "
+                          f"{', '.join(ONNX_POOLINGS)}")
+    onnx_format.require_onnx()
+
+
+def export_sentence_transformers(encoder, directory, pooling=None, head=None,
+                                 normalize=False, max_seq_length=None, metadata=None,
+                                 query_prompt="", document_prompt="", onnx=False):
+    """Writes the sentence_transformers format to the new `directory`; returns it.
+
+    Args:
+        pooling: the embedding's pooling (default: the encoder's); one of ST_POOLINGS.
+        head: a layer on the pooled embedding (Dense modules: `heads.dense_stack`).
+        normalize: add a Normalize module.
+        max_seq_length: truncation length, special tokens included (default: the
+            tokenizer's, clamped to the position table).
+        metadata: extra entries for tfsent_export.json (e.g. method, step).
+        query_prompt, document_prompt: the `prompts` ("query", "document") that
+            sentence-transformers' `encode_query` / `encode_document` apply.
+        onnx: also write onnx/model.onnx and onnx/model_qint8_avx512_vnni.onnx
+            (`tfsent.formats.onnx`, the tfsent[onnx] extra), where `SentenceTransformer(DIR,
+            backend="onnx", model_kwargs={"file_name": ...})` finds them (~2x the
+            checkpoint's size on disk).
+    Everything the format cannot express is refused before anything is written.
+    """
+    directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     check_sentence_transformers_pooling(pooling)
     dense_stack(head)
+    if onnx:
+        check_onnx_files(pooling)
+    prompts = prompt_map(query_prompt, document_prompt)
+
+    def write_files(folder):
+        details = write(encoder, folder, pooling, head, normalize, length, prompts)
+        if onnx:
+            os.makedirs(os.path.join(folder, ONNX_SUBDIR))
+            files = onnx_format.write_onnx_files(encoder, os.path.join(folder, ONNX_SUBDIR),
+                                                 pooling, head, quantize=("int8",))
+            details["onnx_files"] = [f"{ONNX_SUBDIR}/{name}" for name in files]
+        return {"normalize": bool(normalize), "activation": encoder.activation,
+                "prompts": prompts, **details}
+
+    return write_new_export(directory, "sentence_transformers", encoder, pooling, length,
+                            head, write_files, metadata)
 
 
 def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=None):
-    """The sentence_transformers format into the existing `directory`; returns the details
+    """The sentence_transformers files into the existing `directory`; returns the details
     `tfsent_export.json` records. `prompts` ({"query": ..., "document": ...}) go into
     config_sentence_transformers.json, where `encode_query` / `encode_document` find them."""
     check_sentence_transformers_pooling(pooling)

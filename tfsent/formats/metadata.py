@@ -1,0 +1,79 @@
+"""The export metadata: one JSON file, `METADATA_FILE`, in every export tfsent writes.
+
+Where it lives: at the top of a new-directory export (sentence_transformers, huggingface,
+keras_hub, onnx, litert), in `assets.extra/` of a SavedModel version (tf_saved_model,
+search_index: TF Serving copies assets.extra along and never reads it as a graph asset).
+`read_metadata` finds it from any of: such a directory, a SavedModel version directory,
+or a folder of versions (its newest version).
+
+What it holds: `export_metadata`'s common entries (format, family, pooling,
+max_seq_length, head), the format's own details (e.g. the SavedModel's tokenizer options
+and quantization ranges, the ONNX files), then the caller's entries (`python -m
+tfsent.export` adds `model`, a training run `method` and `step`).
+"""
+
+import json
+import os
+import re
+
+from tfsent.errors import InputError
+from tfsent.formats.staging import write_json
+
+METADATA_FILE = "tfsent_export.json"
+SAVED_MODEL_FILE = "saved_model.pb"
+ASSETS_EXTRA = "assets.extra"
+
+
+def list_versions(parent):
+    """Integer version subdirectories of `parent` that hold a complete SavedModel."""
+    if not os.path.isdir(parent):
+        return []
+    return sorted(int(name) for name in os.listdir(parent) if re.fullmatch(r"\d+", name)
+                  and os.path.exists(os.path.join(parent, name, SAVED_MODEL_FILE)))
+
+
+def metadata_path(path):
+    """Where the metadata of the export at `path` is (or goes): `path/assets.extra/...`
+    for a SavedModel version, `path/...` for a new-directory export, the newest version's
+    for a folder of SavedModel versions."""
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
+        versions = list_versions(path)
+        if not versions:
+            return os.path.join(path, METADATA_FILE)
+        path = os.path.join(path, str(versions[-1]))
+    return os.path.join(path, ASSETS_EXTRA, METADATA_FILE)
+
+
+def export_metadata(format_name, encoder, pooling, max_seq_length, head=None, **details):
+    """The entries every export records, then the format's `details`: format, family,
+    pooling, max_seq_length (special tokens included), head (its class name or None)."""
+    return {"format": format_name, "family": encoder.family, "pooling": pooling,
+            "max_seq_length": int(max_seq_length),
+            "head": None if head is None else type(head).__name__, **details}
+
+
+def write_metadata(path, metadata, extra=None):
+    """Writes `metadata` updated by the caller's `extra` entries as the metadata of the
+    export being built at `path` (`metadata_path`; a SavedModel's after
+    `tf.saved_model.save`). Returns the file's path."""
+    target = metadata_path(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    write_json(target, {**metadata, **(extra or {})})
+    return target
+
+
+def read_metadata(path, required=True):
+    """The metadata dict of the export at `path` (any directory `metadata_path` takes).
+    A missing or unreadable file: InputError when `required`, else {}."""
+    target = metadata_path(path)
+    try:
+        with open(target, encoding="utf-8") as f:
+            metadata = json.load(f)
+        if not isinstance(metadata, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        if not required:
+            return {}
+        raise InputError(f"no readable tfsent export metadata ({e})", path=target) from None
+    return metadata
