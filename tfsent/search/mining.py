@@ -1,67 +1,54 @@
 """Hard-negative mining: (anchor, positive) pairs -> (anchor, positive, negative) triplets.
 
-    python -m tfsent.mine --model=NAME_OR_DIR --pairs=PAIRS.tsv [--corpus=SENTENCES.txt] \
-        --out=TRIPLETS.tsv [--num_negatives=3] [--range_min=0] [--range_max=N] \
-        [--max_score=S] [--margin=M] [--relative_margin=R] [--output_format=triplet|n-tuple]
-    python -m tfsent.mine --model=NAME_OR_DIR --beir=DIR[:SPLIT] --out=ROWS.jsonl \
-        [--query_prompt=...] [--document_prompt=...] [the options above]
+The library of `python -m tfsent.mine` (`tfsent.search.mined_files.mine_to_file` is the
+command's whole run); `mine_hard_negatives` mines a list of pairs, `mine_beir` a BEIR
+folder's (query, relevant document) rows.
 
-`--pairs` has two tab-separated columns per line (anchor, positive). Candidates are the
-lines of `--corpus` (one sentence per line), else every positive of the pairs file;
-duplicates are merged. `--beir` reads a BEIR folder instead (`tfsent/data/beir.py`; split
-`train` by default): the anchors are the split's queries with a qrel score > 0, one row
-per (query, relevant document), the document text as the retrieval evaluation builds it
-(title + " " + text), and the candidates are the corpus's distinct non-empty document
-texts. Documents judged with score <= 0 are judged non-relevant: valid negatives. A query
-with several positives gets one row per positive; the rows share the query's ranked
-candidates and each row's margin filters use its own positive's score.
+Candidates are the corpus sentences given, else every positive of the pairs; duplicates are
+merged. From a BEIR folder (`tfsent/data/beir.py`; split `train` by default) the anchors
+are the split's queries with a qrel score > 0, one row per (query, relevant document), the
+document text as the retrieval evaluation builds it (title + " " + text), and the
+candidates are the corpus's distinct non-empty document texts. Documents judged with score
+<= 0 are judged non-relevant: valid negatives. A query with several positives gets one row
+per positive; the rows share the query's ranked candidates and each row's margin filters
+use its own positive's score.
 
-Every text is embedded once with the encoder (anything `tfsent.encoders.load_encoder`
-takes, or an exported SavedModel directory; `--query_prompt` before anchors,
-`--document_prompt` before candidates and positives, the written rows without them), and
+Every text is embedded once with the encoder (the query prompt before anchors, the
+document prompt before candidates and positives, the rows returned without them), and
 for each distinct anchor the most similar candidates by exact cosine are found chunk by
-chunk (a running top-k over candidate chunks: memory grows with chunk sizes and k, never
+chunk (`tfsent.search.exact.top_k_cosine`: memory grows with chunk sizes and k, never
 with anchors x candidates; the embeddings themselves, 1.5 GB for 1M sentences at 384
 dims, are the largest allocation).
 
 Candidates that are never negatives of an anchor: the candidate with the anchor's own
-text and every positive the pairs file (or the qrels) give for that anchor. Ranks count
-the remaining candidates (rank 0 = the most similar). From ranks [range_min, range_max) a
+text and every positive the pairs (or the qrels) give for that anchor. Ranks count the
+remaining candidates (rank 0 = the most similar). From ranks [range_min, range_max) a
 candidate is kept if
-  sim(anchor, neg) <= max_score                              (--max_score)
-  sim(anchor, neg) <  sim(anchor, pos) - margin              (--margin)
-  sim(anchor, neg) <  sim(anchor, pos) * (1 - relative_margin) (--relative_margin)
+  sim(anchor, neg) <= max_score                              (max_score)
+  sim(anchor, neg) <  sim(anchor, pos) - margin              (margin)
+  sim(anchor, neg) <  sim(anchor, pos) * (1 - relative_margin) (relative_margin)
 (NV-Retriever's TopK-Abs, TopK-MarginPos and TopK-PercPos; sentence-transformers'
-`max_score`, `absolute_margin`, `relative_margin`), and the first `--num_negatives` kept
-(the hardest) are written. `--output_format=triplet` (default): one row
-`anchor<TAB>positive<TAB>negative` per negative, the file `tfsent.train --method=simcse_sup
---config.train_data=FILE` reads; `n-tuple`: one row `anchor<TAB>positive<TAB>neg1..negN`,
-anchors with fewer than N negatives left out. `--out` ending in `.jsonl` writes the same
-rows as JSON objects with the keys "anchor", "positive", "negative_1".."negative_N" (the
-pairs-file format); a text holding a tab or a line break can only go there. How many
-anchors got fewer negatives than asked, and which filter removed their candidates, is
-logged, with the cosines of positives and selected negatives.
+`max_score`, `absolute_margin`, `relative_margin`), and the first `num_negatives` kept
+(the hardest) are the row's negatives. How many anchors got fewer negatives than asked,
+and which filter removed their candidates, is logged, with the cosines of positives and
+selected negatives.
 
-`--num_negatives` larger than what any anchor can get (the distinct candidates minus
-the fewest excluded texts of an anchor, minus --range_min), or than the rank window, is
-an error before the model is loaded; anchors that get fewer for their own reasons (more
-positives excluded, filters) are counted in a warning and written with what they got.
+`num_negatives` larger than what any anchor can get (the distinct candidates minus the
+fewest excluded texts of an anchor, minus range_min), or than the rank window, is an
+error before the model is loaded; anchors that get fewer for their own reasons (more
+positives excluded, filters) are counted in a warning and returned with what they got.
 """
 
-import json
 import os
 import time
 
 import keras
 import numpy as np
-from absl import app, flags, logging
+from absl import logging
 
-from tfsent import cli, fsio
-from tfsent.data.beir import check_folder, parse_source, qrels_path, read_split
-from tfsent.data.readers import read_sentences, read_tsv_rows
+from tfsent.data.beir import read_split
 from tfsent.errors import ConfigError, InputError
-from tfsent.search import l2_normalize_rows, top_k_cosine  # noqa: F401  (mine.top_k_cosine)
-from tfsent.serving import load_any
+from tfsent.search.exact import top_k_cosine
 
 OUTPUT_FORMATS = ("triplet", "n-tuple")
 
@@ -130,16 +117,6 @@ def shortfall_report(masks, selected, n):
     return report
 
 
-# -- data -----------------------------------------------------------------------------------
-def read_pairs(path):
-    """`anchor<TAB>positive` per line -> list of (anchor, positive); a malformed row raises
-    InputError naming the file and line."""
-    pairs = read_tsv_rows(path, ("anchor", "positive"))
-    if not pairs:
-        raise InputError("no (anchor, positive) pairs (the file is empty or blank)", path=path)
-    logging.info("read %d (anchor, positive) pairs from %s", len(pairs), path)
-    return pairs
-
 
 class MiningProblem:
     """The texts of a mining run, deduplicated and indexed.
@@ -159,6 +136,8 @@ class MiningProblem:
     def __init__(self, pairs, corpus=None, query_prompt="", document_prompt=""):
         candidates = list(dict.fromkeys(corpus if corpus is not None
                                         else (p for _, p in pairs)))
+        self.pairs, self.candidates = pairs, candidates
+        self.prompts = (query_prompt, document_prompt)
         index = {t: i for i, t in enumerate(candidates)}
         self.num_candidates = len(candidates)
         if query_prompt == document_prompt:
@@ -192,6 +171,13 @@ class MiningProblem:
         for row, ids in enumerate(lists):
             self.exclude[row, :len(ids)] = ids
         self.min_excluded = min(len(x) for x in lists)
+
+    def with_prompts(self, query_prompt, document_prompt):
+        """This problem for other prompts (itself when they are the same): the prompts
+        an encoder was saved with are known only once it loads, after the checks."""
+        if (query_prompt, document_prompt) == self.prompts:
+            return self
+        return MiningProblem(self.pairs, self.candidates, query_prompt, document_prompt)
 
     def max_negatives(self, range_min=0):
         """The most negatives any anchor can get: the candidates minus the fewest excluded
@@ -355,54 +341,6 @@ def log_report(report, num_rows, num_negatives, hint):
         report["relative_margin"], hint)
 
 
-def format_rows(pairs, negatives, output_format, num_negatives):
-    """Output rows (tuples of strings): one (anchor, positive, negative) per negative, or
-    for "n-tuple" one (anchor, positive, neg1..negN) per pair with all N negatives."""
-    rows = []
-    for (anchor, positive), negs in zip(pairs, negatives):
-        if output_format == "triplet":
-            rows += [(anchor, positive, n) for n in negs]
-        elif len(negs) == num_negatives:
-            rows.append((anchor, positive, *negs))
-    return rows
-
-
-def is_jsonl(path):
-    """True when `path` names a JSON-lines output (ends in .jsonl), else it is a .tsv."""
-    return os.fspath(path).lower().endswith(".jsonl")
-
-
-def row_object(row):
-    """(anchor, positive, neg1..negN) -> the pairs-file JSON object: "anchor", "positive",
-    "negative_1".."negative_N" (sentence-transformers' column names)."""
-    obj = {"anchor": row[0], "positive": row[1]}
-    obj.update((f"negative_{i}", text) for i, text in enumerate(row[2:], start=1))
-    return obj
-
-
-def write_rows(path, rows):
-    """Writes rows to `path` atomically (a temporary file, fsynced, renamed): one JSON
-    object a line (`row_object`) when `path` ends in .jsonl, else tab-separated."""
-    if is_jsonl(path):
-        text = "".join(json.dumps(row_object(row), ensure_ascii=False) + "\n" for row in rows)
-    else:
-        text = "".join("\t".join(row) + "\n" for row in rows)
-    fsio.write_file_atomic(path, text.encode("utf-8"))
-
-
-def check_tsv_safe(texts, out, source):
-    """A .tsv row cannot hold a tab or a line break: InputError naming the first such
-    text (and `source`, the file it comes from) unless `out` is a .jsonl file. Run before
-    the model loads, over every text a row could hold."""
-    if is_jsonl(out):
-        return
-    bad = [t for t in texts if "\t" in t or "\n" in t or "\r" in t]
-    if bad:
-        raise InputError(f"a .tsv row cannot hold a tab or a line break, and {len(bad)} of "
-                         f"the texts do (the first: {bad[0][:80]!r}); write JSON lines "
-                         f"instead (--out=....jsonl)", path=source)
-
-
 # -- BEIR -----------------------------------------------------------------------------------
 def beir_pairs(split):
     """(query text, document text) for every qrel with score > 0 of a
@@ -472,130 +410,3 @@ def mine_beir(encoder, directory, split="train", num_negatives=3, range_min=0,
                                      max_score, margin, relative_margin, batch_size,
                                      query_chunk, candidate_chunk, verbose)
     return pairs, negatives, report
-
-
-# -- CLI ------------------------------------------------------------------------------------
-def _beir_flag(value):
-    """--beir=DIR[:SPLIT] (a leading "beir:" allowed) -> (DIR, SPLIT), split train by
-    default."""
-    source = value if value.startswith("beir:") else "beir:" + value
-    return parse_source(source, default_split="train")
-
-
-def _mine_from_flags(FLAGS=None):  # noqa: N803  (absl's name for the flag values)
-    """Checks the flags and inputs (of `FLAGS`, absl's global flag values by default),
-    loads --model, mines, writes --out; returns the rows."""
-    FLAGS = flags.FLAGS if FLAGS is None else FLAGS
-    if FLAGS.pairs and FLAGS.beir:
-        raise ConfigError("--pairs and --beir both given; mine one source at a time")
-    if not FLAGS.pairs and not FLAGS.beir:
-        raise ConfigError("--pairs (a file of anchor<TAB>positive lines) or --beir (a BEIR "
-                          "folder, DIR[:SPLIT]) is required")
-    if FLAGS.beir and FLAGS.corpus:
-        raise ConfigError("--corpus goes with --pairs; with --beir the candidates are the "
-                          "documents of DIR/corpus.jsonl")
-    if not FLAGS.out:
-        raise ConfigError("--out is required (where to write the mined rows)")
-    check_options(FLAGS.num_negatives, FLAGS.range_min, FLAGS.range_max, FLAGS.max_score,
-                  FLAGS.margin, FLAGS.relative_margin, FLAGS.output_format)
-    for name in ("query_chunk", "candidate_chunk", "batch_size"):
-        if FLAGS[name].value < 1:
-            raise ConfigError(f"--{name} must be >= 1, got {FLAGS[name].value}")
-    out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
-    if not os.path.isdir(out_dir):
-        raise InputError("the directory of --out does not exist", path=out_dir)
-    prompts = (FLAGS.query_prompt, FLAGS.document_prompt)
-    if FLAGS.beir:
-        directory, split = _beir_flag(FLAGS.beir)
-        check_folder(directory, split)
-        fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite, inputs=[
-            os.path.join(directory, "corpus.jsonl"),
-            os.path.join(directory, "queries.jsonl"), qrels_path(directory, split)])
-        pairs, problem, source = prepare_beir(directory, split, *prompts)
-        where, text_source = qrels_path(directory, split), directory
-    else:
-        fsio.check_new_file(FLAGS.out, "--out", overwrite=FLAGS.overwrite,
-                            inputs=[FLAGS.pairs, FLAGS.corpus])
-        pairs = read_pairs(FLAGS.pairs)
-        corpus = read_sentences(FLAGS.corpus) if FLAGS.corpus else None
-        source = (f"--corpus={FLAGS.corpus}" if FLAGS.corpus
-                  else f"the positives of {FLAGS.pairs}")
-        problem = MiningProblem(pairs, corpus, *prompts)
-        where, text_source = FLAGS.pairs, FLAGS.corpus or FLAGS.pairs
-    # Refuse an impossible --num_negatives, or texts a .tsv cannot hold, before loading
-    # the model.
-    check_available(problem, FLAGS.num_negatives, FLAGS.range_min, source)
-    check_tsv_safe(problem.texts, FLAGS.out, text_source)
-    encoder = load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length)
-    negatives, report = mine_problem(
-        encoder, problem, FLAGS.num_negatives, FLAGS.range_min, FLAGS.range_max,
-        FLAGS.max_score, FLAGS.margin, FLAGS.relative_margin, FLAGS.batch_size,
-        FLAGS.query_chunk, FLAGS.candidate_chunk, verbose=1 if FLAGS.progress else 0)
-    hint = "Raise --range_max (the ranks searched) or loosen the filters to get more."
-    log_report(report, len(pairs), FLAGS.num_negatives, hint)
-    rows = format_rows(pairs, negatives, FLAGS.output_format, FLAGS.num_negatives)
-    if FLAGS.output_format == "n-tuple" and report["short"]:
-        logging.warning("n-tuple rows need %d negatives each: %d pairs left out",
-                        FLAGS.num_negatives, report["short"])
-    if not rows:
-        raise InputError("no pair got a negative that passes the filters; nothing written "
-                         "(loosen --max_score/--margin/--relative_margin or raise "
-                         "--range_max)", path=where)
-    write_rows(FLAGS.out, rows)
-    return rows
-
-
-def main(argv):
-    """CLI entry point: mine, write --out, print a one-line summary (a bad flag or input:
-    `error: ...` on stderr, exit status 2)."""
-    rows = cli.run_command(_mine_from_flags, argv)
-    print(f"wrote {len(rows)} {flags.FLAGS.output_format} rows to {flags.FLAGS.out}")
-
-
-def _define_flags(flag_values=None):
-    """The command's flags (defined only when it runs as a command; tests define them on
-    a FlagValues of their own)."""
-    fv = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
-    flags.DEFINE_string("model", "minilm-l6", "Encoder: preset name, checkpoint or tfsent "
-                        "directory, minilm-l6, or an exported SavedModel directory.", **fv)
-    flags.DEFINE_string("pooling", None, "Pooling (default: the model directory's, else "
-                        "mean).", **fv)
-    flags.DEFINE_integer("max_seq_length", None, "Tokenizer truncation length (default: the "
-                         "model directory's, else 128).", **fv)
-    flags.DEFINE_string("pairs", None, "anchor<TAB>positive per line (or --beir).", **fv)
-    flags.DEFINE_string("beir", None, "A BEIR folder DIR[:SPLIT] (split train by default): "
-                        "its queries with a qrel score > 0 are the anchors, those documents "
-                        "their positives, every document of corpus.jsonl a candidate.", **fv)
-    flags.DEFINE_string("query_prompt", "", "Text put before each anchor (query) when "
-                        "embedding, as tfsent.evaluate / tfsent.export take it.", **fv)
-    flags.DEFINE_string("document_prompt", "", "Text put before each candidate and "
-                        "positive when embedding.", **fv)
-    flags.DEFINE_string("corpus", None, "Candidate sentences, one per line (default: the "
-                        "positives of --pairs).", **fv)
-    flags.DEFINE_string("out", None, "Output .tsv, or .jsonl (one object a line: anchor, "
-                        "positive, negative_1..N); a new file, never one of the inputs.", **fv)
-    flags.DEFINE_bool("overwrite", False, "Replace --out if it exists (never --pairs, "
-                      "--corpus or the --beir folder's files).", **fv)
-    flags.DEFINE_integer("num_negatives", 3, "Negatives per pair.", **fv)
-    flags.DEFINE_integer("range_min", 0, "Skip this many of the most similar candidates.",
-                         **fv)
-    flags.DEFINE_integer("range_max", None, "Consider only candidates ranked below this "
-                         "(default: range_min + 10 * num_negatives).", **fv)
-    flags.DEFINE_float("max_score", None, "Keep only negatives with cosine <= this.", **fv)
-    flags.DEFINE_float("margin", None, "Keep only negatives with cosine < cos(anchor, "
-                       "positive) - margin.", **fv)
-    flags.DEFINE_float("relative_margin", None, "Keep only negatives with cosine < "
-                       "cos(anchor, positive) * (1 - relative_margin); NV-Retriever: 0.05.",
-                       **fv)
-    flags.DEFINE_enum("output_format", "triplet", list(OUTPUT_FORMATS),
-                      "triplet: anchor, positive, negative per row (one row per negative); "
-                      "n-tuple: anchor, positive, neg1..negN per row.", **fv)
-    flags.DEFINE_integer("batch_size", 64, "Encoding batch size.", **fv)
-    flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block.", **fv)
-    flags.DEFINE_integer("candidate_chunk", 16384, "Candidates per similarity block.", **fv)
-    flags.DEFINE_bool("progress", True, "Show progress bars.", **fv)
-
-
-if __name__ == "__main__":
-    _define_flags()
-    app.run(main)
