@@ -21,7 +21,7 @@ from absl import app, flags, logging
 
 from tfsent import cli, distribute
 from tfsent.config import build_config, load_recipe
-from tfsent.data import mixture, pairs, pipelines, readers
+from tfsent.data import kinds, mixture, pairs, readers
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck, NanGuard,
@@ -175,7 +175,7 @@ def make_optimizer(config, steps):
 
 
 def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, model=None):
-    """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
+    """The training tf.data.Dataset of the method (`kinds.dataset_for_kind`, the
     pipeline `fit` uses too; a `SourceMixture` of several sources mixes one such pipeline
     per source). `model`: the method model (distill reads its teacher)."""
     embed = None
@@ -199,7 +199,7 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
             duplicate_free=config.get("duplicate_free_batches", False),
             premise_grouped=spec.premise_grouped, embed=embed,
             query_prompt=config.query_prompt, document_prompt=config.document_prompt)
-    return pipelines.dataset_for_kind(
+    return kinds.dataset_for_kind(
         spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
         skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
         duplicate_free=config.get("duplicate_free_batches", False),
