@@ -7,7 +7,8 @@
                         default split is the caller's (train to train and mine on, dev
                         to select on, test to evaluate).
     tfds:NAME[:OPTION]  a TensorFlow Datasets dataset (`tfsent.data.readers`); OPTION is
-                        the text field for sentences (default "text").
+                        the text field of sentences (default "text"); NLI readers
+                        pass NAME:OPTION to tfds.load (a version).
     demo, demo_nli      the demo data in tfsent/data/demo (stsb and sickr name the
                         SentEval dev sets of eval_data: see `readers.read_dev_pairs`).
     PATH                a file (.txt, .tsv, .jsonl, ...) or a folder (SentEval SNLI).
