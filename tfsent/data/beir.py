@@ -18,7 +18,7 @@ import os
 from absl import logging
 
 from tfsent.data.textio import read_json_lines, read_lines
-from tfsent.errors import ConfigError, InputError
+from tfsent.errors import InputError
 
 SPLITS = ("train", "dev", "test")
 
