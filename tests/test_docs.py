@@ -48,10 +48,14 @@ def config_fields():
 
 
 def script_flags(path):
-    """Names of the absl flags a script defines (`*.DEFINE_*("name", ...)` calls)."""
+    """Names of the absl flags a script defines (`*.DEFINE_*("name", ...)` calls, and the
+    shared model flags of `tfsent.cli.define_model_flags` when it calls that)."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     names = set()
     for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "define_model_flags"):
+            names |= script_flags(os.path.join(REPO, "tfsent", "cli.py"))
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr.startswith("DEFINE") and node.args
                 and isinstance(node.args[0], ast.Constant)

@@ -1,4 +1,4 @@
-"""Hard-negative mining (tfsent.mine): the chunked top-k and the filters against NumPy
+"""Hard-negative mining (tfsent.search): the chunked top-k and the filters against NumPy
 transcriptions, a hand-computed case, bad input, and one CLI run on a tiny encoder."""
 
 import os
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, mirrored_cpu_strategy
-from tfsent import mine
+from tfsent.search import exact, mined_files, mining
 from tfsent.errors import ConfigError, InputError
 
 
@@ -36,7 +36,7 @@ def test_chunked_top_k_matches_brute_force(query_chunk, candidate_chunk):
     exclude = rng.integers(-1, 61, size=(23, 3))
     k = 9
     calls = []
-    scores, indices = mine.top_k_cosine(queries, candidates, k, exclude=exclude,
+    scores, indices = exact.top_k_cosine(queries, candidates, k, exclude=exclude,
                                         query_chunk=query_chunk,
                                         candidate_chunk=candidate_chunk, on_chunk=calls.append)
     ref_scores, ref_indices = _brute_force_top_k(queries, candidates, k, exclude)
@@ -49,7 +49,7 @@ def test_chunked_top_k_matches_brute_force(query_chunk, candidate_chunk):
 def test_top_k_pads_when_fewer_candidates_are_allowed_than_k():
     rng = np.random.default_rng(0)
     candidates = rng.normal(size=(4, 3))
-    scores, indices = mine.top_k_cosine(rng.normal(size=(2, 3)), candidates, 10,
+    scores, indices = exact.top_k_cosine(rng.normal(size=(2, 3)), candidates, 10,
                                         exclude=[[0, 2], [-1, -1]], candidate_chunk=3)
     assert indices.shape == (2, 4)  # k clamped to the number of candidates
     assert sorted(indices[0][:2]) == [1, 3] and list(indices[0][2:]) == [-1, -1]
@@ -97,8 +97,8 @@ def test_filters_match_transcription(options):
     full = dict(range_min=0, range_max=None, max_score=None, margin=None,
                 relative_margin=None)
     full.update(options)
-    masks = mine.negative_filters(scores, indices, positive, **full)
-    selected = mine.first_n(masks["keep"], 3)
+    masks = mining.negative_filters(scores, indices, positive, **full)
+    selected = mining.first_n(masks["keep"], 3)
     got = set(zip(*np.nonzero(selected)))
     assert got == _filters_reference(scores, indices, positive, n=3, **full)
     assert (selected.sum(axis=1) <= 3).all()
@@ -140,7 +140,7 @@ HAND_CORPUS = ["n10", "n95", "a", "pos", "n50", "n85", "n80"]
     (dict(margin=0.0, max_score=0.6), ["n50", "n10"]),
 ])
 def test_hand_computed_case(options, expected):
-    negatives, report = mine.mine_hard_negatives(
+    negatives, report = mining.mine_hard_negatives(
         _TableEncoder(HAND_TABLE), [("a", "pos")], corpus=HAND_CORPUS, num_negatives=3,
         verbose=0, candidate_chunk=4, **options)
     assert negatives == [expected]
@@ -157,7 +157,7 @@ def test_hand_computed_case(options, expected):
                                                      relative_margin=4)),
 ])
 def test_shortfall_report_counts_what_each_filter_removed(options, report):
-    _, got = mine.mine_hard_negatives(_TableEncoder(HAND_TABLE), [("a", "pos")],
+    _, got = mining.mine_hard_negatives(_TableEncoder(HAND_TABLE), [("a", "pos")],
                                       corpus=HAND_CORPUS, num_negatives=3, verbose=0,
                                       **options)
     assert got == report
@@ -166,13 +166,13 @@ def test_shortfall_report_counts_what_each_filter_removed(options, report):
 def test_triplet_and_n_tuple_rows():
     pairs = [("a", "p"), ("b", "q")]
     negatives = [["x", "y"], ["z"]]
-    assert mine.format_rows(pairs, negatives, "triplet", 2) == [
+    assert mined_files.format_rows(pairs, negatives, "triplet", 2) == [
         ("a", "p", "x"), ("a", "p", "y"), ("b", "q", "z")]
-    assert mine.format_rows(pairs, negatives, "n-tuple", 2) == [("a", "p", "x", "y")]
+    assert mined_files.format_rows(pairs, negatives, "n-tuple", 2) == [("a", "p", "x", "y")]
 
 
 def test_other_positives_of_the_same_anchor_are_never_negatives():
-    problem = mine.MiningProblem([("a", "p1"), ("a", "p2"), ("b", "p3")])
+    problem = mining.MiningProblem([("a", "p1"), ("a", "p2"), ("b", "p3")])
     assert problem.texts[:3] == ["p1", "p2", "p3"] and problem.num_candidates == 3
     excluded = {problem.texts[problem.unique_anchors[r]]: sorted(
         problem.texts[i] for i in problem.exclude[r] if i >= 0) for r in range(2)}
@@ -186,26 +186,26 @@ def test_too_many_negatives_is_a_clear_error():
     with pytest.raises(ConfigError, match=r"--num_negatives=3 .* 3 distinct candidates "
                                           r"\(the positives of the pairs\), minus 1 .* "
                                           r"leaves 2"):
-        mine.mine_hard_negatives(_TableEncoder({}), pairs, num_negatives=3, verbose=0)
+        mining.mine_hard_negatives(_TableEncoder({}), pairs, num_negatives=3, verbose=0)
     with pytest.raises(ConfigError, match="range_min"):
-        mine.mine_hard_negatives(_TableEncoder({}), pairs, num_negatives=2, range_min=1,
+        mining.mine_hard_negatives(_TableEncoder({}), pairs, num_negatives=2, range_min=1,
                                  verbose=0)
     with pytest.raises(ConfigError, match="rank window"):
-        mine.check_options(3, 2, 4, None, None, None, "triplet")
+        mining.check_options(3, 2, 4, None, None, None, "triplet")
     with pytest.raises(ConfigError, match="--relative_margin"):
-        mine.check_options(1, 0, None, None, None, 1.5, "triplet")
+        mining.check_options(1, 0, None, None, None, 1.5, "triplet")
 
 
 def test_malformed_pairs_name_file_and_line(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("an anchor\ta positive\n\nonly one column\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"pairs.tsv, line 3: expected 2 non-empty"):
-        mine.read_pairs(str(path))
+        mined_files.read_pairs(str(path))
     with pytest.raises(InputError, match="file not found"):
-        mine.read_pairs(str(tmp_path / "missing.tsv"))
+        mined_files.read_pairs(str(tmp_path / "missing.tsv"))
     (tmp_path / "empty.tsv").write_text("\n", encoding="utf-8")
     with pytest.raises(InputError, match="no .anchor, positive. pairs"):
-        mine.read_pairs(str(tmp_path / "empty.tsv"))
+        mined_files.read_pairs(str(tmp_path / "empty.tsv"))
 
 
 def test_cli_on_a_tiny_encoder_writes_triplets_training_reads(tmp_path, tiny_encoder_dir):
@@ -347,7 +347,7 @@ def test_simcse_sup_on_n_tuples_two_replicas_match_one():
 
 def test_pair_cosines_in_chunks():
     rng = np.random.default_rng(1)
-    unit = mine.l2_normalize_rows(rng.normal(size=(10, 4)))
+    unit = exact.l2_normalize_rows(rng.normal(size=(10, 4)))
     left, right = rng.integers(0, 10, 23), rng.integers(0, 10, 23)
-    np.testing.assert_allclose(mine.pair_cosines(unit, left, right, chunk=5),
+    np.testing.assert_allclose(mining.pair_cosines(unit, left, right, chunk=5),
                                np.sum(unit[left] * unit[right], axis=1), rtol=1e-6)

@@ -1,8 +1,8 @@
 """Hard-negative mining from a BEIR folder (tfsent.mine --beir): a hand-written tiny BEIR
 dir (graded qrels with score-0 rows, a query with two positives, two documents with the
 same text) mined with the tiny encoder in-process, per-row margin filters on hand-computed
-cosines, the .jsonl pairs-file output, the CLI's refusals before the model loads (in
-process, on a FlagValues of their own), and one CLI run."""
+cosines, the .jsonl pairs-file output, the command's refusals before the model loads (in
+process, `mine_to_file`), the model's own prompts, and one CLI run."""
 
 import json
 import os
@@ -11,10 +11,9 @@ import sys
 
 import numpy as np
 import pytest
-from absl import flags
 
 from conftest import REPO
-from tfsent import mine
+from tfsent.search import mined_files, mining
 from tfsent.errors import ConfigError, InputError
 from tfsent.serving import load_any
 
@@ -86,7 +85,7 @@ def tiny(tiny_encoder_dir):
 def full_run(beir_dir, tiny):
     """Every allowed candidate of q2 (17 of the 19 distinct document texts), with prompts."""
     encoder = _Recording(tiny)
-    pairs, negatives, report = mine.mine_beir(
+    pairs, negatives, report = mining.mine_beir(
         encoder, beir_dir, num_negatives=17, query_prompt="query: ",
         document_prompt="passage: ", verbose=0, candidate_chunk=7)
     return pairs, negatives, report, encoder.seen
@@ -121,13 +120,13 @@ def test_prompts_are_embedded_but_not_written(full_run):
 
 def test_rank_window_takes_the_same_ranking(beir_dir, tiny, full_run):
     _, full, _, _ = full_run
-    pairs, negatives, _ = mine.mine_beir(
+    pairs, negatives, _ = mining.mine_beir(
         tiny, beir_dir, num_negatives=3, range_min=2, range_max=7, query_prompt="query: ",
         document_prompt="passage: ", verbose=0)
     assert negatives == [row[2:5] for row in full]
     with pytest.raises(ConfigError, match=r"--num_negatives=19 .* 19 distinct candidates "
                                           r"\(the documents of .*corpus.jsonl\), minus 1"):
-        mine.mine_beir(tiny, beir_dir, num_negatives=19, verbose=0)
+        mining.mine_beir(tiny, beir_dir, num_negatives=19, verbose=0)
 
 
 class _TableEncoder:
@@ -155,7 +154,7 @@ def test_margin_filters_use_each_rows_own_positive(tmp_path):
     root = write_beir(tmp_path / "hand", docs, {"q": "q"},
                       [("q", "p90", 1), ("q", "z75", 0), ("q", "p60", 2)])
     options = dict(num_negatives=3, query_prompt="q: ", document_prompt="d: ", verbose=0)
-    run = lambda **extra: mine.mine_beir(_TableEncoder(table), root, **options, **extra)[1]  # noqa: E731
+    run = lambda **extra: mining.mine_beir(_TableEncoder(table), root, **options, **extra)[1]  # noqa: E731
     # z75 is judged non-relevant: a negative like any other.
     assert run() == [["n95", "n80", "z75"], ["n95", "n80", "z75"]]
     assert run(margin=0.0) == [["n80", "z75", "n70"], ["n50", "n30"]]
@@ -167,76 +166,86 @@ def test_margin_filters_use_each_rows_own_positive(tmp_path):
 def test_jsonl_rows_are_the_pairs_file_format(tmp_path):
     rows = [("a q", "a doc", "n1", "n\t2"), ("b q", "b doc", "n3", "n4")]
     path = tmp_path / "rows.jsonl"
-    mine.write_rows(str(path), rows)
+    mined_files.write_rows(str(path), rows)
     objects = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert objects == [{"anchor": "a q", "positive": "a doc", "negative_1": "n1",
                         "negative_2": "n\t2"},
                        {"anchor": "b q", "positive": "b doc", "negative_1": "n3",
                         "negative_2": "n4"}]
-    mine.write_rows(str(tmp_path / "t.jsonl"), [("a", "p", "n")])
+    mined_files.write_rows(str(tmp_path / "t.jsonl"), [("a", "p", "n")])
     assert json.loads((tmp_path / "t.jsonl").read_text()) == {
         "anchor": "a", "positive": "p", "negative_1": "n"}
 
 
-def _run_flags(argv):
-    """The command's checks and run, in this process, on flag values of its own."""
-    values = flags.FlagValues()
-    mine._define_flags(values)
-    values(["tfsent.mine", *argv])
-    return mine._mine_from_flags(values)
-
-
-NO_MODEL = "--model=/nonexistent/no-model"  # any error that names it came after the checks
+def _run(**options):
+    """The command's checks and run (`mine_to_file`), in this process; the encoder is
+    /nonexistent/no-model, so an error naming it came after every check."""
+    return mined_files.mine_to_file(
+        load_encoder=lambda: load_any("/nonexistent/no-model", None, None), **options)
 
 
 def test_cli_refuses_bad_input_before_the_model_loads(tmp_path, beir_dir, absl_messages):
-    out = f"--out={tmp_path / 'out.jsonl'}"
+    out = str(tmp_path / "out.jsonl")
     existing = tmp_path / "existing.jsonl"
     existing.write_text("keep\n")
     cases = [
-        ([out], ConfigError, r"--pairs .* or --beir .* is required"),
-        ([f"--pairs={tmp_path / 'p.tsv'}", f"--beir={beir_dir}", out], ConfigError,
+        ({"out": out}, ConfigError, r"--pairs .* or --beir .* is required"),
+        ({"pairs": str(tmp_path / "p.tsv"), "beir": beir_dir, "out": out}, ConfigError,
          "--pairs and --beir both"),
-        ([f"--beir={beir_dir}", f"--corpus={tmp_path / 'c.txt'}", out], ConfigError,
+        ({"beir": beir_dir, "corpus": str(tmp_path / "c.txt"), "out": out}, ConfigError,
          "--corpus goes with --pairs"),
-        ([f"--beir={beir_dir}:dev", out], InputError,
+        ({"beir": f"{beir_dir}:dev", "out": out}, InputError,
          r"qrels/dev.tsv: missing BEIR file \(qrels splits here: train\)"),
-        ([f"--beir={tmp_path / 'nowhere'}", out], InputError, "not a folder"),
-        ([f"--beir=beir:{beir_dir}", f"--out={beir_dir}/qrels/train.tsv", "--overwrite"],
-         ConfigError, "is also an input"),
-        ([f"--beir={beir_dir}", "--num_negatives=19", out], ConfigError,
+        ({"beir": str(tmp_path / "nowhere"), "out": out}, InputError, "not a folder"),
+        ({"beir": f"beir:{beir_dir}", "out": f"{beir_dir}/qrels/train.tsv",
+          "overwrite": True}, ConfigError, "is also an input"),
+        ({"beir": beir_dir, "num_negatives": 19, "out": out}, ConfigError,
          "more than any anchor can get"),
-        ([f"--beir={beir_dir}", f"--out={existing}"], ConfigError,
+        ({"beir": beir_dir, "out": str(existing)}, ConfigError,
          "already exists; choose a new file or pass --overwrite"),
+        ({"beir": beir_dir, "out": out, "query_chunk": 0}, ConfigError,
+         "--query_chunk must be >= 1"),
     ]
-    for argv, error, message in cases:
+    for options, error, message in cases:
         with pytest.raises(error, match=message):
-            _run_flags([NO_MODEL, *argv])
+            _run(**options)
     # qrels naming unknown ids: ignored with a warning (as the retrieval evaluation reads
     # them) when some rows are usable, refused when none is; a split with no positive.
     bad = write_beir(tmp_path / "bad", qrels=QRELS + [("q9", "d01", 1), ("q1", "d99", 1)])
     with pytest.raises(InputError, match="no-model: encoder directory not found"):
-        _run_flags([NO_MODEL, f"--beir={bad}", out])
+        _run(beir=bad, out=out)
     assert any("1 of 9 qrels name a query not in queries.jsonl, 1 a document" in m
                for m in absl_messages)
     for qrels in ([("q9", "d01", 1), ("q1", "d99", 1)], [("q1", "d01", 0)]):
         root = write_beir(tmp_path / f"none{len(qrels)}", qrels=qrels)
         with pytest.raises(InputError, match="no qrel names a known query and document "
                                              "with score > 0"):
-            _run_flags([NO_MODEL, f"--beir={root}", out])
+            _run(beir=root, out=out)
     missing = write_beir(tmp_path / "noqueries")
     os.remove(os.path.join(missing, "queries.jsonl"))
     with pytest.raises(InputError, match="queries.jsonl: missing BEIR file"):
-        _run_flags([NO_MODEL, f"--beir={missing}", out])
+        _run(beir=missing, out=out)
     # A tab in a document: a .tsv cannot hold it, a .jsonl can.
     tab = write_beir(tmp_path / "tab", docs={**DOCS, "d20": ("", "a\tb")})
     with pytest.raises(InputError, match=r"tab or a line break, and 1 of the texts do .*"
                                          r"\(--out=....jsonl\)"):
-        _run_flags([NO_MODEL, f"--beir={tab}", f"--out={tmp_path / 'out.tsv'}"])
+        _run(beir=tab, out=str(tmp_path / "out.tsv"))
     with pytest.raises(InputError, match="no-model: encoder directory not found"):
-        _run_flags([NO_MODEL, f"--beir={tab}", out])
+        _run(beir=tab, out=out)
     assert not os.path.exists(tmp_path / "out.jsonl")
     assert existing.read_text() == "keep\n"
+
+
+class _Prompted:
+    """An encoder saved with prompts (as an export is): `prompts` only."""
+    prompts = {"query_prompt": "q: ", "document_prompt": "d: "}
+
+
+def test_prompts_default_to_the_models_own():
+    assert mined_files.resolve_prompts(_Prompted()) == ("q: ", "d: ")
+    assert mined_files.resolve_prompts(_Prompted(), "", None) == ("", "d: ")
+    assert mined_files.resolve_prompts(object()) == ("", "")
+    assert mined_files.resolve_prompts(object(), "query: ", "") == ("query: ", "")
 
 
 def test_cli_writes_jsonl_n_tuples(tmp_path, beir_dir, tiny_encoder_dir):
@@ -261,12 +270,14 @@ def test_cli_writes_jsonl_n_tuples(tmp_path, beir_dir, tiny_encoder_dir):
 
 def test_pairs_with_prompts_embed_anchors_apart_and_still_exclude_their_own_text():
     pairs = [("a", "p1"), ("p1", "p2"), ("a", "p3")]
-    plain = mine.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"])
+    plain = mining.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"])
     assert plain.embed_texts == plain.texts == ["p1", "p2", "p3", "a", "x"]
-    prompted = mine.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"],
+    prompted = mining.MiningProblem(pairs, corpus=["p1", "p2", "p3", "a", "x"],
                                   query_prompt="q: ", document_prompt="d: ")
     assert prompted.texts == ["p1", "p2", "p3", "a", "x", "a", "p1"]
     assert prompted.embed_texts == ["d: p1", "d: p2", "d: p3", "d: a", "d: x", "q: a", "q: p1"]
+    assert plain.with_prompts("", "") is plain  # an encoder's own prompts, known late
+    assert plain.with_prompts("q: ", "d: ").embed_texts == prompted.embed_texts
     for problem in (plain, prompted):
         excluded = {problem.texts[problem.unique_anchors[r]]: sorted(
             problem.texts[i] for i in problem.exclude[r] if i >= 0) for r in range(2)}

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method
 from tfsent.training.config import Recipe, build_config
-from tfsent.data.mixture import SourceMixture, SourceSampler, parse_sources
+from tfsent.data.mixture import SourceMixture, SourceSampler
+from tfsent.data.sources import parse_sources
 from tfsent.encoders import SentenceTokenizer
 from tfsent.errors import ConfigError, InputError
 from tfsent.methods import get_method

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO, TINY_VOCAB, minilm_or_skip, shared_data_or_skip
-from tfsent.data import beir, readers
+from tfsent.data import beir, readers, sources
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
 from tfsent.formats.metadata import read_metadata
-from tfsent.search import top_k_cosine
+from tfsent.search.exact import top_k_cosine
 
 pytrec_eval = pytest.importorskip("pytrec_eval")  # the test extra: pytrec-eval-terrier
 
@@ -126,7 +126,7 @@ def test_reader_non_beir_path_and_empty_corpus(tmp_path):
     with pytest.raises(InputError, match=r"not a folder"):
         retrieval.RetrievalTask(f"beir:{other / 'STS.input.x.txt'}").check()
     with pytest.raises(ConfigError, match="not a retrieval source"):
-        beir.parse_source(str(other))
+        sources.parse_beir(str(other))
     folder = write_beir(tmp_path / "b", [], SMALL_QUERIES, {"test": [("q1", "d1", 1)]})
     with pytest.raises(InputError, match=r"corpus.jsonl: the corpus is empty"):
         beir.read_split(folder, "test")

@@ -37,8 +37,11 @@ MOVED = {
     "tfsent.publish.staging": "tfsent.formats.staging",
 
     # --- search and mining (tfsent/search/) ---
+    # tfsent.search is the package itself (its __init__ re-exports top_k_cosine and
+    # l2_normalize_rows, what the module gave); tfsent.mine stays the command.
 
     # --- data kinds and sources (tfsent/data/) ---
+    # (new modules only: tfsent.data.kinds, tfsent.data.sources)
 
     # --- encoders and Hugging Face files (tfsent/encoders/) ---
 

@@ -18,7 +18,7 @@ import os
 from absl import logging
 
 from tfsent.data.textio import read_json_lines, read_lines
-from tfsent.errors import ConfigError, InputError
+from tfsent.errors import InputError
 
 SPLITS = ("train", "dev", "test")
 
@@ -53,22 +53,6 @@ class RetrievalSplit:
         self.qrels = qrels
         self.directory = directory
         self.split = split
-
-
-def parse_source(source, default_split="test"):
-    """`beir:DIR[:SPLIT]` -> (DIR, SPLIT); ConfigError for anything else. A SPLIT is the
-    part after the last colon when it names no folder of its own (DIR may hold colons)."""
-    if not source.startswith("beir:"):
-        raise ConfigError(f"{source!r} is not a retrieval source (expected beir:DIR[:SPLIT])")
-    rest = source[len("beir:"):]
-    directory, split = rest, default_split
-    if ":" in rest:
-        head, tail = rest.rsplit(":", 1)
-        if tail and "/" not in tail and not os.path.isdir(rest):
-            directory, split = head, tail
-    if not directory:
-        raise ConfigError(f"{source!r}: no folder given (expected beir:DIR[:SPLIT])")
-    return directory, split
 
 
 def check_folder(directory, split):

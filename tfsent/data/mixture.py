@@ -2,7 +2,7 @@
 
 `train_data` names several sources (comma-separated on the command line, a list in a
 recipe); every source is read as the method's data kind by the reader one source uses,
-and gets its own pipeline (`pipelines.dataset_for_kind`, seed `seed + i` for source i).
+and gets its own pipeline (`kinds.dataset_for_kind`, seed `seed + i` for source i).
 A seeded stream of source indices (`SourceSampler`) says which source each batch
 (`batch_per_source=True`) or each example (False) comes from, and
 `tf.data.Dataset.choose_from_datasets` follows it, so the mixture is an ordinary
@@ -35,40 +35,15 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfsent.data import pipelines
+from tfsent.data import kinds, pipelines
+from tfsent.data.sources import parse_sources
 from tfsent.errors import ConfigError, InputError
 
 SAMPLINGS = ("proportional", "round_robin")
 _BLOCK = 4096  # choices drawn per numpy call (block i: its own seeded generator)
 _CHOICE_SALT = 0x5EED  # keeps the choice stream apart from the sources' shuffles
 # Kinds whose rows are (anchor, positive, negative_1..negative_N): N is the row width - 2.
-ROW_KINDS = ("triplets", "pairs")
-
-
-def parse_sources(train_data):
-    """The list of sources named by `train_data`: a string (one source, or several
-    separated by commas) or a list/tuple of strings (a recipe). A blank or repeated
-    source is a ConfigError naming the field."""
-    if isinstance(train_data, str):
-        sources = [s.strip() for s in train_data.split(",")]
-    elif isinstance(train_data, (list, tuple)):
-        sources = list(train_data)
-        for s in sources:
-            if not isinstance(s, str):
-                raise ConfigError(f"train_data: every source must be a string, got "
-                                  f"{type(s).__name__} {s!r}")
-        sources = [s.strip() for s in sources]
-    else:
-        raise ConfigError(f"train_data must be a string or a list of strings, got "
-                          f"{type(train_data).__name__} {train_data!r}")
-    if not sources or not all(sources):
-        raise ConfigError(f"train_data={train_data!r} names an empty source (sources are "
-                          f"separated by single commas)")
-    repeated = sorted({s for s in sources if sources.count(s) > 1})
-    if repeated:
-        raise ConfigError(f"train_data names {', '.join(repeated)} more than once (to "
-                          f"weight a source up, use source_weights)")
-    return sources
+ROW_KINDS = tuple(name for name, kind in kinds.KINDS.items() if kind.negative_columns)
 
 
 def parse_weights(source_weights, n_sources):
@@ -278,10 +253,10 @@ class SourceMixture:
     def dataset(self, data_kind, tokenizer, batch_size, skip_batches=0, **kind_args):
         """The mixed training pipeline (endless), from global batch `skip_batches` on.
 
-        `kind_args` go to `pipelines.dataset_for_kind` (mask_rate, duplicate_free,
+        `kind_args` go to `kinds.dataset_for_kind` (mask_rate, duplicate_free,
         premise_grouped, embed)."""
         def source_dataset(i, skip):
-            return pipelines.dataset_for_kind(
+            return kinds.dataset_for_kind(
                 data_kind, self.examples[i], tokenizer, batch_size, self.seed + i,
                 repeat=True, skip_batches=skip, **kind_args)
 

@@ -25,7 +25,7 @@ import os
 
 from absl import logging
 
-from tfsent.data import beir, readers
+from tfsent.data import beir, readers, sources
 from tfsent.data.textio import read_json_lines, read_lines
 from tfsent.errors import InputError
 
@@ -118,8 +118,8 @@ def read_training_pairs(source, split="train", hard_negatives=True):
     module doc. `split` is the NLI split of an SNLI folder / tfds source (a BEIR source
     names its own, default train). `hard_negatives=False` drops the negative columns (in-
     batch negatives only)."""
-    if source.startswith("beir:"):
-        directory, beir_split = beir.parse_source(source, default_split="train")
+    if sources.is_beir(source):
+        directory, beir_split = sources.parse_beir(source, default_split="train")
         rows = beir.read_training_pairs(directory, beir_split)
     elif source.endswith(".tsv") and not os.path.isdir(source):
         rows = read_pairs_tsv(source)

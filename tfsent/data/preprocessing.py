@@ -25,37 +25,23 @@ sentence_a/sentence_b). A tf.data Dataset of such elements (strings, tuples or d
 strings; an NLI label may be an integer), batched or not, is raw too: it is read whole
 and goes through the same pipeline as a list. Batches drop the remainder (static shapes
 for XLA and replicas); tokenization runs after batching, inside the pipeline
-(`tfsent.data.pipelines.dataset_for_kind`, the CLI's pipeline).
+(`tfsent.data.kinds.dataset_for_kind`, the run's pipeline).
 """
 
 import numpy as np
 import tensorflow as tf
 
-from tfsent.data import pipelines
+from tfsent.data import kinds, pipelines
 from tfsent.data.pairs import column_names as pair_column_names
 from tfsent.errors import ConfigError, InputError
 
 _LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 
-# The columns of a row given as a dict, per kind.
-ROW_KEYS = {"triplets": ("anchor", "positive", "negative"),
-            "pairs": ("anchor", "positive"),  # then negative_1..negative_N (`_row`)
-            "nli_pairs": ("premise", "hypothesis", "label"),
-            "embedding_pairs": ("sentence_a", "sentence_b")}
-WHAT_TO_PASS = {
-    "sentences": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
-    "sentences_mlm": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
-    "triplets": "(anchor, positive, negative) string rows, as tuples or dicts with keys "
-                "anchor/positive/negative (a list or a tf.data.Dataset, batched or not)",
-    "pairs": "(anchor, positive[, negative_1..negative_N]) string rows, as tuples or dicts "
-             "with those keys (a list or a tf.data.Dataset, batched or not)",
-    "nli_pairs": "(premise, hypothesis, label) rows, as tuples or dicts with keys "
-                 "premise/hypothesis/label (a list or a tf.data.Dataset, batched or not)",
-    "embedding_pairs": "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, "
-                       "batched or not)",
-    "distill_sentences": "strings (a list, or a tf.data.Dataset of strings, batched or not)",
-}
+# The columns of a row given as a dict, per kind (pairs: then negative_1..negative_N,
+# `_row`), and what to pass: the kinds' records.
+ROW_KEYS = {name: kind.row_keys for name, kind in kinds.KINDS.items() if kind.row_keys}
+WHAT_TO_PASS = {name: kind.accepts for name, kind in kinds.KINDS.items()}
 
 
 def _is_text(value):
@@ -182,7 +168,7 @@ def default_batch_size(x, fallback=32):
 
 def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
     """The batched, tokenized tf.data pipeline of `method` over raw examples `x`
-    (`tfsent.data.pipelines.dataset_for_kind`, the CLI's pipeline, one epoch per
+    (`tfsent.data.kinds.dataset_for_kind`, the run's pipeline, one epoch per
     iteration)."""
     kind = method.input_kind
     tokenizer = method.encoder.tokenizer
@@ -221,7 +207,7 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
                           "pipeline")
     # Training batches (shuffled) are duplicate-free unless the method says otherwise.
     duplicate_free = shuffle and getattr(method, "duplicate_free_batches", True)
-    return pipelines.dataset_for_kind(
+    return kinds.dataset_for_kind(
         kind, rows, tokenizer, batch_size, seed, shuffle=shuffle, repeat=False,
         mask_rate=getattr(method, "mask_rate", None), duplicate_free=duplicate_free,
         premise_grouped=method.premise_grouped, embed=embed,

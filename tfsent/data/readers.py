@@ -12,6 +12,7 @@ import os
 from absl import logging
 
 from tfsent.data import senteval as senteval_data
+from tfsent.data.sources import is_tfds, parse_source
 from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
 
@@ -163,6 +164,12 @@ def import_tfds(source):
     return tensorflow_datasets
 
 
+def _tfds_name(source):
+    """The name `tfds.load` takes for an NLI `tfds:NAME[:VERSION]` source."""
+    parsed = parse_source(source)
+    return parsed.location + (f":{parsed.option}" if parsed.option else "")
+
+
 def read_nli_pairs_tfds(name, split="train"):
     """TFDS `snli` / `multi_nli` (needs network on first use) -> list of (p, h, label)."""
     tfds = import_tfds(f"tfds:{name}")
@@ -200,8 +207,8 @@ def read_nli_triplets(source, split="train"):
     (split `dev`/`test`/`train`), or `tfds:snli` / `tfds:multi_nli`."""
     if source == "demo":
         return read_triplets_tsv(DEMO_TRIPLETS)
-    if source.startswith("tfds:"):
-        return triplets_from_pairs(read_nli_pairs_tfds(source[5:], split))
+    if is_tfds(source):
+        return triplets_from_pairs(read_nli_pairs_tfds(_tfds_name(source), split))
     if os.path.isdir(source):
         return triplets_from_pairs(read_nli_pairs_senteval(source, split))
     if source.endswith(".jsonl"):
@@ -214,10 +221,10 @@ def read_training_sentences(source):
     (a SentEval SNLI directory: premises and hypotheses, deduplicated)."""
     if source == "demo":
         return read_sentences(DEMO_SENTENCES)
-    if source.startswith("tfds:"):
+    if is_tfds(source):
         tfds = import_tfds(source)
-        parts = source[5:].split(":")
-        name, field = parts[0], (parts[1] if len(parts) > 1 else "text")
+        parsed = parse_source(source)
+        name, field = parsed.location, parsed.option or "text"
         ds = tfds.load(name, split="train")
         out = [ex[field].decode("utf-8") for ex in tfds.as_numpy(ds)]
         logging.info("read %d sentences from TFDS %s (field %s)", len(out), name, field)
@@ -269,9 +276,9 @@ def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
             raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
         s1, s2, scores = senteval_data.read_stsbenchmark(data_dir, "train")
         pairs = [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
-    elif source.startswith("tfds:") or os.path.isdir(source) or source.endswith(".jsonl"):
-        if source.startswith("tfds:"):
-            rows = read_nli_pairs_tfds(source[5:], split)
+    elif is_tfds(source) or os.path.isdir(source) or source.endswith(".jsonl"):
+        if is_tfds(source):
+            rows = read_nli_pairs_tfds(_tfds_name(source), split)
         elif os.path.isdir(source):
             rows = read_nli_pairs_senteval(source, split)
         else:
@@ -294,8 +301,8 @@ def read_nli_pairs(source, split="train"):
         for p, e, c in read_triplets_tsv(DEMO_TRIPLETS):
             rows += [(p, e, "entailment"), (p, c, "contradiction")]
         return rows
-    if source.startswith("tfds:"):
-        return read_nli_pairs_tfds(source[5:], split)
+    if is_tfds(source):
+        return read_nli_pairs_tfds(_tfds_name(source), split)
     if os.path.isdir(source):
         return read_nli_pairs_senteval(source, split)
     if source.endswith(".jsonl"):

@@ -13,6 +13,7 @@ The SentEval ones take an `encode_fn` (list of str -> array (N, D)) and a SentEv
 
 import math
 
+from tfsent.data.sources import BEIR
 from tfsent.errors import ConfigError
 from tfsent.evaluation.geometry import (align_uniform, alignment, pair_geometry,
                                         random_pair_cosines, uniformity)
@@ -24,7 +25,7 @@ TASK_GROUPS = {"sts": STS_TASKS, "transfer": TRANSFER_TASKS,
 _ALIASES = {"stsb": "STSBenchmark", "sts-b": "STSBenchmark", "sickr": "SICKRelatedness",
             "sick-r": "SICKRelatedness", "sst": "SST2", "sst-2": "SST2"}
 _SHORT_NAMES = {"STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
-RETRIEVAL_PREFIX = "beir:"  # retrieval task names: beir:DIR[:SPLIT] (evaluation/retrieval.py)
+RETRIEVAL_PREFIX = BEIR  # retrieval task names: beir:DIR[:SPLIT] (tfsent.data.sources)
 RETRIEVAL_MEASURES = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "map@100")
 
 

@@ -16,7 +16,7 @@ Figures are per query and their mean over the split's queries.
 
 Ranking follows trec_eval: by score, descending; equal scores by document id, descending
 (trec_eval sorts a run by score, then by docno with strcmp, reversed). The search makes
-the same order (`tfsent.search.top_k_cosine` with a tie order), so the figures equal
+the same order (`tfsent.search.exact.top_k_cosine` with a tie order), so the figures equal
 trec_eval's on the written run.
 
 Run files (`write_run`): the top 100 of each query, as a TREC run (`qid Q0 docid rank
@@ -43,9 +43,10 @@ from absl import logging
 
 from tfsent import fsio
 from tfsent.data import beir
+from tfsent.data.sources import is_beir, parse_beir
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import RETRIEVAL_MEASURES as MEASURES, RETRIEVAL_PREFIX as TASK_PREFIX
-from tfsent.search import top_k_cosine
+from tfsent.search.exact import top_k_cosine
 
 RUN_DEPTH = 100  # documents kept per query: what the deepest measure (@100) needs
 
@@ -53,7 +54,7 @@ RUN_DEPTH = 100  # documents kept per query: what the deepest measure (@100) nee
 # -- tasks ----------------------------------------------------------------------------------
 def is_retrieval_task(name):
     """True for a `beir:DIR[:SPLIT]` task name."""
-    return str(name).startswith(TASK_PREFIX)
+    return is_beir(str(name))
 
 
 class RetrievalTask:
@@ -62,7 +63,7 @@ class RetrievalTask:
 
     def __init__(self, source, default_split="test"):
         self.source = source
-        self.directory, self.split = beir.parse_source(source, default_split)
+        self.directory, self.split = parse_beir(source, default_split)
         name = os.path.basename(os.path.normpath(self.directory)) or self.directory
         self.label = f"{TASK_PREFIX}{name}:{self.split}"
 
@@ -286,9 +287,7 @@ def evaluate_retrieval(encoder, split, batch_size=64, max_seq_length=None, query
 
 def read_task_split(source, default_split="test"):
     """The RetrievalSplit of a folder or a `beir:DIR[:SPLIT]` name."""
-    if not is_retrieval_task(source):
-        source = TASK_PREFIX + source
-    directory, split = beir.parse_source(source, default_split)
+    directory, split = parse_beir(source, default_split, bare=True)
     return beir.read_split(directory, split)
 
 

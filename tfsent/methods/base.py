@@ -278,7 +278,7 @@ class SentenceMethod(keras.Model):
         """`keras.Model.fit`, also on raw examples (`input_kind`): a list, or a tf.data
         Dataset (batched or not), of strings, triplets or NLI rows (tuples or dicts),
         batched by `batch_size` (default: a batched Dataset's own, else 32) and tokenized
-        in the tf.data pipeline (`tfsent.data.pipelines.dataset_for_kind`, the CLI's).
+        in the tf.data pipeline (`tfsent.data.kinds.dataset_for_kind`, the CLI's).
         The shuffle seed comes from NumPy's global generator, which
         `keras.utils.set_random_seed` seeds. `validation_data` may be raw too.
         Pre-tokenized datasets pass through unchanged; anything else is an InputError

@@ -8,11 +8,8 @@ validation, the known fields and the help text from it; `build` makes the model 
 config.
 """
 
+from tfsent.data.kinds import DATA_KINDS
 from tfsent.errors import ConfigError
-
-# The training-data kinds (`tfsent.data.pipelines.dataset_for_kind`).
-DATA_KINDS = ("sentences", "sentences_mlm", "triplets", "pairs", "nli_pairs",
-              "embedding_pairs", "distill_sentences")
 
 # Run fields every method's constructor takes.
 COMMON_RUN_ARGS = {"pooling": "train_pooling", "export_pooling": "export_pooling"}
@@ -24,7 +21,8 @@ class MethodSpec:
     Args:
         name: the `--method` value.
         cls: the SentenceMethod subclass.
-        data_kind: one of DATA_KINDS (what the CLI reads and batches).
+        data_kind: one of DATA_KINDS (the `tfsent.data.kinds` record of what the run reads
+            and batches).
         doc: one line for `--help`.
         fields: the method's own config fields (`tfsent.checks.Field`; `arg` names the
             constructor argument a field feeds, None for one read by the run itself).

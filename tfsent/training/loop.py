@@ -14,7 +14,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tfsent.data import mixture, pairs, pipelines, readers
+from tfsent.data import kinds, mixture, readers
+from tfsent.data.sources import parse_sources
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError, TrainingError
@@ -48,20 +49,9 @@ def total_steps(config, n_examples):
 
 def load_training_data(spec, config, source=None):
     """Reads one training source (default: `train_data`, a single source) as the method's
-    data kind; returns its examples."""
+    data kind (`tfsent.data.kinds`: the kind's reader); returns its examples."""
     source = config.train_data if source is None else source
-    if spec.data_kind == "embedding_pairs":
-        return readers.read_positive_pairs(source, config.eval_data_dir,
-                                           config.positive_threshold, config.train_split)
-    if spec.data_kind == "pairs":
-        return pairs.read_training_pairs(source, config.train_split,
-                                         config.get("hard_negatives", True))
-    if spec.data_kind == "triplets":
-        source = "demo" if source in ("demo", "demo_nli") else source
-        return readers.read_nli_triplets(source, config.train_split)
-    if spec.data_kind == "nli_pairs":
-        return readers.read_nli_pairs(source, config.train_split)
-    return readers.read_training_sentences(source)
+    return kinds.read_training_examples(spec.data_kind, source, config)
 
 
 def load_training_sources(spec, config):
@@ -69,7 +59,7 @@ def load_training_sources(spec, config):
     them, or (several `train_data` sources) a `tfsent.data.mixture.SourceMixture` of
     each source read the same way. A source that holds no examples, or that the method's
     reader refuses, is an error naming it."""
-    sources = mixture.parse_sources(config.train_data)
+    sources = parse_sources(config.train_data)
     if len(sources) == 1:
         return load_training_data(spec, config, sources[0])
     examples = []
@@ -138,7 +128,7 @@ def make_optimizer(config, steps):
 
 
 def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, model=None):
-    """The training tf.data.Dataset of the method (`pipelines.dataset_for_kind`, the
+    """The training tf.data.Dataset of the method (`kinds.dataset_for_kind`, the
     pipeline `fit` uses too; a `SourceMixture` of several sources mixes one such pipeline
     per source). `model`: the method model (distill reads its teacher)."""
     embed = None
@@ -162,7 +152,7 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
             duplicate_free=config.get("duplicate_free_batches", False),
             premise_grouped=spec.premise_grouped, embed=embed,
             query_prompt=config.query_prompt, document_prompt=config.document_prompt)
-    return pipelines.dataset_for_kind(
+    return kinds.dataset_for_kind(
         spec.data_kind, examples, encoder.tokenizer, config.batch_size, config.seed,
         skip_batches=skip_batches, mask_rate=config.get("mask_rate"),
         duplicate_free=config.get("duplicate_free_batches", False),
@@ -422,7 +412,7 @@ def finalize_run(r, nan_guard, guard):
 def _nli_accuracy(model, config, metrics):
     """NLI accuracy of the model's head on the train_data source's `nli_eval_split`
     (skipped for the demo, which has no such split, and for a mixture of sources)."""
-    sources = mixture.parse_sources(config.train_data)
+    sources = parse_sources(config.train_data)
     if len(sources) > 1:
         logging.info("nli_eval_split: skipped (train_data is a mixture of %d sources)",
                      len(sources))

@@ -13,7 +13,7 @@ import os
 import keras
 from absl import logging
 
-from tfsent.data import beir
+from tfsent.data.sources import is_beir, parse_beir
 
 
 def finite(x):
@@ -26,8 +26,8 @@ def dev_name(eval_data):
     `<BEIR folder>_<split>` for `beir:DIR[:SPLIT]`."""
     if eval_data in ("demo", "stsb", "sickr"):
         return f"{eval_data}_dev"
-    if eval_data.startswith("beir:"):
-        directory, split = beir.parse_source(eval_data, "dev")
+    if is_beir(eval_data):
+        directory, split = parse_beir(eval_data, "dev")
         return f"{os.path.basename(os.path.normpath(directory))}_{split}"
     return os.path.splitext(os.path.basename(eval_data))[0] + "_dev"
 
@@ -35,7 +35,7 @@ def dev_name(eval_data):
 def monitor_of(eval_data):
     """The dev figure selection maximises: "ndcg@10" for a retrieval dev set
     (`beir:DIR[:SPLIT]`), else "spearman"."""
-    return "ndcg@10" if eval_data.startswith("beir:") else "spearman"
+    return "ndcg@10" if is_beir(eval_data) else "spearman"
 
 
 def step_of(model):

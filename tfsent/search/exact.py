@@ -1,6 +1,6 @@
 """Exact cosine search in bounded memory: the k most similar candidates of each query,
 found by a running top-k over candidate chunks x query chunks (hard-negative mining in
-`tfsent.mine`, retrieval evaluation in `tfsent.evaluation.retrieval`).
+`tfsent.search.mining`, retrieval evaluation in `tfsent.evaluation.retrieval`).
 
 Ranking is deterministic: by score, descending, and among equal scores by a tie order
 the caller gives (`tie_order`; default: the lower candidate index first). Memory grows

@@ -1,0 +1,174 @@
+"""The training-data kinds: one `DataKind` record each, the one home of what a kind is.
+
+A method's `MethodSpec.data_kind` names one. The record says how a run reads a source as
+that kind (`read`, what `read_training_examples` calls), how its examples become batches
+(`pipeline`, what `dataset_for_kind` calls, for the run and for `fit` on raw examples),
+the keys of a row given as a dict (`row_keys`), whether the rows end in hard-negative
+columns, whether the pipeline needs an embedder (CLSR's frozen encoder, distill's
+teacher), and what to pass as raw examples. A new kind is one record here plus its reader
+and pipeline functions.
+"""
+
+from tfsent.data import pairs, pipelines, readers
+from tfsent.errors import ConfigError
+
+_STRINGS = "strings (a list, or a tf.data.Dataset of strings, batched or not)"
+
+
+class DataKind:
+    """One kind of training data.
+
+    Args:
+        name: the kind's name (`MethodSpec.data_kind`).
+        doc: one line.
+        read: `fn(source, config) -> examples` (a run's reader of one source).
+        pipeline: `fn(examples, tokenizer, batch_size, seed, shuffle, repeat, skip_batches,
+            options) -> tf.data.Dataset`; `options` is a dict of the keyword arguments of
+            `dataset_for_kind` after skip_batches.
+        accepts: what to pass as raw examples (for errors).
+        row_keys: the keys of a row given as a dict, in column order (None: strings).
+        negative_columns: rows are (anchor, positive, negative_1..negative_N).
+        embedder: None, or what `embed` must be: "frozen encoder" (the base encoder's
+            cached embeddings of the sentences) or "teacher" (the teacher's embeddings).
+    """
+
+    def __init__(self, name, doc, read, pipeline, accepts, row_keys=None,
+                 negative_columns=False, embedder=None):
+        self.name, self.doc, self.read, self.pipeline = name, doc, read, pipeline
+        self.accepts = accepts
+        self.row_keys = row_keys
+        self.negative_columns = negative_columns
+        self.embedder = embedder
+
+
+def _read_sentences(source, config):
+    return readers.read_training_sentences(source)
+
+
+def _read_triplets(source, config):
+    source = "demo" if source in ("demo", "demo_nli") else source
+    return readers.read_nli_triplets(source, config.train_split)
+
+
+def _read_pairs(source, config):
+    return pairs.read_training_pairs(source, config.train_split,
+                                     config.get("hard_negatives", True))
+
+
+def _read_nli_pairs(source, config):
+    return readers.read_nli_pairs(source, config.train_split)
+
+
+def _read_embedding_pairs(source, config):
+    return readers.read_positive_pairs(source, config.eval_data_dir,
+                                       config.positive_threshold, config.train_split)
+
+
+def _sentences(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options,
+               mlm=False):
+    return pipelines.sentence_dataset(
+        examples, tokenizer, batch_size, seed, shuffle=shuffle, repeat=repeat,
+        skip_batches=skip, mlm_mask_rate=options["mask_rate"] if mlm else None)
+
+
+def _sentences_mlm(*args):
+    return _sentences(*args, mlm=True)
+
+
+def _triplets(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    return pipelines.triplet_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                                     repeat=repeat, skip_batches=skip,
+                                     duplicate_free=options["duplicate_free"])
+
+
+def _pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    return pipelines.pair_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                                  repeat=repeat, skip_batches=skip,
+                                  duplicate_free=options["duplicate_free"],
+                                  query_prompt=options["query_prompt"],
+                                  document_prompt=options["document_prompt"])
+
+
+def _nli_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    # NLI batches are always shuffled (grouping draws the order).
+    return pipelines.nli_pair_dataset(examples, tokenizer, batch_size, seed,
+                                      skip_batches=skip,
+                                      group_premises=options["premise_grouped"],
+                                      repeat=repeat)
+
+
+def _embedding_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    return pipelines.embedding_pair_dataset(examples, options["embed"], batch_size, seed,
+                                            shuffle=shuffle, repeat=repeat,
+                                            skip_batches=skip)
+
+
+def _distill_sentences(examples, tokenizer, batch_size, seed, shuffle, repeat, skip,
+                       options):
+    return pipelines.distill_dataset(examples, tokenizer, options["embed"], batch_size, seed,
+                                     shuffle=shuffle, repeat=repeat, skip_batches=skip)
+
+
+KINDS = {kind.name: kind for kind in (
+    DataKind("sentences", "unlabelled sentences -> token features", _read_sentences,
+             _sentences, _STRINGS),
+    DataKind("sentences_mlm", "unlabelled sentences -> token features + MLM masks "
+             "(mask_rate)", _read_sentences, _sentences_mlm, _STRINGS),
+    DataKind("triplets", "(anchor, positive, negative[s]) rows (NLI triplets, mined "
+             "n-tuples); duplicate_free batches", _read_triplets, _triplets,
+             "(anchor, positive, negative) string rows, as tuples or dicts with keys "
+             "anchor/positive/negative (a list or a tf.data.Dataset, batched or not)",
+             row_keys=("anchor", "positive", "negative"), negative_columns=True),
+    DataKind("pairs", "retrieval rows (anchor, positive, negative_1..N), N >= 0; "
+             "query_prompt / document_prompt put before them", _read_pairs, _pairs,
+             "(anchor, positive[, negative_1..negative_N]) string rows, as tuples or dicts "
+             "with those keys (a list or a tf.data.Dataset, batched or not)",
+             row_keys=("anchor", "positive"), negative_columns=True),
+    DataKind("nli_pairs", "(premise, hypothesis, label) rows; premise-grouped batches "
+             "when the method asks", _read_nli_pairs, _nli_pairs,
+             "(premise, hypothesis, label) rows, as tuples or dicts with keys "
+             "premise/hypothesis/label (a list or a tf.data.Dataset, batched or not)",
+             row_keys=("premise", "hypothesis", "label")),
+    DataKind("embedding_pairs", "positive (sentence_a, sentence_b) pairs -> a frozen "
+             "encoder's embeddings (CLSR)", _read_embedding_pairs, _embedding_pairs,
+             "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, batched "
+             "or not)", row_keys=("sentence_a", "sentence_b"), embedder="frozen encoder"),
+    DataKind("distill_sentences", "sentences -> token features + the teacher's "
+             "embeddings", _read_sentences, _distill_sentences, _STRINGS,
+             embedder="teacher"),
+)}
+DATA_KINDS = tuple(KINDS)
+
+
+def get_kind(kind):
+    """The DataKind of a name (a DataKind passes through); ConfigError for an unknown one."""
+    if isinstance(kind, DataKind):
+        return kind
+    if kind not in KINDS:
+        raise ConfigError(f"unknown data kind {kind!r}; one of {', '.join(DATA_KINDS)}")
+    return KINDS[kind]
+
+
+def read_training_examples(kind, source, config):
+    """One training source (a name of the source grammar, `tfsent.data.sources`) read as
+    `kind` with the run config's reading fields (train_split, hard_negatives,
+    eval_data_dir, positive_threshold); returns its examples."""
+    return get_kind(kind).read(source, config)
+
+
+def dataset_for_kind(kind, examples, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                     skip_batches=0, mask_rate=None, duplicate_free=False,
+                     premise_grouped=False, embed=None, query_prompt="", document_prompt=""):
+    """The training pipeline of a data kind (its record's `pipeline`), used by the run
+    and by `fit` / `evaluate` on raw examples (`tfsent.data.preprocessing`).
+
+    mask_rate: sentences_mlm's; duplicate_free: triplets' and pairs' batches hold no text
+    twice; query_prompt / document_prompt: put before pairs' anchors / other columns;
+    premise_grouped: nli_pairs' batches; embed: `fn(sentences) -> (N, D)`, the embedder
+    of embedding_pairs and distill_sentences. `repeat=False`: one epoch per iteration
+    (Keras' epochs); `skip_batches` fast-forwards a resumed run."""
+    options = {"mask_rate": mask_rate, "duplicate_free": duplicate_free,
+               "premise_grouped": premise_grouped, "embed": embed,
+               "query_prompt": query_prompt, "document_prompt": document_prompt}
+    return get_kind(kind).pipeline(examples, tokenizer, batch_size, seed, shuffle, repeat,
+                                   skip_batches, options)
