@@ -26,7 +26,7 @@ MOVED = {
     # --- data kinds and sources (tfsent/data/) ---
 
     # --- encoders and Hugging Face files (tfsent/encoders/) ---
-
+    "tfsent.encoders.hf_format": "tfsent.encoders.huggingface",
 }
 
 _warned = set()

@@ -1,126 +1,38 @@
-"""Hugging Face and sentence-transformers directories: reading them into keras-hub
-backbones and tfsent tokenizers, and writing an encoder's weights back under Hugging Face's
-names.
+"""model.safetensors of a Hugging Face checkpoint, both ways: reading (a single file or a
+sharded index) into a keras-hub backbone after checking every name and shape against the
+backbone config.json implies, the MLM head when the checkpoint has one, and a backbone's
+weights under Hugging Face's names (`hf_state_dict`, as `tfsent.publish` writes them).
 
-Families (config.json `model_type`): bert, roberta, xlm-roberta, distilbert. tfsent reads
-`model.safetensors` (or a sharded `model.safetensors.index.json`) itself, rather than through
-keras-hub's converters, so that
-  - every weight is checked against config.json before anything is built (a missing or
-    mis-shaped weight is an `InputError` naming the file and the weight),
+tfsent reads the tensors itself rather than through keras-hub's converters, so that
+  - every weight is checked before anything is assigned (a missing or mis-shaped weight is
+    an `InputError` naming the file and the weight),
   - a base-model prefix (`bert.`, `roberta.`, `distilbert.`, or none, as sentence-transformers
     saves them) is found the same way for every family,
-  - RoBERTa / XLM-R position tables drop their first `pad_token_id + 1` rows (position ids
-    there start at padding_idx + 1; tfsent's, like keras-hub's, start at 0), and a non-zero
-    token-type row (always zero in converted fairseq checkpoints) is folded into them,
-  - the MLM head, when the checkpoint has one, is available to CMLM-CSE (`read_mlm_head`).
-`hf_state_dict` / `hf_config` are the inverse: a backbone's weights and config under Hugging
-Face's names, as `tfsent.publish` writes them. The families' names and weight maps are
-`families.TABLE`'s; the keras-hub sublayers they name come from `keras_hub_adapter`.
+  - the position tables of families whose positions start after the padding id (RoBERTa,
+    XLM-R: `Family.positions_after_padding`) drop their first `pad_token_id + 1` rows
+    (tfsent's, like keras-hub's, start at 0), and a non-zero token-type row of a family
+    without token types (always zero in converted fairseq checkpoints) is folded into them,
+  - the MLM head is available to CMLM-CSE (`read_mlm_head`).
+The names are `families.TABLE`'s weight maps; the keras-hub sublayers they name come from
+`keras_hub_adapter`.
 """
 
-import json
 import os
 
 import numpy as np
 from absl import logging
 from safetensors import safe_open
-from safetensors.numpy import load_file
 
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
-from tfsent.encoders.families import FAMILIES, family_of
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+from tfsent.encoders.families import family_of
+from tfsent.encoders.huggingface.config import checked_family, position_offset, read_json
 from tfsent.errors import ConfigError, InputError
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-# tfsent / keras activation name -> Hugging Face `hidden_act` (gelu_new: the tanh form).
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "gelu_new": "gelu_new",
-                  "relu": "relu"}
 # Word embeddings name without prefix, used to find the base-model prefix.
 _ANCHOR = "embeddings.word_embeddings.weight"
-
-
-def read_json(path):
-    """JSON file contents; InputError naming the file and line on bad JSON."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None
-
-
-def unsupported_family_message(model_type):
-    """The error text for a model_type tfsent does not run."""
-    return (f"model_type {model_type!r} is not supported; supported families: "
-            f"{', '.join(FAMILIES)}")
-
-
-def read_hf_config(directory):
-    """(family, config dict) of a Hugging Face checkpoint directory's config.json."""
-    path = os.path.join(directory, "config.json")
-    if not os.path.exists(path):
-        raise InputError("no config.json: not a Hugging Face checkpoint directory",
-                         path=directory)
-    config = read_json(path)
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise InputError("config.json has no model_type (cannot tell the model family)",
-                         path=path)
-    family = config["model_type"]
-    if family not in FAMILIES:
-        raise ConfigError(f"{path}: {unsupported_family_message(family)}")
-    return family, config
-
-
-def _field(config, key, path, family):
-    if key not in config:
-        raise InputError(f"config.json of a {family} checkpoint lacks {key!r}", path=path)
-    return config[key]
-
-
-def _position_offset(family, config):
-    """Rows of the position table before position 0 in a checkpoint with `config`."""
-    return families.TABLE[family].position_offset(config.get("pad_token_id", 1))
-
-
-def backbone_config(family, config, path="config.json"):
-    """(keras-hub backbone config, activation name) from a Hugging Face config dict."""
-    get = lambda key: _field(config, key, path, family)  # noqa: E731
-    if family == "distilbert":
-        out = {"vocabulary_size": get("vocab_size"), "num_layers": get("n_layers"),
-               "num_heads": get("n_heads"), "hidden_dim": get("dim"),
-               "intermediate_dim": get("hidden_dim"), "dropout": config.get("dropout", 0.1),
-               "max_sequence_length": get("max_position_embeddings")}
-        activation = config.get("activation", "gelu")
-        epsilon = families.TABLE[family].layer_norm_epsilon  # not in DistilBERT's config
-    else:
-        if config.get("position_embedding_type", "absolute") != "absolute":
-            raise ConfigError(f"{path}: position_embedding_type "
-                              f"{config['position_embedding_type']!r} is not supported "
-                              "(absolute positions only)")
-        out = {"vocabulary_size": get("vocab_size"), "num_layers": get("num_hidden_layers"),
-               "num_heads": get("num_attention_heads"), "hidden_dim": get("hidden_size"),
-               "intermediate_dim": get("intermediate_size"),
-               "dropout": config.get("hidden_dropout_prob", 0.1),
-               "max_sequence_length": (get("max_position_embeddings")
-                                       - _position_offset(family, config))}
-        if family == "bert":
-            out["num_segments"] = config.get("type_vocab_size", 2)
-        activation = config.get("hidden_act", "gelu")
-        epsilon = config.get("layer_norm_eps", families.TABLE[family].layer_norm_epsilon)
-    fixed = families.TABLE[family].layer_norm_epsilon
-    if not np.isclose(epsilon, fixed, rtol=1e-3, atol=0):
-        raise ConfigError(f"{path}: layer_norm_eps={epsilon} is not supported for {family} "
-                          f"(keras-hub's backbone fixes {fixed})")
-    if out["hidden_dim"] % out["num_heads"]:
-        raise InputError(f"hidden size {out['hidden_dim']} is not a multiple of the "
-                         f"{out['num_heads']} attention heads", path=path)
-    if activation not in HF_ACTIVATIONS:
-        raise ConfigError(f"{path}: activation {activation!r} is not supported")
-    return out, activation
 
 
 # --------------------------------------------------------------------------------------
@@ -218,9 +130,8 @@ def weight_specs(family, backbone):
 
 def pooler_specs(backbone):
     """The pooler's weights (empty for families without a pooler)."""
-    dense = kh.pooler_dense(backbone)
-    name = families.TABLE[family_of(backbone)].pooler
-    return [] if dense is None or name is None else _dense(name, dense)
+    dense = kh.pooler_dense(backbone)  # None unless the family has_pooler
+    return [] if dense is None else _dense(families.TABLE[family_of(backbone)].pooler, dense)
 
 
 # --------------------------------------------------------------------------------------
@@ -314,7 +225,7 @@ def load_weights(family, backbone, directory, config):
     checkpoint had BERT's pooler (a BERT without one keeps a fresh pooler, logged)."""
     ckpt = SafetensorsCheckpoint(directory)
     prefix = ckpt.base_prefix()
-    offset = _position_offset(family, config)
+    offset = position_offset(family, config)
     specs = weight_specs(family, backbone)
     values = []
     for name, variable, kind in specs:
@@ -386,189 +297,9 @@ def read_mlm_head(family, directory, hidden_dim, vocab_size):
     head["kernel"] = head["kernel"].T
     return head
 
-
 # --------------------------------------------------------------------------------------
-# Tokenizer files
+# Writing: a backbone's weights under Hugging Face's names
 # --------------------------------------------------------------------------------------
-
-def _special_token(value):
-    return value.get("content") if isinstance(value, dict) else value
-
-
-def tokenizer_settings(directory):
-    """tokenizer_config.json merged over special_tokens_map.json ({} when absent)."""
-    settings = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        path = os.path.join(directory, name)
-        if os.path.exists(path):
-            data = read_json(path)
-            if isinstance(data, dict):
-                settings.update(data)
-    return settings
-
-
-def _tokenizer_json(directory):
-    path = os.path.join(directory, "tokenizer.json")
-    return (path, read_json(path)) if os.path.exists(path) else (path, None)
-
-
-def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_size):
-    """The tfsent tokenizer of a Hugging Face checkpoint directory (its classic tokenizer
-    files, or tokenizer.json for WordPiece / BPE); checks that every id it can produce
-    indexes the model's embedding table (vocab_size)."""
-    settings = tokenizer_settings(directory)
-    kind = families.TABLE[family].tokenizer_kind
-    if kind == "wordpiece":
-        path = os.path.join(directory, "vocab.txt")
-        if os.path.exists(path):
-            vocabulary = path
-        else:
-            path, data = _tokenizer_json(directory)
-            vocabulary = _tokenizer_json_vocab(path, data, "WordPiece", directory, "vocab.txt")
-        lowercase = bool(settings.get("do_lower_case", True))
-        strip = settings.get("strip_accents")
-        tokenizer = SentenceTokenizer(vocabulary, lowercase, lowercase if strip is None
-                                      else bool(strip), max_seq_length, pad_to_max_length,
-                                      segment_ids=family == "bert")
-    elif kind == "byte_bpe":
-        specials = {role: _special_token(settings[key]) for role, key in
-                    (("cls", "cls_token"), ("sep", "sep_token"), ("pad", "pad_token"),
-                     ("mask", "mask_token"), ("unk", "unk_token")) if key in settings}
-        path = os.path.join(directory, "vocab.json")
-        merges = os.path.join(directory, "merges.txt")
-        if os.path.exists(path) and os.path.exists(merges):
-            vocabulary = path
-        else:
-            path, data = _tokenizer_json(directory)
-            vocabulary = _tokenizer_json_vocab(path, data, "BPE", directory,
-                                               "vocab.json and merges.txt")
-            merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
-        tokenizer = ByteBPETokenizer(vocabulary, merges, bool(settings.get("add_prefix_space",
-                                                                           False)),
-                                     specials, max_seq_length, pad_to_max_length)
-    else:
-        path = os.path.join(directory, "sentencepiece.bpe.model")
-        if not os.path.exists(path):
-            raise InputError("no sentencepiece.bpe.model (an XLM-R checkpoint's tokenizer "
-                             "model; tokenizer.json alone is not enough for tfsent)",
-                             path=directory)
-        tokenizer = SentencePieceTokenizer(path, max_seq_length, pad_to_max_length)
-    top_id = tokenizer.vocabulary_size - 1
-    if top_id >= vocab_size:
-        raise InputError(f"the tokenizer has {tokenizer.vocabulary_size} ids but config.json's "
-                         f"vocab_size is {vocab_size}: the files do not belong together",
-                         path=path)
-    return tokenizer
-
-
-def _tokenizer_json_vocab(path, data, model_type, directory, classic):
-    if data is None:
-        raise InputError(f"no tokenizer files: expected {classic} or tokenizer.json",
-                         path=directory)
-    model = data.get("model") or {}
-    if model.get("type") != model_type or not isinstance(model.get("vocab"), dict):
-        raise InputError(f"tokenizer.json holds no {model_type} vocabulary", path=path)
-    vocab = model["vocab"]
-    if model_type == "BPE":
-        return vocab
-    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
-    if [i for _, i in by_id] != list(range(len(by_id))):
-        raise InputError("vocabulary ids are not 0..N-1", path=path)
-    return [tok for tok, _ in by_id]
-
-
-# --------------------------------------------------------------------------------------
-# sentence-transformers directories
-# --------------------------------------------------------------------------------------
-
-_ST_POOLING = {"pooling_mode_cls_token": "cls_before_pooler",
-               "pooling_mode_mean_tokens": "mean"}
-_ST_OTHER_POOLING = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
-                     "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
-
-
-def read_sentence_transformers(directory):
-    """Settings of a sentence-transformers model directory (modules.json):
-    {"transformer_dir", "pooling" (a tfsent pooling, or None with "pooling_error"),
-     "max_seq_length", "normalize", "do_lower_case"} (absent keys: not declared)."""
-    path = os.path.join(directory, "modules.json")
-    modules = read_json(path)
-    if not isinstance(modules, list) or not modules:
-        raise InputError("expected a list of modules", path=path)
-    out = {"normalize": False}
-    for module in sorted(modules, key=lambda m: m.get("idx", 0)):
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        sub = os.path.join(directory, module.get("path", ""))
-        if kind == "Transformer":
-            out["transformer_dir"] = sub
-            config = os.path.join(sub, "sentence_bert_config.json")
-            if os.path.exists(config):
-                st = read_json(config)
-                if st.get("max_seq_length") is not None:
-                    out["max_seq_length"] = int(st["max_seq_length"])
-                out["do_lower_case"] = bool(st.get("do_lower_case", False))
-        elif kind == "Pooling":
-            config_path = os.path.join(sub, "config.json")
-            config = read_json(config_path)
-            modes = [k for k in (*_ST_POOLING, *_ST_OTHER_POOLING) if config.get(k)]
-            if len(modes) == 1 and modes[0] in _ST_POOLING:
-                out["pooling"] = _ST_POOLING[modes[0]]
-            else:
-                out["pooling"] = None
-                out["pooling_error"] = InputError(
-                    f"pooling {' + '.join(modes) or 'none'} is not supported (tfsent runs "
-                    "CLS or mean pooling); pass pooling= to override it", path=config_path)
-        elif kind == "Normalize":
-            out["normalize"] = True
-        elif kind == "Dense" and _is_bert_pooler_dense(sub, out):
-            out["pooling"] = "cls"  # CLS token + the checkpoint's own pooler: tfsent's `cls`
-        else:
-            raise InputError(f"module {module.get('type')!r} is not supported (tfsent runs "
-                             "Transformer, Pooling and Normalize modules, and a Dense module "
-                             "that is the checkpoint's own BERT pooler after CLS pooling)",
-                             path=path)
-    if "transformer_dir" not in out:
-        raise InputError("no sentence_transformers.models.Transformer module", path=path)
-    return out
-
-
-def _is_bert_pooler_dense(module_dir, settings):
-    """True when a sentence-transformers Dense module (after CLS-token pooling) is exactly
-    the transformer's pooler: tanh, square, and the same weights as `pooler.dense.*` of the
-    checkpoint (what tfsent's own export writes for `cls` pooling). Anything else is a head
-    tfsent's encoder does not run, so the caller refuses it."""
-    if settings.get("pooling") != "cls_before_pooler" or "transformer_dir" not in settings:
-        return False
-    config = read_json(os.path.join(module_dir, "config.json"))
-    if not str(config.get("activation_function", "")).endswith("Tanh"):
-        return False
-    dense_path = os.path.join(module_dir, "model.safetensors")
-    model_path = os.path.join(settings["transformer_dir"], "model.safetensors")
-    if not (os.path.exists(dense_path) and os.path.exists(model_path)):
-        return False
-    dense = load_file(dense_path)
-    model = load_file(model_path)
-    pooler = {name.rsplit("pooler.dense.", 1)[1]: value for name, value in model.items()
-              if "pooler.dense." in name}
-    return (set(pooler) == {"weight", "bias"} and "linear.weight" in dense
-            and dense["linear.weight"].shape == pooler["weight"].shape
-            and np.array_equal(dense["linear.weight"], pooler["weight"])
-            and np.array_equal(dense.get("linear.bias"), pooler["bias"]))
-
-
-# --------------------------------------------------------------------------------------
-# Writing: a backbone under Hugging Face's names
-# --------------------------------------------------------------------------------------
-
-def checked_family(backbone):
-    """The family of a keras-hub backbone; ConfigError for other classes."""
-    family = family_of(backbone)
-    if family is None:
-        names = families.backbone_class_names()
-        raise ConfigError(f"cannot publish a {type(backbone).__name__}: supported backbones "
-                          f"are {', '.join(sorted(names))} (families {', '.join(FAMILIES)})")
-    return family
-
 
 def _relative_path(backbone, variable):
     root = backbone.name + "/"
@@ -582,12 +313,13 @@ def hf_state_dict(backbone, pad_token_id=None, prefix=True):
     Names carry the family's base-model prefix (`bert.`, `roberta.`, `distilbert.`; none
     with `prefix=False`), as hub checkpoints of *ForMaskedLM do. Every backbone variable
     must be named by the family's map (an unmapped variable means a variant tfsent does not
-    know: ConfigError, rather than a model missing a weight). `pad_token_id` places
-    RoBERTa's position rows (default 1, fairseq's); tensors keras-hub has no counterpart of
-    (RoBERTa's token-type row) are zeros."""
+    know: ConfigError, rather than a model missing a weight). `pad_token_id` places the
+    position rows of families whose positions start after it (default: the family's,
+    fairseq's 1 for RoBERTa); tensors keras-hub has no counterpart of (RoBERTa's token-type
+    row) are zeros."""
     family = checked_family(backbone)
     names = families.TABLE[family]
-    offset = names.position_offset(1 if pad_token_id is None else pad_token_id)
+    offset = names.position_offset(pad_token_id)
     base = names.base_prefix if prefix else ""
     try:
         specs = weight_specs(family, backbone) + pooler_specs(backbone)
@@ -607,45 +339,3 @@ def hf_state_dict(backbone, pad_token_id=None, prefix=True):
         raise ConfigError(f"{type(backbone).__name__} has variables tfsent cannot name in "
                           f"Hugging Face's layout: {', '.join(unmapped)}")
     return out
-
-
-def hf_config(backbone, activation=None, pad_token_id=None):
-    """config.json of a keras-hub backbone under Hugging Face's field names (a base model).
-
-    `activation`: the feed-forward activation the weights were trained with (tfsent's
-    `encoder.activation`; default: the one keras-hub builds the family with)."""
-    family = checked_family(backbone)
-    names = families.TABLE[family]
-    activation = activation or names.activation
-    if activation not in HF_ACTIVATIONS:
-        raise ConfigError(f"activation {activation!r} has no Hugging Face equivalent; "
-                          f"supported: {', '.join(sorted(HF_ACTIVATIONS))}")
-    act = HF_ACTIVATIONS[activation]
-    dropout = float(getattr(backbone, "dropout", 0.1))
-    common = {"architectures": [names.hf_model_class], "model_type": family,
-              "vocab_size": int(backbone.vocabulary_size), "initializer_range": 0.02,
-              "dtype": "float32"}
-    if family == "distilbert":
-        return {**common, "dim": backbone.hidden_dim, "n_layers": backbone.num_layers,
-                "n_heads": backbone.num_heads, "hidden_dim": backbone.intermediate_dim,
-                "activation": act, "dropout": dropout, "attention_dropout": dropout,
-                "max_position_embeddings": int(backbone.max_sequence_length),
-                "sinusoidal_pos_embds": False,
-                "pad_token_id": 0 if pad_token_id is None else int(pad_token_id)}
-    config = {**common, "hidden_size": backbone.hidden_dim,
-              "num_hidden_layers": backbone.num_layers,
-              "num_attention_heads": backbone.num_heads,
-              "intermediate_size": backbone.intermediate_dim, "hidden_act": act,
-              "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
-              "layer_norm_eps": names.layer_norm_epsilon,
-              "position_embedding_type": "absolute"}
-    if family == "bert":
-        config.update(max_position_embeddings=int(backbone.max_sequence_length),
-                      type_vocab_size=int(backbone.num_segments),
-                      pad_token_id=0 if pad_token_id is None else int(pad_token_id))
-    else:
-        pad = 1 if pad_token_id is None else int(pad_token_id)
-        config.update(max_position_embeddings=int(backbone.max_sequence_length)
-                      + names.position_offset(pad), type_vocab_size=1, pad_token_id=pad,
-                      bos_token_id=0, eos_token_id=2)
-    return config
