@@ -35,15 +35,16 @@ from tfsent.encoders.buckets import WIDTH_BUCKETS, call_in_buckets
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, save_encoder_dir
 from tfsent.encoders.families import FAMILIES
 from tfsent.encoders.huggingface import hf_config, hf_state_dict
-from tfsent.encoders.loading import (MINILM_PIP_LINE, SHORT_NAMES, load_encoder,
-                                     resolve_short_name)
+from tfsent.encoders.loading import (DEFAULT_ENCODER, MINILM_PIP_LINE, SHORT_NAMES,
+                                     load_encoder, resolve_short_name)
 from tfsent.encoders.model import DROPOUT_SITES, SentenceEncoder, resolve_dropout_rates
 from tfsent.encoders.pooling import POOLINGS, check_pooling, masked_mean, pool
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 
-__all__ = ["WIDTH_BUCKETS", "call_in_buckets", "ENCODER_CONFIG_FILE", "MINILM_PIP_LINE",
-           "SHORT_NAMES", "load_encoder", "resolve_short_name", "save_encoder_dir",
+__all__ = ["WIDTH_BUCKETS", "call_in_buckets", "ENCODER_CONFIG_FILE", "DEFAULT_ENCODER",
+           "MINILM_PIP_LINE", "SHORT_NAMES", "load_encoder", "resolve_short_name",
+           "save_encoder_dir",
            "DROPOUT_SITES", "SentenceEncoder", "resolve_dropout_rates", "POOLINGS",
            "check_pooling", "masked_mean", "pool", "SentenceTokenizer", "ByteBPETokenizer",
            "SentencePieceTokenizer", "FAMILIES", "hf_config", "hf_state_dict"]

