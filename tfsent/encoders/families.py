@@ -17,9 +17,9 @@ Weight map: the Hugging Face module name of every weight-holding sublayer, by th
 `keras_hub_adapter` gives that sublayer (`EmbeddingParts` / `BlockParts` fields), and of
 the pooler Dense; `{i}` stands for the transformer layer's index. Each module has `.weight`
 and `.bias` (LayerNorms too), embedding tables `.weight` only. How a role's tensors change
-layout between keras-hub and Hugging Face is `huggingface.weights`' (its weight kinds). Hugging Face
-tensors with no keras-hub counterpart are `zero_tensors` (written as zeros, folded or ignored
-when read).
+layout between keras-hub and Hugging Face is `huggingface.weights`' (its weight kinds).
+Hugging Face tensors with no keras-hub counterpart are `zero_tensors` (written as zeros,
+folded or ignored when read).
 """
 
 from typing import NamedTuple
