@@ -47,10 +47,12 @@ setup(
                  "ai-edge-litert>=2.3,<3", "onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
         "plots": ["matplotlib>=3.11,<4"],
         # ai-edge-litert: the LiteRT export's Interpreter (tfsent.formats.litert checks the
-        # converted model with it; users run the .tflite with it)
-        "litert": ["ai-edge-litert>=2.3,<3"],
+        # converted model with it; users run the .tflite with it); tokenizers: the
+        # export's tokenizer.json, which docs/export.md's snippet tokenizes with
+        "litert": ["ai-edge-litert>=2.3,<3", "tokenizers>=0.23,<0.24"],
         # onnx + onnxruntime: the onnx export format (tfsent/formats/onnx.py), tested with
-        # onnx 1.23.2 and onnxruntime 1.32.0 (its com.microsoft fused CPU ops)
-        "onnx": ["onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33"],
+        # onnx 1.23.2 and onnxruntime 1.32.0 (its com.microsoft fused CPU ops); tokenizers
+        # as for litert
+        "onnx": ["onnx>=1.23,<1.24", "onnxruntime>=1.32,<1.33", "tokenizers>=0.23,<0.24"],
     },
 )

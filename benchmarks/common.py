@@ -36,8 +36,8 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
-             "amx_int8")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile",
+             "amx_bf16", "amx_int8")
 
 
 def parse_cpuinfo(text):
@@ -85,7 +85,6 @@ def machine_description(peer_python=None):
             model, flags = parse_cpuinfo(f.read())
     except OSError:
         model, flags = platform.processor() or None, []
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     return {
         "cpu_model": model,
         "cores": os.cpu_count(),
@@ -95,14 +94,29 @@ def machine_description(peer_python=None):
         "tensorflow": _package_version("tensorflow"),
         "keras": _package_version("keras"),
         "keras_hub": _package_version("keras-hub"),
-        # TF 2.x enables its oneDNN ops by default on x86 Linux unless the variable is "0".
-        "onednn": onednn not in ("0", "false", "False") if platform.machine() in (
-            "x86_64", "AMD64") else onednn in ("1", "true", "True"),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        **tensorflow_runtime(),
         "torch": _package_version("torch", peer_python) if peer_python else None,
         "sentence_transformers": (_package_version("sentence-transformers", peer_python)
                                   if peer_python else None),
         "date": datetime.date.today().isoformat(),
+    }
+
+
+def tensorflow_runtime():
+    """What TensorFlow really runs with in this process's environment (the benchmark
+    workers inherit it): `onednn`, TF's own answer (`IsMklEnabled`: TF 2.21 turns oneDNN on
+    by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so the
+    variable alone does not say), the TF_ENABLE_ONEDNN_OPTS value it was given, XLA_FLAGS,
+    and the intra / inter-op thread settings (0: TF's default, one per core)."""
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    return {
+        "onednn": bool(_pywrap_util_port.IsMklEnabled()),
+        "onednn_env": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
     }
 
 
@@ -111,6 +125,9 @@ def describe_machine(machine):
     flags = ",".join(machine["isa_flags"]) or "none of " + "/".join(ISA_FLAGS[2:])
     return (f"{machine['cpu_model']} ({machine['cores']} cores; {flags}; TF "
             f"{machine['tensorflow']}, oneDNN {'on' if machine['onednn'] else 'off'}"
+            + (f" (TF_ENABLE_ONEDNN_OPTS={machine['onednn_env']})"
+               if machine.get("onednn_env") is not None else "")
+            + (f", XLA_FLAGS={machine['xla_flags']}" if machine.get("xla_flags") else "")
             + (f", torch {machine['torch']}" if machine.get("torch") else "")
             + f"; {machine['date']})")
 

@@ -418,3 +418,18 @@ def test_parse_cpuinfo_flags():
     assert model == "AMD EPYC 9R14 96-Core Processor"
     assert flags == ["avx2", "avx512_bf16", "avx512_vnni", "avx512f", "fma"]
     assert common.parse_cpuinfo("model name : X\nflags : sse2 avx2\n")[1] == ["avx2"]
+
+
+def test_the_machine_record_says_what_tensorflow_really_runs():
+    """oneDNN on or off is TF's own answer, not a guess from the variable (TF 2.21 turns it
+    on by default only on AVX512_VNNI / BF16 / AVX_VNNI / AMX CPUs), with the variable's
+    value and the thread settings beside it."""
+    script = ("import json, sys; sys.path.insert(0, %r); import common; "
+              "print(json.dumps(common.tensorflow_runtime()))" % common.BENCH_DIR)
+    for value, expected in (("0", False), ("1", True)):
+        env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=value)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=env, check=True).stdout
+        record = json.loads(out.strip().splitlines()[-1])
+        assert record["onednn"] is expected and record["onednn_env"] == value
+        assert record["intra_op_threads"] == 0 and record["inter_op_threads"] == 0

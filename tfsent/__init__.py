@@ -13,4 +13,11 @@ from tfsent import _moved  # noqa: E402
 
 _moved.install()  # old module names (tfsent._moved.MOVED) keep importing
 
-from tfsent import callbacks, encoders, layers, methods  # noqa: E402,F401
+from tfsent import _startup  # noqa: E402
+
+# Under `python -m tfsent.<command>`: TensorFlow's native start-up notices filtered.
+with _startup.native_notices_filtered(_startup.quiet_wanted()):
+    import tensorflow as _tf  # noqa: E402
+
+    _tf.config.list_physical_devices("GPU")  # the CUDA probe, inside the filter
+    from tfsent import callbacks, encoders, layers, methods  # noqa: E402,F401

@@ -1,8 +1,10 @@
 """The shell every `python -m tfsent.<command>` runs in: absl flags, one error format.
 
-A `TfsentError` (bad flag, config field or input file) ends the command with
-`error: <message>` on stderr, the same line in the absl log, and exit status 2, before any
-traceback; anything else is a bug and keeps its traceback.
+A `TfsentError` (bad flag, config field or input file) ends the command with one line,
+`error: <message>`, on stderr and exit status 2, before any traceback; anything else is a
+bug and keeps its traceback. Ctrl-C ends it with one line (what to do next) and status
+130; `--help` prints the usage and exits 0. The flags several commands share are defined
+here once (`define_model_flags`).
 """
 
 import sys
@@ -13,10 +15,11 @@ from tfsent.encoders import DEFAULT_ENCODER
 from tfsent.errors import TfsentError
 
 
-def run_command(body, argv, required=()):
+def run_command(body, argv, required=(), interrupt_hint=""):
     """Runs `body()` as a command's main: refuses positional arguments and missing
-    `required` flags (pairs of (value, usage hint)) with absl's usage error, and turns a
-    TfsentError into `error: ...` and exit status 2. Returns what `body` returns."""
+    `required` flags (pairs of (value, usage hint)) with absl's usage error, turns a
+    TfsentError into `error: ...` and exit status 2, and Ctrl-C into `interrupted;
+    <interrupt_hint>` and status 130. Returns what `body` returns."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     for value, hint in required:
@@ -26,13 +29,41 @@ def run_command(body, argv, required=()):
         return body()
     except TfsentError as e:
         fail(e)
+    except KeyboardInterrupt:
+        interrupted(interrupt_hint)
 
 
 def fail(error):
-    """Reports a TfsentError the way every command does and exits with status 2."""
-    logging.error("%s", error)
+    """Reports a TfsentError the way every command does (one `error:` line on stderr; the
+    absl log repeats it only at --verbosity=1 or more) and exits with status 2."""
+    logging.vlog(1, "%s", error)
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
+
+
+def interrupted(hint=""):
+    """Ctrl-C: one line on stderr (`interrupted` and `hint`, what to do next) and exit
+    status 130, instead of TensorFlow's traceback."""
+    print("interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
+    sys.exit(130)
+
+
+HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "--helpfull", "--helpxml", "-?")
+
+
+def start(main, argv=None, interrupt_hint=""):
+    """`absl.app.run(main, argv)` for a command: `--help` (and absl's other help flags)
+    exits 0, as help does in other programs (absl exits 1), and a Ctrl-C before `main`'s
+    `run_command` takes over (flag parsing, imports) is one line too."""
+    argv = sys.argv if argv is None else argv
+    try:
+        app.run(main, argv=argv)
+    except SystemExit as e:
+        if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+            sys.exit(0)
+        raise
+    except KeyboardInterrupt:
+        interrupted(interrupt_hint)
 
 
 # The encoder every command starts from when --model is not given: the library's default

@@ -37,3 +37,11 @@ class ConfigError(TfsentError, ValueError):
 class TrainingError(TfsentError, RuntimeError):
     """A run that had to stop (a non-finite loss); the message says what was kept and how
     to resume."""
+
+
+def did_you_mean(name, choices):
+    """" (did you mean X?)" naming the closest of `choices` to a misspelt `name`, or ""
+    when none is close (difflib's ratio >= 0.6)."""
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

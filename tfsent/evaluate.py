@@ -28,7 +28,7 @@ and prints its table too.
 import json
 import os
 
-from absl import app, flags
+from absl import flags
 
 from tfsent import cli, fsio, plots
 from tfsent.errors import ConfigError
@@ -122,4 +122,4 @@ def _define_flags():
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main)
+    cli.start(main)

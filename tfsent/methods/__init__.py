@@ -5,7 +5,7 @@ the class, its data kind, its config fields and the constructor arguments they f
 CPU-demo defaults and validation. This module only collects them.
 """
 
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, did_you_mean
 from tfsent.methods import clsr, cmlm_cse, consert, distill, scd, simcse, supcon
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
@@ -27,7 +27,8 @@ REGISTRY = collect(simcse.SPECS, cmlm_cse.SPEC, supcon.SPEC, clsr.SPEC, scd.SPEC
 def get_method(name):
     """The registry entry for `name`, or a ConfigError listing the valid names."""
     if name not in REGISTRY:
-        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(sorted(REGISTRY))}")
+        raise ConfigError(f"unknown method {name!r}{did_you_mean(name, REGISTRY)}; choose one "
+                          f"of {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
 
 

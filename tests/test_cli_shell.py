@@ -1,0 +1,118 @@
+"""The command shell (tfsent.cli, tfsent._startup): a quiet start, one error line with a
+"did you mean", `--help` exiting 0, and Ctrl-C as one line with exit status 130."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from tfsent import _startup, cli
+from tfsent.errors import did_you_mean
+
+ENV = dict(os.environ, PYTHONPATH=REPO)
+
+
+def _run(args, timeout=240):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
+                          env=ENV, timeout=timeout)
+
+
+def _own_lines(stderr):
+    """stderr without the native notices of importing TensorFlow in `python -c`."""
+    return [line for line in stderr.splitlines() if not _startup.is_notice(line)]
+
+
+def test_a_bad_method_is_one_error_line_with_did_you_mean_and_no_startup_noise():
+    result = _run(["-m", "tfsent.train", "--method=simcse_unsupp"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: unknown method 'simcse_unsupp' (did you mean simcse_unsup?); choose one of "
+        "clsr, cmlm_cse, consert, consert_joint, consert_sup, distill, retrieval, scd, "
+        "simcse_sup, simcse_unsup, supcon"], result.stderr
+
+
+def test_verbosity_keeps_the_native_notices():
+    assert not _startup.quiet_wanted(["-m", "--verbosity=1"], {})
+    assert not _startup.quiet_wanted(["-m", "-v", "1"], {})
+    assert not _startup.quiet_wanted(["-m"], {"TFSENT_NATIVE_LOG": "1"})
+    assert not _startup.quiet_wanted(["/usr/bin/pytest"], {})  # library use
+    assert _startup.quiet_wanted(["-m", "--method=x"], {})
+
+
+@pytest.mark.parametrize("line, notice", [
+    ("WARNING: All log messages before absl::InitializeLog() is called are written to "
+     "STDERR\n", True),
+    ("I0000 00:00:1795712972.333009    4955 port.cc:153] oneDNN custom operations are on.\n",
+     True),
+    ("I0000 00:00:1795712972.333361    4955 cudart_stub.cc:31] Could not find cuda drivers "
+     "on your machine, GPU will not be used.\n", True),
+    ("E0000 00:00:1795713021.106606    5416 cuda_platform.cc:52] failed call to cuInit: "
+     "INTERNAL: CUDA error\n", True),
+    ("To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild "
+     "TensorFlow with the appropriate compiler flags.\n", True),
+    # kept: real errors, Python's own output, a notice-like word inside a sentence
+    ("E0000 00:00:1795713021.106606    5416 op_kernel.cc:52] OOM when allocating tensor\n",
+     False),
+    ("Traceback (most recent call last):\n", False),
+    ("error: --model=x: no such folder\n", False),
+    ("see I0000 in the log\n", False),
+])
+def test_the_startup_filter_drops_only_native_notices(line, notice):
+    assert _startup.is_notice(line) is notice
+
+
+def test_the_filter_writes_back_what_is_not_a_notice(tmp_path):
+    script = ("import os\n"
+              "from tfsent import _startup\n"
+              "with _startup.native_notices_filtered():\n"
+              "    os.write(2, b'I0000 00:00:1.2    7 port.cc:153] oneDNN custom operations\\n')\n"
+              "    os.write(2, b'a real warning\\n')\n"
+              "os.write(2, b'after\\n')\n")
+    result = _run(["-c", script])
+    assert result.returncode == 0, result.stderr
+    assert "port.cc:153] oneDNN custom operations\n" not in result.stderr  # the block's
+    # (the import of tfsent itself under `python -c` is not filtered: not a command)
+    assert _own_lines(result.stderr) == ["a real warning", "after"]
+
+
+def test_help_exits_zero():
+    result = _run(["-c", "from tfsent import cli; cli.start(lambda argv: None)", "--help"])
+    assert result.returncode == 0, result.stderr
+    assert "--[no]helpfull" in result.stdout or "helpfull" in result.stdout
+    # a usage error still exits non-zero
+    result = _run(["-c", "from tfsent import cli; cli.start(lambda argv: None)", "--nosuch"])
+    assert result.returncode == 1
+
+
+def test_ctrl_c_is_one_line_and_status_130():
+    script = ("import os, signal, time\n"
+              "from tfsent import cli\n"
+              "def body():\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(30)\n"
+              "cli.start(lambda argv: cli.run_command(body, argv, interrupt_hint="
+              "'run the same command again to resume'))\n")
+    result = _run(["-c", script])
+    assert result.returncode == 130
+    assert _own_lines(result.stderr) == [
+        "interrupted; run the same command again to resume"], result.stderr
+
+
+def test_did_you_mean():
+    assert did_you_mean("learning_rat", ["learning_rate", "batch_size"]) == \
+        " (did you mean learning_rate?)"
+    assert did_you_mean("zzz", ["learning_rate", "batch_size"]) == ""
+
+
+def test_the_shared_model_flags_default_to_the_models_own_settings():
+    from absl import flags
+    values = flags.FlagValues()
+    cli.define_model_flags(values)
+    values(["prog"])
+    assert values.model == cli.DEFAULT_MODEL
+    assert values.pooling is None and values.max_seq_length is None
+    assert values.query_prompt is None and values.document_prompt is None
+    with pytest.raises(flags.IllegalFlagValueError):
+        values(["prog", "--max_seq_length=0"])
