@@ -23,12 +23,10 @@ import numpy as np
 from absl import logging
 
 import tfsent.encoders.families as families
+import tfsent.encoders.huggingface as huggingface
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
-from tfsent.encoders.huggingface import (backbone_config, load_weights, make_tokenizer,
-                                         read_hf_config, read_json, read_mlm_head,
-                                         read_sentence_transformers)
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
@@ -129,7 +127,7 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
         if not os.path.exists(config_path):
             raise InputError("not an encoder directory: no config.json (Hugging Face / "
                              f"keras-hub) and no {ENCODER_CONFIG_FILE} (tfsent)", path=name)
-        config = read_json(config_path)
+        config = huggingface.read_json(config_path)
         if isinstance(config, dict) and "class_name" in config and "model_type" not in config:
             return _load_preset(name, settings, pad_to_max_length, dtype, seed)
         return _load_hf_dir(name, settings.resolve({}, name), pad_to_max_length, dtype, seed)
@@ -140,15 +138,15 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
 
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     """A Hugging Face checkpoint directory (config.json + model.safetensors + tokenizer)."""
-    family, config = read_hf_config(directory)
+    family, config = huggingface.read_hf_config(directory)
     config_path = os.path.join(directory, "config.json")
-    bb_config, activation = backbone_config(family, config, config_path)
-    tokenizer = make_tokenizer(family, directory, values["max_seq_length"], pad_to_max_length,
-                               bb_config["vocabulary_size"])
+    bb_config, activation = huggingface.backbone_config(family, config, config_path)
+    tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
+                                           pad_to_max_length, bb_config["vocabulary_size"])
     backbone = kh.make_backbone(family, bb_config, dtype)
-    load_weights(family, backbone, directory, config)
-    head = read_mlm_head(family, directory, bb_config["hidden_dim"],
-                         bb_config["vocabulary_size"])
+    huggingface.load_weights(family, backbone, directory, config)
+    head = huggingface.read_mlm_head(family, directory, bb_config["hidden_dim"],
+                                     bb_config["vocabulary_size"])
     logging.info("loaded %s checkpoint %s (%d layers, hidden %d%s)", family, directory,
                  bb_config["num_layers"], bb_config["hidden_dim"],
                  ", with MLM head" if head is not None else "")
@@ -159,7 +157,7 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
 def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, seed):
     """A sentence-transformers model directory: its Transformer module's checkpoint with
     the Pooling / sentence_bert_config / Normalize settings the directory declares."""
-    st = read_sentence_transformers(directory)
+    st = huggingface.read_sentence_transformers(directory)
     declared = {k: st[k] for k in ("pooling", "max_seq_length", "normalize")
                 if st.get(k) is not None}
     if st.get("pooling_error") is not None and settings.given["pooling"] is None:
@@ -215,7 +213,7 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
 
 def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     path = os.path.join(directory, ENCODER_CONFIG_FILE)
-    meta = read_json(path)
+    meta = huggingface.read_json(path)
     family = meta.get("family", families.UNRECORDED_FAMILY)  # format 1: none recorded
     if family not in families.FAMILIES:
         raise InputError(f"family {family!r} is not supported; supported families: "
