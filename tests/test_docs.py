@@ -5,9 +5,9 @@ code block or an inline code span) must be one that command defines; a `--flag` 
 span with no command before it must be defined by some tfsent command, benchmark or tool
 (or be one of FOREIGN_FLAGS, other programs' flags the docs mention). Every
 `--config.FIELD` must be a config field: a base default or some method's default.
-Flags are read from the scripts' source (every `flags.DEFINE_*("name", ...)` call, and
-`cli.define_model_flags`'s for a script that calls it), since tfsent.evaluate,
-tfsent.export and tfsent.mine define theirs only when run as a program.
+Flags are read from the scripts' source (every `flags.DEFINE_*("name", ...)` call, and the
+flags a `cli.define_model_flags(...)` call defines), since tfsent.evaluate, tfsent.export
+and tfsent.mine define theirs only when run as a program.
 """
 
 import ast
@@ -47,23 +47,32 @@ def config_fields():
     return fields
 
 
+def model_flags(**options):
+    """Names of the flags `tfsent.cli.define_model_flags(**options)` defines."""
+    from absl import flags
+
+    from tfsent import cli
+
+    flag_values = flags.FlagValues()
+    cli.define_model_flags(flag_values, **options)
+    return set(flag_values)
+
+
 def script_flags(path):
     """Names of the absl flags a script defines (`*.DEFINE_*("name", ...)` calls, and the
-    shared model flags of `tfsent.cli.define_model_flags` when it calls that)."""
+    shared ones of a `cli.define_model_flags(...)` call, its literal options applied)."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     names = set()
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "define_model_flags"):
-            names |= script_flags(os.path.join(REPO, "tfsent", "cli.py"))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr.startswith("DEFINE") and node.args
+        if not isinstance(node, ast.Call):
+            continue
+        function = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        if (function.startswith("DEFINE") and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)):
             names.add(node.args[0].value)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "define_model_flags"):  # the shared model flags
-            names |= script_flags(os.path.join(REPO, "tfsent", "cli.py"))
+        elif function == "define_model_flags":
+            names |= model_flags(**{k.arg: ast.literal_eval(k.value) for k in node.keywords})
     return names
 
 

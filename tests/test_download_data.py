@@ -1,14 +1,17 @@
 """tools/download_data.py on small local files (no network): the layout step, the sha256
-verification of pinned files, and a whole fetch from a file:// archive."""
+verification of pinned files, a whole fetch from a file:// archive, and its errors (exit
+status 2 and one `error:` line, as tfsent's commands)."""
 
 import hashlib
 import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
 
-from conftest import load_tool, shared_data_or_skip
-from tfsent.errors import InputError
+from conftest import REPO, load_tool, shared_data_or_skip
+from tfsent.errors import ConfigError, InputError
 
 
 def _tool():
@@ -96,3 +99,27 @@ def test_pinned_digests_are_those_of_the_shared_copy():
     tool = _tool()
     for group, pins in tool.PINNED_SHA256.items():
         assert len(tool.verify_pinned(data, pins)) == len(pins), group
+
+
+def test_bad_groups_and_failed_downloads_are_errors(tmp_path):
+    tool = _tool()
+    assert tool.parse_groups("sts, nli,") == {"sts", "nli"}
+    with pytest.raises(ConfigError, match=r"unknown group 'stss' \(did you mean sts\?\)"):
+        tool.parse_groups("stss,nli")
+    with pytest.raises(ConfigError, match="empty"):
+        tool.parse_groups(",")
+    missing = (tmp_path / "no_such.zip").as_uri()
+    with pytest.raises(InputError, match="download failed") as e:
+        tool._download(missing, str(tmp_path / "raw" / "no_such.zip"))
+    assert missing in str(e.value)
+    assert not os.path.exists(tmp_path / "raw" / "no_such.zip")
+
+
+def test_cli_error_is_one_line_and_exit_status_2(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join("tools", "download_data.py"),
+                        f"--out_dir={tmp_path}/data", "--tasks=sts,wiki"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "error: --tasks: unknown group 'wiki'" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(tmp_path / "data")

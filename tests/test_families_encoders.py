@@ -2,6 +2,7 @@
 against keras-hub's backbones and against an independent NumPy transcription of Hugging
 Face's modelling code, per-site dropout / hidden states / hooks, and bad checkpoints."""
 
+import ast
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf
 
-from conftest import minilm_or_skip
+from conftest import REPO, minilm_or_skip
 from hf_checkpoints import FAMILIES, make_sentence_transformers_dir, make_tiny_checkpoint
 from tfsent.encoders import (DROPOUT_SITES, SentenceEncoder, hf_config, hf_state_dict,
                              load_encoder)
@@ -158,6 +159,54 @@ def test_weights_equal_keras_hub_converter(family, encoders, hf_checkpoint_dirs)
     for ours, ref in zip(encoders[family].backbone.weights, reference.weights):
         assert ours.path == ref.path
         np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_record_matches_backbone_tokenizer_and_checkpoint(family, encoders,
+                                                                 hf_checkpoint_dirs):
+    """What a `Family` record says sets the family apart is what keras-hub's backbone,
+    tfsent's tokenizer and the Hugging Face checkpoint (written by transformers) have."""
+    import transformers
+
+    record, enc = TABLE[family], encoders[family]
+    backbone = enc.backbone
+    config = json.load(open(os.path.join(hf_checkpoint_dirs[family], "config.json")))
+    # Token types: True for BERT only (RoBERTa's single all-zero row is not an input).
+    assert record.has_segments == (family == "bert")
+    assert hasattr(backbone, "segment_embedding") == record.has_segments
+    assert ("segment_ids" in backbone.input) == record.has_segments
+    assert ("segment_ids" in _features(enc)) == record.has_segments
+    assert (config.get("type_vocab_size", 1) > 1) == record.has_segments
+    # Pooler: BERT only, in keras-hub's backbone and in Hugging Face's names.
+    assert hasattr(backbone, "pooled_dense") == record.has_pooler == (family == "bert")
+    assert (kh.pooler_dense(backbone) is not None) == record.has_pooler
+    # Positions: config.json's table is longer by the offset (2 for RoBERTa / XLM-R).
+    assert config["max_position_embeddings"] - backbone.max_sequence_length == \
+        record.position_offset(config["pad_token_id"]) == record.position_offset()
+    assert record.positions_after_padding == (family in ("roberta", "xlm-roberta"))
+    # config.json: transformers' field names and defaults for the family.
+    defaults = transformers.AutoConfig.for_model(family)
+    assert record.pad_token_id == defaults.pad_token_id == enc.tokenizer.pad_id
+    assert set(record.hf_config_keys.values()) <= set(config)
+    assert all(config[k] == v for k, v in record.hf_config_fixed.items() if k in config)
+
+
+def test_no_family_name_outside_the_family_table():
+    """Code asks a family's record what differs (`has_segments`, ...), never compares or
+    spells its name: the names appear as string constants in families.py only."""
+    names = set(TABLE)
+    found = []
+    for folder, _, files in os.walk(os.path.join(REPO, "tfsent")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("encoders",
+                                                                      "families.py")):
+                continue
+            for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.append(f"{os.path.relpath(path, REPO)}:{node.lineno} "
+                                 f"{node.value!r}")
+    assert not found, "\n".join(found)
 
 
 def test_minilm_weights_equal_keras_hub_converter():

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
-from tfsent.encoders import hf_format
+from tfsent.encoders.huggingface import make_tokenizer
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 from tfsent.errors import InputError
@@ -53,7 +53,7 @@ def _tfsent_ids(tokenizer, inputs, graph=True):
 
 @pytest.fixture(scope="module")
 def tokenizers_by_family(hf_checkpoint_dirs):
-    return {family: hf_format.make_tokenizer(family, path, MAX_LEN, False, 10 ** 6)
+    return {family: make_tokenizer(family, path, MAX_LEN, False, 10 ** 6)
             for family, path in hf_checkpoint_dirs.items()}
 
 
@@ -145,7 +145,7 @@ def test_config_and_files_round_trip(family, tokenizers_by_family, tmp_path):
     again = type(tok).from_config(tok.get_config())
     assert _tfsent_ids(again, texts, graph=False) == want
     tok.save_files(str(tmp_path))
-    reread = hf_format.make_tokenizer(family, str(tmp_path), MAX_LEN, False, 10 ** 6)
+    reread = make_tokenizer(family, str(tmp_path), MAX_LEN, False, 10 ** 6)
     assert _tfsent_ids(reread, texts, graph=False) == want
     short = tok.with_options(max_seq_length=5)
     assert max(len(ids) for ids in _tfsent_ids(short, texts, graph=False)) == 5

@@ -44,7 +44,7 @@ MOVED = {
     # (new modules only: tfsent.data.kinds, tfsent.data.sources)
 
     # --- encoders and Hugging Face files (tfsent/encoders/) ---
-
+    "tfsent.encoders.hf_format": "tfsent.encoders.huggingface",
 }
 
 _warned = set()

@@ -11,6 +11,7 @@ import sys
 
 from absl import app, logging
 
+from tfsent.encoders import DEFAULT_ENCODER
 from tfsent.errors import TfsentError
 
 
@@ -65,9 +66,9 @@ def start(main, argv=None, interrupt_hint=""):
         interrupted(interrupt_hint)
 
 
-# The encoder every command starts from when --model is not given (and the training
-# config's `encoder` default): one place.
-DEFAULT_MODEL = "minilm-l6"
+# The encoder every command starts from when --model is not given: the library's default
+# (`tfsent.encoders.DEFAULT_ENCODER`, also the training config's `encoder` default).
+DEFAULT_MODEL = DEFAULT_ENCODER
 
 
 def define_model_flags(flag_values=None, *, what="Encoder", savedmodel=False,

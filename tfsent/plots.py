@@ -7,14 +7,19 @@
 - `align_uniform_plot`: one point per model in the alignment/uniformity plane (SCD's
   Figure 2; lower is better on both axes).
 
-Every function writes one PNG (atomically) and returns its path.
+Every function writes one PNG (atomically) and returns its path; `write_plots` writes all
+three kinds for one or more models from the SentEval STS data (`tfsent.evaluate
+--plots_dir`).
 """
 
 import os
 
 import numpy as np
+from absl import logging
 
 from tfsent.errors import ConfigError
+from tfsent.evaluation import align_uniform, random_pair_cosines
+from tfsent.evaluation.sts import STS_TASKS, _pair_cosines, _read_task, _task_path, correlations
 
 PLOTS_EXTRA = 'pip install "tfsent[plots]"  (from a checkout: pip install -e ".[plots]")'
 
@@ -96,3 +101,47 @@ def align_uniform_plot(path, points_by_model, title="alignment / uniformity (STS
     ax.margins(0.3)
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def write_plots(encode_fns, data_dir, tasks, plots_dir, n_random_pairs=2000):
+    """Writes the diagnostic PNGs for one or more models; returns the paths written.
+
+    Args:
+        encode_fns: dict label -> encode_fn (list of str -> array), in panel order.
+        data_dir: SentEval `downstream` folder.
+        tasks: task names; the STS ones present under data_dir get a scatter each.
+        plots_dir: output folder.
+    """
+    require_matplotlib()
+    written = []
+    sts = [t for t in tasks if t in STS_TASKS and os.path.isdir(_task_path(data_dir, t))]
+    sentences = []
+    for task in sts:
+        subsets = _read_task(data_dir, task, "test")
+        s1 = [s for a, _, _ in subsets.values() for s in a]
+        s2 = [s for _, b, _ in subsets.values() for s in b]
+        gold = np.concatenate([g for _, _, g in subsets.values()])
+        cos = {label: _pair_cosines(fn, [(s1, s2)])[0] for label, fn in encode_fns.items()}
+        rho = {label: correlations(c, gold)["spearman"] for label, c in cos.items()}
+        written.append(sts_scatter(os.path.join(plots_dir, f"sts_{task}.png"), task, gold,
+                                   cos, rho))
+        sentences += s1 + s2
+    if sentences:
+        sentences = list(dict.fromkeys(sentences))
+        cos = {label: random_pair_cosines(fn(sentences), n_random_pairs)
+               for label, fn in encode_fns.items()}
+        written.append(cosine_histogram(
+            os.path.join(plots_dir, "random_pair_cosines.png"), cos,
+            title=f"cosine of {n_random_pairs} random pairs of STS test sentences"))
+    if os.path.isdir(_task_path(data_dir, "STSBenchmark")):
+        points = {label: align_uniform(fn, data_dir) for label, fn in encode_fns.items()}
+        written.append(align_uniform_plot(os.path.join(plots_dir, "align_uniform.png"),
+                                          points))
+    else:
+        logging.warning("no STSBenchmark under %s: skipping the alignment/uniformity plot",
+                        data_dir)
+    if not written:
+        logging.warning("no STS task data under %s: no plot written", data_dir)
+    for path in written:
+        logging.info("wrote %s", path)
+    return written

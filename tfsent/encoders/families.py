@@ -1,5 +1,5 @@
 """The encoder families tfsent runs, as data: one record per family, read by loading
-(`hf_format`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.formats`).
+(`huggingface`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.formats`).
 
     families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert")
     families.TABLE[name]           the family's `Family` record
@@ -7,16 +7,19 @@
 
 A family's name is Hugging Face's config.json `model_type`. Each record holds the keras-hub
 class names (`keras_hub_adapter` turns them into classes), the settings keras-hub fixes for
-the family (feed-forward activation, LayerNorm epsilon), Hugging Face's naming (model class,
-base-model prefix, tokenizer class, MLM head), and the weight map.
+the family (feed-forward activation, LayerNorm epsilon), what sets the family's inputs apart
+(token types, position ids after padding, the padding id), Hugging Face's naming (model
+class, config.json fields, base-model prefix, tokenizer class, MLM head), and the weight map.
+Code outside this module asks a record what differs (`has_segments`, `has_pooler`,
+`positions_after_padding`, ...), never which family it is: a new family is a new record.
 
 Weight map: the Hugging Face module name of every weight-holding sublayer, by the role
 `keras_hub_adapter` gives that sublayer (`EmbeddingParts` / `BlockParts` fields), and of
 the pooler Dense; `{i}` stands for the transformer layer's index. Each module has `.weight`
 and `.bias` (LayerNorms too), embedding tables `.weight` only. How a role's tensors change
-layout between keras-hub and Hugging Face is `hf_format`'s (`ROLE_KINDS`). Hugging Face
-tensors with no keras-hub counterpart are `zero_tensors` (written as zeros, folded or ignored
-when read).
+layout between keras-hub and Hugging Face is `huggingface.weights`' (its weight kinds).
+Hugging Face tensors with no keras-hub counterpart are `zero_tensors` (written as zeros,
+folded or ignored when read).
 """
 
 from typing import NamedTuple
@@ -32,9 +35,12 @@ class Family(NamedTuple):
     activation: str  # the feed-forward activation keras-hub builds the backbone with
     layer_norm_epsilon: float  # fixed by keras-hub's backbone class
     positions_after_padding: bool  # position ids start at pad_token_id + 1 (fairseq's)
+    pad_token_id: int  # Hugging Face's padding id when config.json does not give one
     tokenizer_kind: str  # wordpiece | byte_bpe | sentencepiece
     hf_model_class: str  # `architectures` of a base model's config.json
     hf_tokenizer_class: str  # tokenizer_config.json's tokenizer_class
+    hf_config_keys: dict  # backbone setting (keras-hub's name) -> config.json field
+    hf_config_fixed: dict  # config.json fields with a value fixed for the family
     base_prefix: str  # names of the base model inside a *ForMaskedLM checkpoint
     embeddings: dict  # role -> Hugging Face module name
     pooler: object  # Hugging Face module name of the pooler Dense, or None (no pooler)
@@ -42,10 +48,25 @@ class Family(NamedTuple):
     zero_tensors: dict  # Hugging Face tensor name -> rows (of hidden_dim zeros)
     mlm_head: tuple  # (dense module, LayerNorm module, output-bias names, first found)
 
-    def position_offset(self, pad_token_id):
+    @property
+    def has_segments(self):
+        """True when the model takes token types (segment ids: BERT's token_type_ids) and
+        its tokenizer emits them; the weight map then names a `segment` table."""
+        return "segment" in self.embeddings
+
+    @property
+    def has_pooler(self):
+        """True when the backbone has a pooler Dense(H, tanh) on the first token (`cls`
+        pooling's)."""
+        return self.pooler is not None
+
+    def position_offset(self, pad_token_id=None):
         """Rows of the Hugging Face position table before position 0 (RoBERTa, XLM-R:
-        pad_token_id + 1; keras-hub's positions, like tfsent's, start at 0)."""
-        return int(pad_token_id) + 1 if self.positions_after_padding else 0
+        pad_token_id + 1; keras-hub's positions, like tfsent's, start at 0). None: the
+        family's own padding id."""
+        if not self.positions_after_padding:
+            return 0
+        return int(self.pad_token_id if pad_token_id is None else pad_token_id) + 1
 
 
 # Post-LayerNorm encoder blocks under BERT's names (BERT, RoBERTa, XLM-R).
@@ -69,14 +90,32 @@ _DISTILBERT_LAYER = {
     "ffn_output": "transformer.layer.{i}.ffn.lin2",
     "ffn_norm": "transformer.layer.{i}.output_layer_norm",
 }
+# config.json fields of BERT's layout (BERT, RoBERTa, XLM-R) and of DistilBERT's.
+_BERT_CONFIG_KEYS = {
+    "vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads", "hidden_dim": "hidden_size",
+    "intermediate_dim": "intermediate_size", "activation": "hidden_act",
+    "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
+    "max_sequence_length": "max_position_embeddings", "layer_norm_epsilon": "layer_norm_eps",
+    "num_segments": "type_vocab_size"}
+_DISTILBERT_CONFIG_KEYS = {
+    "vocabulary_size": "vocab_size", "num_layers": "n_layers", "num_heads": "n_heads",
+    "hidden_dim": "dim", "intermediate_dim": "hidden_dim", "activation": "activation",
+    "dropout": "dropout", "attention_dropout": "attention_dropout",
+    "max_sequence_length": "max_position_embeddings"}  # no epsilon field: fixed at 1e-12
 _EMBEDDINGS = {"token": "embeddings.word_embeddings",
                "position": "embeddings.position_embeddings",
                "norm": "embeddings.LayerNorm"}
 _ROBERTA = Family(
     name="roberta", keras_hub_backbone="RobertaBackbone", keras_hub_tokenizer="RobertaTokenizer",
     keras_hub_text_embedder=None, activation="gelu", layer_norm_epsilon=1e-5,
-    positions_after_padding=True, tokenizer_kind="byte_bpe", hf_model_class="RobertaModel",
-    hf_tokenizer_class="RobertaTokenizer", base_prefix="roberta.", embeddings=_EMBEDDINGS,
+    positions_after_padding=True, pad_token_id=1, tokenizer_kind="byte_bpe",
+    hf_model_class="RobertaModel", hf_tokenizer_class="RobertaTokenizer",
+    hf_config_keys=_BERT_CONFIG_KEYS,
+    # One token-type row (see zero_tensors), fairseq's <s> and </s> ids.
+    hf_config_fixed={"position_embedding_type": "absolute", "type_vocab_size": 1,
+                     "bos_token_id": 0, "eos_token_id": 2},
+    base_prefix="roberta.", embeddings=_EMBEDDINGS,
     pooler=None, layer=_BERT_LAYER,
     # A single token-type row: keras-hub's RoBERTa has no token types (Hugging Face adds row
     # 0 to every token; zero in converted fairseq checkpoints).
@@ -89,8 +128,10 @@ TABLE = {
         keras_hub_text_embedder="BertTextEmbedder",
         # keras-hub's BERT presets were converted for its tanh-approximate GELU.
         activation="gelu_approximate", layer_norm_epsilon=1e-12,
-        positions_after_padding=False, tokenizer_kind="wordpiece",
-        hf_model_class="BertModel", hf_tokenizer_class="BertTokenizer", base_prefix="bert.",
+        positions_after_padding=False, pad_token_id=0, tokenizer_kind="wordpiece",
+        hf_model_class="BertModel", hf_tokenizer_class="BertTokenizer",
+        hf_config_keys=_BERT_CONFIG_KEYS,
+        hf_config_fixed={"position_embedding_type": "absolute"}, base_prefix="bert.",
         embeddings={**_EMBEDDINGS, "segment": "embeddings.token_type_embeddings"},
         pooler="pooler.dense", layer=_BERT_LAYER, zero_tensors={},
         mlm_head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
@@ -106,12 +147,16 @@ TABLE = {
         name="distilbert", keras_hub_backbone="DistilBertBackbone",
         keras_hub_tokenizer="DistilBertTokenizer", keras_hub_text_embedder=None,
         activation="gelu", layer_norm_epsilon=1e-12, positions_after_padding=False,
-        tokenizer_kind="wordpiece", hf_model_class="DistilBertModel",
-        hf_tokenizer_class="DistilBertTokenizer", base_prefix="distilbert.",
+        pad_token_id=0, tokenizer_kind="wordpiece", hf_model_class="DistilBertModel",
+        hf_tokenizer_class="DistilBertTokenizer", hf_config_keys=_DISTILBERT_CONFIG_KEYS,
+        hf_config_fixed={"sinusoidal_pos_embds": False}, base_prefix="distilbert.",
         embeddings=_EMBEDDINGS, pooler=None, layer=_DISTILBERT_LAYER, zero_tensors={},
         mlm_head=("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",))),
 }
 FAMILIES = tuple(TABLE)
+# The family of files saved before tfsent recorded one (format-1 encoder directories, CMLM
+# extractor configs): BERT, then the only family.
+UNRECORDED_FAMILY = "bert"
 
 
 def family_of(backbone):

@@ -64,8 +64,10 @@ class EmbeddingParts(NamedTuple):
 
 
 def embedding_parts(backbone):
-    """The embedding sublayers of a BERT / RoBERTa / XLM-R / DistilBERT backbone."""
-    if families.family_of(backbone) == "bert":
+    """The embedding sublayers of a BERT / RoBERTa / XLM-R / DistilBERT backbone: keras-hub
+    keeps those of a family with token types (BertBackbone) as separate layers summed by an
+    Add, the others' token and position tables in one TokenAndPositionEmbedding."""
+    if families.TABLE[families.family_of(backbone)].has_segments:
         return EmbeddingParts(backbone.token_embedding, backbone.position_embedding,
                               backbone.segment_embedding, backbone.embeddings_add,
                               backbone.embeddings_layer_norm)
@@ -76,7 +78,8 @@ def embedding_parts(backbone):
 
 def pooler_dense(backbone):
     """BERT's pooler Dense(H, tanh); None for families without a pooler."""
-    return getattr(backbone, "pooled_dense", None)
+    return backbone.pooled_dense if families.TABLE[families.family_of(backbone)].has_pooler \
+        else None
 
 
 class BlockParts(NamedTuple):

@@ -15,7 +15,8 @@ backbone, the student saves, exports, publishes and serves like any encoder
 import json
 import os
 
-import tfsent.encoders.hf_format as hf_format
+import tfsent.encoders.families as families
+import tfsent.encoders.huggingface as huggingface
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, backbone_config
 from tfsent.encoders.loading import SHORT_NAMES, resolve_short_name
@@ -102,17 +103,17 @@ def describe_encoder(name):
         meta = _read_json(meta_path)
         bb = meta.get("backbone_config", {})
         if "num_layers" in bb and "hidden_dim" in bb:
-            return {"family": meta.get("family", "bert"), "num_layers": bb["num_layers"],
-                    "hidden_dim": bb["hidden_dim"]}
+            return {"family": meta.get("family", families.UNRECORDED_FAMILY),
+                    "num_layers": bb["num_layers"], "hidden_dim": bb["hidden_dim"]}
         return None
     if os.path.exists(os.path.join(path, "modules.json")):
-        path = hf_format.read_sentence_transformers(path)["transformer_dir"]
+        path = huggingface.read_sentence_transformers(path)["transformer_dir"]
     config_path = os.path.join(path, "config.json")
     if not os.path.exists(config_path):
         return None
     config = _read_json(config_path)
     if not isinstance(config, dict) or "model_type" not in config:
         return None  # a keras-hub preset directory: loading reads it
-    family, config = hf_format.read_hf_config(path)
-    bb, _ = hf_format.backbone_config(family, config, config_path)
+    family, config = huggingface.read_hf_config(path)
+    bb, _ = huggingface.backbone_config(family, config, config_path)
     return {"family": family, "num_layers": bb["num_layers"], "hidden_dim": bb["hidden_dim"]}

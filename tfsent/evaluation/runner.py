@@ -3,21 +3,29 @@ quantization variants (the library behind `python -m tfsent.evaluate` and the ru
 `test_tasks`).
 
 `run_tasks` runs STS, transfer and retrieval (`beir:DIR[:SPLIT]`) tasks on anything with
-`encode(sentences, batch_size, normalize, max_seq_length)`; `MemoEncoder` embeds each distinct sentence once across tasks;
-`variants` gives an encoder's truncated and quantized versions, `with_retention` and
-`variant_table` compare them with the float figures.
+`encode(sentences, batch_size, normalize, max_seq_length)`; `MemoEncoder` embeds each
+distinct sentence once across tasks; `variants` gives an encoder's truncated and quantized
+versions, `with_retention` and `variant_table` compare them with the float figures.
+`evaluate_encoder` is one model's whole evaluation (tasks, variants, the printed table);
+`parse_variants`, `check_run_files`, `evaluation_prompts` and `model_label` turn the
+command's settings into its arguments.
 """
 
 import math
+import os
 
 import numpy as np
+from absl import logging
 
+from tfsent import fsio
 from tfsent.formats import quantize
 from tfsent.data import beir
 from tfsent.errors import ConfigError
-from tfsent.evaluation import TRANSFER_TASKS, resolve_tasks, score, short_name
+from tfsent.evaluation import (TRANSFER_TASKS, format_table, resolve_tasks, retrieval_table,
+                               score, short_name)
 from tfsent.evaluation.retrieval import (check_tasks, encode_kwargs, evaluate_retrieval,
-                                         is_retrieval_task)
+                                         is_retrieval_task, run_file_paths)
+from tfsent.matryoshka import check_dims
 from tfsent.evaluation.sts import evaluate_sts
 from tfsent.evaluation.transfer import evaluate_transfer
 from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder
@@ -177,3 +185,105 @@ def run_tasks(encoder, data_dir, tasks, mode="test", batch_size=64, max_seq_leng
             max_seq_length=encode_fn.max_seq_length, query_prompt=query_prompt,
             document_prompt=document_prompt, run_file=(run_files or {}).get(task.label))
     return results
+
+
+def evaluate_encoder(memo, data_dir, tasks, mode="test", skip_missing=False, run_files=None,
+                     prompts=None, dims=(None,), quantizations=(), calibration=None,
+                     dims_flag="--dims"):
+    """(results, text table) of one model (a `MemoEncoder`) on `tasks`: {task: result} as
+    `run_tasks` gives it, or with `dims` / `quantizations` (see `variants`) every variant's
+    figures merged by `with_retention`, the table one row per variant. `run_files` are
+    written for the first variant; `prompts`: {"query_prompt", "document_prompt"}.
+    ConfigError when `skip_missing` left no task to run (a wrong data_dir would otherwise
+    report nothing), or when a size in `dims` (named `dims_flag`) exceeds the width."""
+    def run(encoder, runs):
+        results = run_tasks(encoder, data_dir, tasks, mode, skip_missing=skip_missing,
+                            run_files=runs, **(prompts or {}))
+        if not results:
+            raise ConfigError(f"no task could be run: none of --tasks={','.join(tasks)} has "
+                              f"its data under --data_dir={data_dir}")
+        return results
+
+    if dims == (None,) and not quantizations:
+        results = run(memo, run_files)
+        return results, format_table(results)
+    if dims != (None,):  # now that the width is known
+        width = getattr(memo.encoder, "embedding_dim", None) or memo.encoder.hidden_dim
+        check_dims(dims, width, dims_flag)
+    by_variant = {
+        name: run(MemoEncoder(variant, memo.batch_size), run_files if j == 0 else None)
+        for j, (name, variant) in enumerate(
+            variants(memo, dims, quantizations, calibration).items())}
+    table = variant_table(by_variant)
+    retrieval = {f"{task} {name}": res[task] for name, res in by_variant.items()
+                 for task in res if is_retrieval_task(task)}
+    if retrieval:
+        table += "\n\n" + retrieval_table(retrieval)
+    return with_retention(by_variant), table
+
+
+def parse_variants(truncate_dim=None, dims="", quantizations="", calibration_file=None):
+    """(dims, quantizations, calibration sentences or None) of evaluate's --truncate_dim
+    (one size), --dims (a table over sizes), --quantize and --calibration_file, checked
+    (ConfigError) before any model is loaded. dims (None,): the full width only."""
+    if truncate_dim is not None and dims:
+        raise ConfigError("give --truncate_dim (one size) or --dims (a table over sizes), "
+                          "not both")
+    sizes = (None,)
+    if truncate_dim is not None:
+        sizes = check_dims([truncate_dim], None, "--truncate_dim")
+    elif dims:
+        sizes = check_dims(dims, None, "--dims")
+    kinds = quantize.parse_quantize(quantizations)
+    if calibration_file and "int8" not in kinds:
+        raise ConfigError("--calibration_file sets the int8 ranges: use it with "
+                          "--quantize=int8")
+    calibration = (quantize.read_calibration_sentences(calibration_file)
+                   if calibration_file else None)
+    return sizes, kinds, calibration
+
+
+def check_run_files(run_file, retrieval, inputs=(), output_json=None):
+    """{task label: path} of --run_file (empty without it) for the RetrievalTasks
+    `retrieval`, checked before any model is loaded: it needs a beir: task, its folder must
+    exist, it is never one of `inputs` (models) nor the tasks' files, nor `output_json`."""
+    if not run_file:
+        return {}
+    if not retrieval:
+        raise ConfigError("--run_file writes a retrieval run: give a beir:DIR[:SPLIT] task "
+                          "in --tasks")
+    paths = run_file_paths(run_file, retrieval)
+    inputs = list(inputs) + [
+        os.path.join(t.directory, name) for t in retrieval
+        for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{t.split}.tsv"))]
+    for path in paths.values():
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--run_file={run_file}: the folder {folder} does not exist")
+        fsio.check_new_file(path, "--run_file", overwrite=True, inputs=inputs)
+        if output_json and os.path.abspath(path) == os.path.abspath(output_json):
+            raise ConfigError(f"--run_file and --output_json both name {path}")
+    return paths
+
+
+def evaluation_prompts(encoder, label, retrieval, query_prompt=None, document_prompt=None):
+    """The retrieval prompts of one model: the given ones when either is given (an empty
+    string included; None: not given), else those an export was written with (logged when
+    `retrieval` tasks use them), else none."""
+    if query_prompt is not None or document_prompt is not None:
+        return {"query_prompt": query_prompt or "", "document_prompt": document_prompt or ""}
+    stored = getattr(encoder, "prompts", None) or {}
+    if retrieval and any(stored.values()):
+        logging.info("%s: using the prompts it was exported with (query %r, document %r); "
+                     "--query_prompt= --document_prompt= evaluates without them", label,
+                     stored["query_prompt"], stored["document_prompt"])
+        return dict(stored)
+    return {"query_prompt": "", "document_prompt": ""}
+
+
+def model_label(model):
+    """A short name for a model in tables and plots: RUN for RUN/export or RUN/export/3."""
+    parts = os.path.normpath(model).split(os.sep)
+    while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] in ("export", "encoder")):
+        parts.pop()
+    return parts[-1] or model

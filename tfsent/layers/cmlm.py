@@ -6,7 +6,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfsent.encoders.encoder_dir import backbone_config as backbone_config_of
-from tfsent.encoders.families import TABLE
+from tfsent.encoders.families import TABLE, UNRECORDED_FAMILY
 from tfsent.encoders.keras_hub_adapter import make_backbone
 from tfsent.encoders.model import SentenceEncoder
 from tfsent.errors import ConfigError
@@ -27,11 +27,12 @@ class LexicalExtractor(keras.layers.Layer):
         backbone_config: the keras-hub backbone config of the source encoder.
         num_layers: k, the number of transformer layers kept.
         activation: feed-forward activation name of the source encoder.
-        family: the source encoder's family ("bert" for configs saved before families).
+        family: the source encoder's family (`UNRECORDED_FAMILY` for configs saved before
+            families).
     """
 
-    def __init__(self, backbone_config, num_layers, activation="gelu", family="bert",
-                 **kwargs):
+    def __init__(self, backbone_config, num_layers, activation="gelu",
+                 family=UNRECORDED_FAMILY, **kwargs):
         super().__init__(**kwargs)
         if not 1 <= num_layers <= backbone_config["num_layers"]:
             raise ConfigError(f"extractor_layers must be in [1, {backbone_config['num_layers']}]"

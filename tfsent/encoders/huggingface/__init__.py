@@ -1,0 +1,33 @@
+"""Hugging Face and sentence-transformers directories: reading them into keras-hub backbones
+and tfsent tokenizers (every file checked, errors naming the file), and writing a backbone's
+config and weights back under Hugging Face's names. One module per file a checkpoint holds:
+
+  config.py                 config.json: `read_hf_config`, `backbone_config` (-> keras-hub),
+                            `hf_config` (<- a backbone), `checked_family`, `read_json`
+  weights.py                model.safetensors (or a sharded index): `load_weights`,
+                            `read_mlm_head`, `hf_state_dict` (<- a backbone)
+  tokenizer_files.py        the tokenizer files: `make_tokenizer`, `tokenizer_settings`
+  sentence_transformers.py  modules.json and its modules: `read_sentence_transformers`
+
+Families (config.json `model_type`): bert, roberta, xlm-roberta, distilbert; what differs
+between them (field names, token types, position offset, weight names) is
+`tfsent.encoders.families.TABLE`'s. Loading puts these together (`tfsent.encoders.loading`);
+`tfsent.formats` writes with `hf_config` / `hf_state_dict`.
+"""
+
+from tfsent.encoders.huggingface.config import (HF_ACTIVATIONS, backbone_config,
+                                                checked_family, hf_config, position_offset,
+                                                read_hf_config, read_json,
+                                                unsupported_family_message)
+from tfsent.encoders.huggingface.sentence_transformers import read_sentence_transformers
+from tfsent.encoders.huggingface.tokenizer_files import make_tokenizer, tokenizer_settings
+from tfsent.encoders.huggingface.weights import (SAFETENSORS_FILE, SAFETENSORS_INDEX,
+                                                 SafetensorsCheckpoint, hf_state_dict,
+                                                 load_weights, pooler_specs, read_mlm_head,
+                                                 weight_specs)
+
+__all__ = ["HF_ACTIVATIONS", "backbone_config", "checked_family", "hf_config",
+           "position_offset", "read_hf_config", "read_json", "unsupported_family_message",
+           "read_sentence_transformers", "make_tokenizer", "tokenizer_settings",
+           "SAFETENSORS_FILE", "SAFETENSORS_INDEX", "SafetensorsCheckpoint", "hf_state_dict",
+           "load_weights", "pooler_specs", "read_mlm_head", "weight_specs"]

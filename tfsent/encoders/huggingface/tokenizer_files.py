@@ -1,0 +1,98 @@
+"""The tokenizer files of a Hugging Face checkpoint (vocab.txt | vocab.json + merges.txt |
+sentencepiece.bpe.model, or tokenizer.json; tokenizer_config.json and
+special_tokens_map.json) read into the family's tfsent tokenizer, checked against the
+model's vocabulary size."""
+
+import os
+
+import tfsent.encoders.families as families
+from tfsent.encoders.huggingface.config import read_json
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
+from tfsent.errors import InputError
+
+
+def _special_token(value):
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def tokenizer_settings(directory):
+    """tokenizer_config.json merged over special_tokens_map.json ({} when absent)."""
+    settings = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            data = read_json(path)
+            if isinstance(data, dict):
+                settings.update(data)
+    return settings
+
+
+def _tokenizer_json(directory):
+    path = os.path.join(directory, "tokenizer.json")
+    return (path, read_json(path)) if os.path.exists(path) else (path, None)
+
+
+def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_size):
+    """The tfsent tokenizer of a Hugging Face checkpoint directory (its classic tokenizer
+    files, or tokenizer.json for WordPiece / BPE); checks that every id it can produce
+    indexes the model's embedding table (vocab_size)."""
+    settings = tokenizer_settings(directory)
+    kind = families.TABLE[family].tokenizer_kind
+    if kind == "wordpiece":
+        path = os.path.join(directory, "vocab.txt")
+        if os.path.exists(path):
+            vocabulary = path
+        else:
+            path, data = _tokenizer_json(directory)
+            vocabulary = _tokenizer_json_vocab(path, data, "WordPiece", directory, "vocab.txt")
+        lowercase = bool(settings.get("do_lower_case", True))
+        strip = settings.get("strip_accents")
+        tokenizer = SentenceTokenizer(vocabulary, lowercase, lowercase if strip is None
+                                      else bool(strip), max_seq_length, pad_to_max_length,
+                                      segment_ids=families.TABLE[family].has_segments)
+    elif kind == "byte_bpe":
+        specials = {role: _special_token(settings[key]) for role, key in
+                    (("cls", "cls_token"), ("sep", "sep_token"), ("pad", "pad_token"),
+                     ("mask", "mask_token"), ("unk", "unk_token")) if key in settings}
+        path = os.path.join(directory, "vocab.json")
+        merges = os.path.join(directory, "merges.txt")
+        if os.path.exists(path) and os.path.exists(merges):
+            vocabulary = path
+        else:
+            path, data = _tokenizer_json(directory)
+            vocabulary = _tokenizer_json_vocab(path, data, "BPE", directory,
+                                               "vocab.json and merges.txt")
+            merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+        tokenizer = ByteBPETokenizer(vocabulary, merges, bool(settings.get("add_prefix_space",
+                                                                           False)),
+                                     specials, max_seq_length, pad_to_max_length)
+    else:
+        path = os.path.join(directory, "sentencepiece.bpe.model")
+        if not os.path.exists(path):
+            raise InputError("no sentencepiece.bpe.model (an XLM-R checkpoint's tokenizer "
+                             "model; tokenizer.json alone is not enough for tfsent)",
+                             path=directory)
+        tokenizer = SentencePieceTokenizer(path, max_seq_length, pad_to_max_length)
+    top_id = tokenizer.vocabulary_size - 1
+    if top_id >= vocab_size:
+        raise InputError(f"the tokenizer has {tokenizer.vocabulary_size} ids but config.json's "
+                         f"vocab_size is {vocab_size}: the files do not belong together",
+                         path=path)
+    return tokenizer
+
+
+def _tokenizer_json_vocab(path, data, model_type, directory, classic):
+    if data is None:
+        raise InputError(f"no tokenizer files: expected {classic} or tokenizer.json",
+                         path=directory)
+    model = data.get("model") or {}
+    if model.get("type") != model_type or not isinstance(model.get("vocab"), dict):
+        raise InputError(f"tokenizer.json holds no {model_type} vocabulary", path=path)
+    vocab = model["vocab"]
+    if model_type == "BPE":
+        return vocab
+    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise InputError("vocabulary ids are not 0..N-1", path=path)
+    return [tok for tok, _ in by_id]
