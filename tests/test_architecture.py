@@ -258,11 +258,33 @@ def _doc():
     return open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8").read()
 
 
+def doc_paths(text):
+    """The repository paths a text names in backticks: a full path (`tfsent/x/y.py`, a
+    folder `tfsent/x/`), or a file name (`y.py`) standing for that file in the folder named
+    last before it (each stage's paragraph names its folder, then its files)."""
+    paths, folder = [], None
+    for token in re.findall(r"`([^`\s]+)`", text):
+        if re.fullmatch(r"tfsent/[\w/.]*", token):
+            paths.append(token)
+            if token.endswith("/"):
+                folder = token
+        elif re.fullmatch(r"\w+\.py", token) and folder:
+            paths.append(folder + token)
+    return paths
+
+
+def test_doc_paths_resolve_file_names_in_the_last_folder():
+    text = ("`tfsent/a/`: `x.py`, `tfsent/b.py`, `y.py`, `--flag`, "
+            "`tfsent/a/c/`: `x.py`")
+    assert doc_paths(text) == ["tfsent/a/", "tfsent/a/x.py", "tfsent/b.py", "tfsent/a/y.py",
+                               "tfsent/a/c/", "tfsent/a/c/x.py"]
+
+
 def test_the_architecture_doc_names_every_module_and_only_real_paths():
     text = _doc()
     stages = re.findall(r"^\d\. \*\*(.+?)\*\*", text, re.M)
     assert len(stages) == 7, stages
-    named = set(re.findall(r"`(tfsent/[\w/.]+)`", text))
+    named = set(doc_paths(text))
     missing = [p for p in sorted(named) if not os.path.exists(os.path.join(REPO, p))]
     assert not missing, f"named in docs/architecture.md, not in the repo: {missing}"
     unnamed = []

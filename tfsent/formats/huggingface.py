@@ -11,7 +11,7 @@ from absl import logging
 
 import tfsent.encoders.families as families
 from tfsent.encoders import check_pooling
-from tfsent.encoders.hf_format import SAFETENSORS_FILE, checked_family, hf_config, \
+from tfsent.encoders.huggingface import SAFETENSORS_FILE, checked_family, hf_config, \
     hf_state_dict
 from tfsent.errors import ConfigError
 from tfsent.formats.metadata import export_metadata, write_metadata

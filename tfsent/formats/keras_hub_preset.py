@@ -7,7 +7,7 @@ from absl import logging
 
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
-from tfsent.encoders.hf_format import HF_ACTIVATIONS
+from tfsent.encoders.huggingface import HF_ACTIVATIONS
 from tfsent.formats.huggingface import check_new_export, prompt_map, tokenizer_kind, write_new_export
 
 # tfsent pooling -> keras-hub TextEmbedder's pooling_mode.

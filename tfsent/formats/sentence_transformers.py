@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from tfsent.encoders.hf_format import SAFETENSORS_FILE
+from tfsent.encoders.huggingface import SAFETENSORS_FILE
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack

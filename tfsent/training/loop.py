@@ -24,8 +24,7 @@ from tfsent.evaluation.retrieval import read_task_split
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
 from tfsent.methods.distill import teacher_name
-from tfsent.publish import export_run_formats
-from tfsent.saved_model import export_encoder
+from tfsent import formats
 from tfsent.training import distribute
 from tfsent.training.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck,
                                        NanGuard, RetrievalDevEvaluation, RunCheckpoint,
@@ -378,21 +377,24 @@ def finalize_run(r, nan_guard, guard):
                                    metrics.get("dev_before", {}).get(r.monitor),
                                    config.export_if_worse, metrics, r.monitor)
     export_step = exported["step"] if exported["step"] is not None else final_step
-    export_path = export_encoder(r.encoder, os.path.join(r.output_dir, "export"),
-                                 pooling=r.model.export_pooling, head=head,
-                                 metadata={"method": r.method, "step": export_step,
-                                           "exported": exported["which"]},
+    export_path = formats.export(r.encoder, os.path.join(r.output_dir, "export"),
+                                 format="tf_saved_model", pooling=r.model.export_pooling,
+                                 head=head, metadata={"method": r.method, "step": export_step,
+                                                      "exported": exported["which"]},
                                  max_seq_length=config.eval_max_seq_length,
                                  query_prompt=config.query_prompt,
                                  document_prompt=config.document_prompt)
     metrics["export"] = export_path
     metrics["exported"] = exported
-    if config.export_formats != "saved_model":  # issue #17: other ecosystems' formats
-        metrics["exports"] = export_run_formats(
-            r.encoder, r.output_dir, config.export_formats, pooling=r.model.export_pooling,
-            head=head, max_seq_length=config.eval_max_seq_length,
-            metadata={"method": r.method, "step": export_step},
-            query_prompt=config.query_prompt, document_prompt=config.document_prompt)
+    # The other formats `export_formats` names (any of tfsent.formats.FORMATS but the
+    # corpus-indexing ones), each to OUTPUT_DIR/export_<format>/<version>.
+    others = formats.export_run_formats(
+        r.encoder, r.output_dir, config.export_formats, pooling=r.model.export_pooling,
+        head=head, max_seq_length=config.eval_max_seq_length,
+        metadata={"method": r.method, "step": export_step},
+        query_prompt=config.query_prompt, document_prompt=config.document_prompt)
+    if others:
+        metrics["exports"] = others
     if head is None:  # a head on top has no place in an encoder directory
         r.encoder.pooling = r.model.export_pooling
         r.encoder.save_encoder_dir(os.path.join(r.output_dir, "encoder"))
