@@ -20,7 +20,7 @@ layout and signatures: `tfsent.formats.saved_model`.
 
 import os
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from tfsent import cli, formats
 from tfsent.encoders import check_pooling, load_encoder
@@ -104,4 +104,4 @@ def _define_flags():
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main)
+    cli.start(main)

@@ -13,7 +13,7 @@ loaded; a bad flag or input prints `error: ...` on stderr and exits with status 
 
 import os
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from tfsent import cli, formats
 from tfsent.data import beir
@@ -78,4 +78,4 @@ def _define_flags():
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main)
+    cli.start(main)

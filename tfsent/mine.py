@@ -16,7 +16,7 @@ the checks made before the model loads and the output rows:
 `tfsent/search/mined_files.py`.
 """
 
-from absl import app, flags
+from absl import flags
 
 from tfsent import cli
 from tfsent.search.mined_files import mine_to_file
@@ -80,4 +80,4 @@ def _define_flags(flag_values=None):
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main)
+    cli.start(main)

@@ -13,7 +13,7 @@ field; the run itself is `tfsent.training.run`.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from tfsent import cli, training
 from tfsent.methods import help_text as methods_help_text
@@ -38,7 +38,11 @@ def main(argv):
         training.run(FLAGS.method, config, output_dir, overwrite=FLAGS.overwrite)
 
     cli.run_command(body, argv, required=[
-        (FLAGS.method, "--method is required, e.g. --method=cmlm_cse")])
+        (FLAGS.method, "--method is required, e.g. --method=cmlm_cse")],
+        interrupt_hint=RESUME_HINT)
+
+
+RESUME_HINT = "run the same command again to resume from the last checkpoint"
 
 
 _OVERRIDES = []
@@ -48,7 +52,7 @@ def entry():
     """Console entry: separates --config.FIELD=VALUE overrides, then runs absl."""
     global _OVERRIDES
     argv, _OVERRIDES = training.split_config_overrides(sys.argv)
-    app.run(main, argv=argv)
+    cli.start(main, argv=argv, interrupt_hint=RESUME_HINT)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from tfsent import cli  # noqa: E402
 from tfsent.errors import InputError  # noqa: E402
 from tfsent.evaluation import resolve_tasks  # noqa: E402
 from tfsent.data import senteval as senteval_data  # noqa: E402
@@ -78,4 +79,4 @@ if __name__ == "__main__":
     flags.DEFINE_string("data_dir", None, "SentEval data/downstream folder.", required=True)
     flags.DEFINE_string("out", None, "Output text file.", required=True)
     flags.DEFINE_string("tasks", "sts", "STS tasks to read (comma-separated; default all).")
-    app.run(main)
+    cli.start(main)
