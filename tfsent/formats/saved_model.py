@@ -31,7 +31,6 @@ CLI: python -m tfsent.export --model=NAME_OR_DIR --pooling=mean --export_dir=DIR
 Loading and running exports: `tfsent.serving`. The command line: `tfsent.export`.
 """
 
-
 import numpy as np
 import tensorflow as tf
 
