@@ -116,3 +116,22 @@ def test_the_shared_model_flags_default_to_the_models_own_settings():
     assert values.query_prompt is None and values.document_prompt is None
     with pytest.raises(flags.IllegalFlagValueError):
         values(["prog", "--max_seq_length=0"])
+
+
+def test_a_runs_closing_lines_name_the_next_commands(tmp_path):
+    from types import SimpleNamespace
+
+    from tfsent.training.loop import next_steps
+
+    (tmp_path / "encoder").mkdir()
+    metrics = {"export": f"{tmp_path}/export/1"}
+    beir = SimpleNamespace(eval_data="beir:/d/climate-fever:dev", eval_data_dir="")
+    lines = next_steps(beir, metrics, str(tmp_path))
+    assert lines[0] == "next:"
+    assert lines[1] == (f"  evaluate: python -m tfsent.evaluate --model={tmp_path}/export/1 "
+                        "--tasks=beir:/d/climate-fever:test")
+    assert lines[-1].startswith(f"  publish:  python -m tfsent.export --model={tmp_path}/encoder")
+    sts = SimpleNamespace(eval_data="stsb", eval_data_dir="../shared/data")
+    assert "--data_dir=../shared/data" in next_steps(sts, metrics, str(tmp_path))[1]
+    (tmp_path / "encoder").rmdir()  # a run with an export head writes no encoder folder
+    assert not any("publish" in line for line in next_steps(sts, metrics, str(tmp_path)))

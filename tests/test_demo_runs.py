@@ -120,6 +120,11 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path, serve):
     for name in ("contrastive_loss", "mlm_loss", "mlm_accuracy"):
         assert name in r.stdout
     assert f"export: {out}/export/1" in r.stdout
+    # the closing lines: the next commands, on this run's own paths
+    assert (f"  evaluate: python -m tfsent.evaluate --model={out}/export/1 "
+            "--tasks=STSBenchmark,SICKRelatedness --data_dir=data") in r.stdout
+    assert (f"  publish:  python -m tfsent.export --model={out}/encoder "
+            f"--format=sentence_transformers --export_dir={out}/st") in r.stdout
     metrics = _check_export(out, serve)
     assert metrics["steps"] == 150 and "dev_best" in metrics
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfsent.data import kinds, mixture, readers
-from tfsent.data.sources import parse_sources
+from tfsent.data.sources import parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError, TrainingError
@@ -209,7 +209,29 @@ def run(method, config, output_dir, overwrite=False):
     metrics = finalize_run(r, *guards)
     if "export" in metrics:  # the chief (other workers of a multi-worker run export nothing)
         print(f"export: {metrics['export']}")
+        print("\n".join(next_steps(r.config, metrics, output_dir)))
     return metrics
+
+
+def next_steps(config, metrics, output_dir):
+    """The lines a finished run ends with: what to do with its export (evaluate it on the
+    test side of its dev data, load or serve it, publish the encoder directory)."""
+    export = metrics["export"]
+    if monitor_of(config.eval_data) == "ndcg@10":
+        directory, _ = parse_beir(config.eval_data, "dev")
+        tasks = f"--tasks=beir:{directory}:test"
+    else:
+        data_dir = config.eval_data_dir or "data"  # tools/download_data.py's default
+        tasks = f"--tasks=STSBenchmark,SICKRelatedness --data_dir={data_dir}"
+    lines = ["next:",
+             f"  evaluate: python -m tfsent.evaluate --model={export} {tasks}",
+             f"  load:     tf.saved_model.load(\"{export}\").signatures[\"serving_default\"]"
+             "(sentences=tf.constant([...]))  (README: serving it with TF Serving)"]
+    encoder_dir = os.path.join(output_dir, "encoder")
+    if os.path.isdir(encoder_dir):
+        lines.append(f"  publish:  python -m tfsent.export --model={encoder_dir} "
+                     f"--format=sentence_transformers --export_dir={output_dir}/st")
+    return lines
 
 
 def resolve_run(r):
