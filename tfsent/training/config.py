@@ -260,10 +260,10 @@ def validate(config, method=None):
         raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
                           f"eval_every ({config.eval_every})")
     _validate_mixture(config, method)
-    from tfsent import formats as publish  # the output formats (tfsent.formats)
+    from tfsent import formats
 
-    if "sentence_transformers" in publish.export_formats(config.export_formats):
-        publish.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
+    if "sentence_transformers" in formats.export_formats(config.export_formats):
+        formats.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
     if method is not None:
         get_method(method).validate(config)  # its fields, then its validation hook
 
