@@ -15,6 +15,7 @@ from absl import logging
 from tfsent import checks
 from tfsent.checks import Field
 from tfsent.data import mixture
+from tfsent.encoders.loading import DEFAULT_ENCODER
 from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError
 from tfsent.methods import REGISTRY, get_method
@@ -40,8 +41,8 @@ class Config(dict):
 _POOLING = checks.Choices(POOLINGS)
 RUN_FIELDS = [
     # Encoder and pooling.
-    Field("encoder", "minilm-l6", types=(str,),
-          doc="preset name, checkpoint dir, tfsent dir or minilm-l6"),
+    Field("encoder", DEFAULT_ENCODER, types=(str,),
+          doc=f"preset name, checkpoint dir, tfsent dir or {DEFAULT_ENCODER}"),
     Field("pooling", "mean", _POOLING, doc="pooling inside the loss"),
     Field("export_pooling", None, _POOLING, types=(str,),
           doc="pooling of the exported model (None: = pooling)"),
