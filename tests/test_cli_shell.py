@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from tfsent import _startup, cli
-from tfsent.errors import did_you_mean
+from tfsent.errors import ConfigError, did_you_mean
 
 ENV = dict(os.environ, PYTHONPATH=REPO)
 
@@ -135,3 +135,12 @@ def test_a_runs_closing_lines_name_the_next_commands(tmp_path):
     assert "--data_dir=../shared/data" in next_steps(sts, metrics, str(tmp_path))[1]
     (tmp_path / "encoder").rmdir()  # a run with an export head writes no encoder folder
     assert not any("publish" in line for line in next_steps(sts, metrics, str(tmp_path)))
+
+
+def test_a_misspelt_config_field_names_the_likely_one_not_sixty():
+    from tfsent.training.config import resolve_config
+
+    with pytest.raises(ConfigError) as error:
+        resolve_config("simcse_unsup", overrides=["learning_rat=1e-4"])
+    assert str(error.value) == ("--config.learning_rat: unknown field 'learning_rat' (did you "
+                                "mean learning_rate?); docs/training.md lists every field")

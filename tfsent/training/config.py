@@ -17,7 +17,7 @@ from tfsent.checks import Field
 from tfsent.data import mixture
 from tfsent.encoders.loading import DEFAULT_ENCODER
 from tfsent.encoders.pooling import POOLINGS
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, did_you_mean
 from tfsent.methods import REGISTRY, get_method
 from tfsent.training.distribute import STRATEGIES
 
@@ -208,6 +208,10 @@ def _unknown_field(field, method, known, where):
     if owners:
         return ConfigError(f"{where}: {field!r} is not a field of method {method or '?'} "
                            f"(it is one of {', '.join(owners)})")
+    close = did_you_mean(field, known)
+    if close:  # the likely one, not the list of ~60
+        return ConfigError(f"{where}: unknown field {field!r}{close}; docs/training.md "
+                           "lists every field")
     return ConfigError(f"{where}: unknown field {field!r}; known: {sorted(known)}")
 
 
