@@ -2,9 +2,11 @@
 
 Layout (TF Serving's): `EXPORT_DIR/<version>/saved_model.pb`, integer versions, each new
 export takes the next version; each version's `assets.extra/` holds `tfsent_export.json`
-(the metadata) and `tf_serving_warmup_requests`, and `EXPORT_DIR/batching_parameters.txt`
-TF Serving's batching settings (`tfsent.formats.tf_serving`). A version is built in a marked staging folder inside
-EXPORT_DIR (`tfsent.fsio.staged_dir`) and renamed into place only when complete and
+(the metadata, `tfsent.formats.metadata`) and `tf_serving_warmup_requests`, and
+`EXPORT_DIR/batching_parameters.txt` TF Serving's batching settings
+(`tfsent.formats.tf_serving`). A version (the next: `tfsent.formats.staging.next_version`)
+is built in a marked staging folder inside EXPORT_DIR (`tfsent.fsio.staged_dir`) and
+renamed into place only when complete and
 flushed to disk, so a server watching EXPORT_DIR never sees a partial model; a staging
 folder of an export that was killed is removed by the next export (only its own, marked,
 of a process that has ended: another process's export in progress is left alone).
