@@ -157,6 +157,21 @@ def tiny_float_export(tmp_path_factory, tiny_encoder_dir, tiny_corpus):
     return path
 
 
+def test_the_documented_query_snippet_runs(tiny_float_export, tmp_path, capsys):
+    """docs/search.md's Python block, executed as written on the tiny index (its path in
+    place of exports/search/1)."""
+    text = open(os.path.join(REPO, "docs", "search.md"), encoding="utf-8").read()
+    start = text.index("```python\n", text.index("## A top-k search SavedModel"))
+    code = text[start + len("```python\n"):text.index("```", start + 10)]
+    assert '"exports/search/1"' in code
+    code = code.replace('"exports/search/1"', repr(tiny_float_export))
+    namespace = {}
+    exec(compile(code, "docs/search.md", "exec"), namespace)  # noqa: S102
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[0].startswith("glaciers [('doc-")
+    assert namespace["found"]["ids"].shape == (2, 5)
+
+
 def test_search_served_the_tf_serving_way_equals_faiss_exact_search(
         tiny_float_export, tiny_corpus, tmp_path):
     corpus_path, queries = tiny_corpus
