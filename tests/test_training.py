@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import re
 import subprocess
 import sys
 import time
@@ -141,3 +142,34 @@ def test_readme_example_runs(tmp_path):
     assert type(namespace["model"]).__name__ == "SimCSE"
     assert int(namespace["model"].optimizer.iterations.numpy()) > 0
     assert (tmp_path / "simcse_best.keras").exists()
+
+
+def test_ctrl_c_then_rerun_resumes_and_logs_stay_off_the_progress_bar(tmp_path,
+                                                                        tiny_encoder_dir):
+    """Ctrl-C (SIGINT) after the first checkpoint: one line saying how to resume, status
+    130, no traceback; the same command again resumes. Its stdout and stderr in one
+    stream: no log line is glued onto the progress bar's epoch line."""
+    out = str(tmp_path / "run")
+    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=60", "--config.eval_every=20")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    ckpt = os.path.join(out, "checkpoints", "checkpoint")
+    deadline = time.time() + 300
+    while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1] == (
+        "interrupted; run the same command again to resume from the last checkpoint")
+    assert not os.path.exists(os.path.join(out, "export"))
+    result = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "resuming from step" in result.stdout
+    glued = [line for line in result.stdout.splitlines()
+             if "loss:" in line and re.search(r"[IWE]\d{4} \d\d:\d\d:\d\d", line)]
+    assert not glued, glued
+    assert json.load(open(os.path.join(out, "metrics.json")))["steps"] == 60

@@ -145,11 +145,13 @@ class RetrievalDevEvaluation(_DevEvaluation):
         use_head: apply the method's export head (CLSR) before scoring.
         query_prompt, document_prompt: text put before each query / document.
         skip_when: optional callable; when it returns True the epoch is not evaluated.
+        verbose: 1 shows a progress bar over the corpus while it is encoded (the training
+            command's choice: an evaluation of a large corpus takes minutes), 0 none.
     """
 
     def __init__(self, split_or_dir, split="dev", prefix="val", batch_size=128,
                  max_seq_length=None, use_head=True, query_prompt="", document_prompt="",
-                 skip_when=None):
+                 skip_when=None, verbose=0):
         super().__init__()
         if not isinstance(split_or_dir, RetrievalSplit):
             split_or_dir = read_task_split(str(split_or_dir), default_split=split)
@@ -161,6 +163,7 @@ class RetrievalDevEvaluation(_DevEvaluation):
         self.query_prompt = query_prompt
         self.document_prompt = document_prompt
         self.skip_when = skip_when
+        self.verbose = verbose
         self.last_report = None
 
     def evaluate(self, model=None):
@@ -171,7 +174,8 @@ class RetrievalDevEvaluation(_DevEvaluation):
                                     self.split, batch_size=self.batch_size,
                                     max_seq_length=self.max_seq_length,
                                     query_prompt=self.query_prompt,
-                                    document_prompt=self.document_prompt, verbose=0)
+                                    document_prompt=self.document_prompt,
+                                    verbose=self.verbose)
         logging.info("retrieval dev (%s, %s: %d queries, %d documents): nDCG@10 %.2f, "
                      "MRR@10 %.2f in %.1f s (the corpus re-encoded)", self.split.directory,
                      self.split.split, report["queries"], report["documents"],
@@ -187,7 +191,8 @@ class RetrievalDevEvaluation(_DevEvaluation):
         return {"split_or_dir": self.split.directory, "split": self.split.split,
                 "prefix": self.prefix, "batch_size": self.batch_size,
                 "max_seq_length": self.max_seq_length, "use_head": self.use_head,
-                "query_prompt": self.query_prompt, "document_prompt": self.document_prompt}
+                "query_prompt": self.query_prompt, "document_prompt": self.document_prompt,
+                "verbose": self.verbose}
 
 
 class RunCheckpoint(keras.callbacks.Callback):

@@ -344,6 +344,9 @@ def fit_run(r):
                             collapse_uniformity_ratio=config.collapse_uniformity_ratio,
                             monitor=r.monitor)
     callbacks = [
+        # The progress bar first: its epoch line ends before the dev evaluation logs
+        # (Keras adds its own last, and the dev log lines were glued onto the bar).
+        keras.callbacks.ProgbarLogger(),
         nan_guard, throughput, evaluation, keeper,
         RunCheckpoint(r.state, skip_when=nan_guard.failed), board, guard,
         keras.callbacks.TensorBoard(log_dir=tb_dir,
@@ -351,7 +354,7 @@ def fit_run(r):
                                     write_graph=False),
     ]
     if r.start_step == 0 and 0 < config.first_eval_step < config.eval_every:
-        callbacks.insert(3, EarlyDevCheck(config.first_eval_step, evaluation, keeper, board,
+        callbacks.insert(4, EarlyDevCheck(config.first_eval_step, evaluation, keeper, board,
                                           guard, skip_when=nan_guard.failed))
     if r.start_step < r.steps:
         dataset = make_dataset(r.spec, config, r.encoder, r.examples, r.start_step,
@@ -477,7 +480,7 @@ def _dev_evaluation(r, use_head=True, skip_when=None):
                                   max_seq_length=config.eval_max_seq_length,
                                   query_prompt=config.query_prompt,
                                   document_prompt=config.document_prompt,
-                                  skip_when=skip_when)
+                                  skip_when=skip_when, verbose=1)
 
 
 def _stop_diverged(state, metrics, metrics_path, failed_step, reason):
