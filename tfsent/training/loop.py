@@ -131,12 +131,13 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
     pipeline `fit` uses too; a `SourceMixture` of several sources mixes one such pipeline
     per source). `model`: the method model (distill reads its teacher)."""
     embed = None
-    if spec.data_kind == "embedding_pairs":
+    embedder = kinds.get_kind(spec.data_kind).embedder
+    if embedder == "frozen encoder":  # CLSR: the base encoder's cached embeddings
         embed = _cached_embedder(
             config, output_dir, config.encoder, config.pooling,
             lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
                                      normalize=False))
-    elif spec.data_kind == "distill_sentences":
+    elif embedder == "teacher":  # distill: the teacher's cached embeddings
         if model is None or model.teacher is None:
             raise ConfigError("distill: make_dataset needs model= (the Distill model whose "
                               "teacher embeds the sentences)")
