@@ -98,7 +98,7 @@ def require_onnx():
 def input_names(encoder):
     """The graph's inputs for `encoder`'s family (token_type_ids only with token types)."""
     names = ["input_ids", "attention_mask"]
-    with_types = "segment" in families.TABLE[encoder.family].embeddings
+    with_types = families.TABLE[encoder.family].has_segments
     return names + (["token_type_ids"] if with_types else [])
 
 
