@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, TINY_VOCAB, minilm_or_skip
 from tfsent import formats
 from tfsent.encoders.huggingface import hf_config, hf_state_dict
-from tfsent.formats.huggingface import write_hf_model, write_tokenizer_files
+from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
 from tfsent.formats.metadata import read_metadata
 from tfsent.formats.sentence_transformers import ST_POOLINGS
 from tfsent.encoders import SentenceEncoder, load_encoder

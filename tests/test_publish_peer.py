@@ -25,7 +25,7 @@ import export_fidelity  # noqa: E402  (benchmarks/: comparison and peer helpers)
 import peer_env  # noqa: E402
 
 from tfsent import formats  # noqa: E402
-from tfsent.formats.huggingface import write_hf_model  # noqa: E402
+from tfsent.encoders.huggingface.writing import write_hf_model  # noqa: E402
 from tfsent.formats.sentence_transformers import ST_POOLINGS  # noqa: E402
 from tfsent.encoders import SentenceEncoder, load_encoder, resolve_short_name  # noqa: E402
 from tfsent.layers.heads import MLPEncoder  # noqa: E402

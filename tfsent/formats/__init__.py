@@ -54,7 +54,7 @@ from absl import logging
 
 from tfsent.encoders.model import set_exporter
 from tfsent.errors import ConfigError
-from tfsent.formats.huggingface import write_hf_model, write_tokenizer_files
+from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
 from tfsent.formats.metadata import METADATA_FILE, read_metadata, write_metadata
 from tfsent.formats.sentence_transformers import ST_POOLINGS, \
     check_sentence_transformers_pooling

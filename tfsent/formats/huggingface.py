@@ -1,139 +1,19 @@
 """The Hugging Face transformers format: a bare transformer that
 `AutoModel.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load (config.json,
-model.safetensors under Hugging Face's names, the family's tokenizer files). The
-sentence-transformers format writes its Transformer module with the same functions, and
+model.safetensors under Hugging Face's names, the family's tokenizer files: what is in those
+files is `tfsent.encoders.huggingface.writing`'s). The sentence-transformers format writes
+its Transformer module the same way, and
 every new-directory format (onnx, litert, keras_hub too) ships the tokenizer files, so
 their shared checks and staging live here too (`check_new_export`, `write_new_export`)."""
 
-import os
-
 from absl import logging
 
-import tfsent.encoders.families as families
 from tfsent.encoders import check_pooling
-from tfsent.encoders.huggingface import SAFETENSORS_FILE, checked_family, hf_config, \
-    hf_state_dict
+from tfsent.encoders.huggingface import checked_family
 from tfsent.errors import ConfigError
 from tfsent.formats.metadata import export_metadata, write_metadata
-from tfsent.formats.staging import check_new_target, staged_dir, write_json, \
-    write_safetensors
-
-_WORDPIECE_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                       "cls_token": "[CLS]", "mask_token": "[MASK]"}
-# tfsent tokenizer class -> its kind (`families.Family.tokenizer_kind`), and how errors
-# call that kind.
-_TOKENIZER_KINDS = {"SentenceTokenizer": "wordpiece", "ByteBPETokenizer": "byte_bpe",
-                    "SentencePieceTokenizer": "sentencepiece"}
-_KIND_NAMES = {"wordpiece": "WordPiece", "byte_bpe": "byte-level BPE",
-               "sentencepiece": "SentencePiece"}
-
-
-def write_hf_model(backbone, directory, activation=None, pad_token_id=None, config_extra=None):
-    """Writes config.json and model.safetensors (Hugging Face names) of a keras-hub backbone
-    into the existing `directory`."""
-    config = hf_config(backbone, activation, pad_token_id)
-    config.update(config_extra or {})
-    tensors = hf_state_dict(backbone, pad_token_id)
-    write_safetensors(os.path.join(directory, SAFETENSORS_FILE), tensors)
-    write_json(os.path.join(directory, "config.json"), config)
-
-
-def tokenizer_kind(tokenizer):
-    """The kind of a tfsent tokenizer (wordpiece | byte_bpe | sentencepiece); ConfigError
-    for others."""
-    name = type(tokenizer).__name__
-    if name not in _TOKENIZER_KINDS:
-        raise ConfigError(f"cannot write Hugging Face tokenizer files for a {name}; "
-                          f"supported: {', '.join(_TOKENIZER_KINDS)}")
-    return _TOKENIZER_KINDS[name]
-
-
-def wordpiece_tokenizer_json(tokenizer):
-    """tokenizer.json (the `tokenizers` library's format) of a tfsent WordPiece tokenizer:
-    Hugging Face's BERT pipeline with the tokenizer's casing and accent settings."""
-    vocab = {token: i for i, token in enumerate(tokenizer.vocabulary)}
-    specials = sorted(vocab[t] for t in _WORDPIECE_SPECIALS.values())
-    cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
-    cls, sep = tokenizer.vocabulary[cls_id], tokenizer.vocabulary[sep_id]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": [{"id": i, "content": tokenizer.vocabulary[i], "single_word": False,
-                          "lstrip": False, "rstrip": False, "normalized": False,
-                          "special": True} for i in specials],
-        "normalizer": {"type": "BertNormalizer", "clean_text": True,
-                       "handle_chinese_chars": True,
-                       "strip_accents": bool(tokenizer.strip_accents),
-                       "lowercase": bool(tokenizer.lowercase)},
-        "pre_tokenizer": {"type": "BertPreTokenizer"},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": cls, "type_id": 0}},
-                       {"Sequence": {"id": "A", "type_id": 0}},
-                       {"SpecialToken": {"id": sep, "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": cls, "type_id": 0}},
-                     {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": sep, "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 1}},
-                     {"SpecialToken": {"id": sep, "type_id": 1}}],
-            "special_tokens": {cls: {"id": cls, "ids": [cls_id], "tokens": [cls]},
-                               sep: {"id": sep, "ids": [sep_id], "tokens": [sep]}}},
-        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
-        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
-                  "max_input_chars_per_word": 100, "vocab": vocab},
-    }
-
-
-
-def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
-    """Hugging Face tokenizer files of a tfsent tokenizer: the vocabulary files,
-    tokenizer_config.json (casing / accents as the tfsent tokenizer applies them) and
-    special_tokens_map.json; tokenizer.json for WordPiece."""
-    kind = tokenizer_kind(tokenizer)
-    if kind != families.TABLE[family].tokenizer_kind:
-        raise ConfigError(f"a {_KIND_NAMES[kind]} tokenizer does not belong to a {family} "
-                          "model")
-    tokenizer_class = families.TABLE[family].hf_tokenizer_class
-    if kind == "wordpiece":
-        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in tokenizer.vocabulary))
-        write_json(os.path.join(directory, "tokenizer.json"),
-                   wordpiece_tokenizer_json(tokenizer))
-        specials = dict(_WORDPIECE_SPECIALS)
-        config = {"tokenizer_class": tokenizer_class,
-                  "do_lower_case": bool(tokenizer.lowercase),
-                  "strip_accents": bool(tokenizer.strip_accents),
-                  "tokenize_chinese_chars": True, "do_basic_tokenize": True,
-                  "clean_up_tokenization_spaces": True, **specials}
-    elif kind == "byte_bpe":
-        tokenizer.save_files(directory)
-        specials = {f"{role}_token": tok for role, tok in tokenizer.special_tokens.items()
-                    if role in ("bos", "eos", "unk", "sep", "pad", "cls", "mask")}
-        config = {"tokenizer_class": tokenizer_class,
-                  "add_prefix_space": bool(tokenizer.add_prefix_space),
-                  "trim_offsets": True, "errors": "replace", **specials}
-    else:
-        tokenizer.save_files(directory)
-        logging.warning("XLM-R export: sentencepiece.bpe.model without a tokenizer.json; "
-                        "transformers builds the tokenizer from it, which needs the "
-                        "`sentencepiece` and `protobuf` packages where the model is loaded")
-        specials = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-                    "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
-                    "mask_token": "<mask>"}
-        config = {"tokenizer_class": tokenizer_class, **specials}
-    config["model_max_length"] = int(max_seq_length)
-    write_json(os.path.join(directory, "tokenizer_config.json"), config)
-    write_json(os.path.join(directory, "special_tokens_map.json"), specials)
-
-
-def write_transformer(encoder, directory, max_seq_length, config_extra=None):
-    """The encoder's transformer and tokenizer in Hugging Face's layout, into the existing
-    `directory`."""
-    tokenizer = encoder.tokenizer
-    pad = getattr(tokenizer, "pad_id", None)
-    write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra)
-    write_tokenizer_files(tokenizer, directory, encoder.family, max_seq_length)
+from tfsent.encoders.huggingface.writing import tokenizer_kind, write_transformer
+from tfsent.formats.staging import check_new_target, staged_dir
 
 
 def prompt_map(query_prompt="", document_prompt=""):

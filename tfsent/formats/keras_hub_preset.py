@@ -8,8 +8,8 @@ from absl import logging
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.huggingface import HF_ACTIVATIONS
-from tfsent.formats.huggingface import check_new_export, prompt_map, tokenizer_kind, \
-    write_new_export
+from tfsent.encoders.huggingface.writing import tokenizer_kind
+from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export
 
 # tfsent pooling -> keras-hub TextEmbedder's pooling_mode.
 KERAS_HUB_EMBEDDER_POOLINGS = {"mean": "mean", "cls_before_pooler": "cls"}

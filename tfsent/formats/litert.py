@@ -16,7 +16,7 @@ DIR (new, or an empty folder) gets:
                       (`tfsent.formats.saved_model.ServingModule`); padding is handled by the mask,
                       so a batch padded to its longest row embeds as each row alone.
   tokenizer files     Hugging Face's (tokenizer.json + vocab.txt for WordPiece, the family's
-                      files otherwise; `tfsent.formats.write_tokenizer_files`), so ids come
+                      files otherwise; `tfsent.encoders.huggingface.writing.write_tokenizer_files`), so ids come
                       from `tokenizers` / `transformers` as for the published model. Their
                       `model_max_length` is the max length: truncate to it
                       (`truncation=True`).
@@ -48,8 +48,8 @@ import tensorflow as tf
 
 from tfsent.encoders import check_pooling
 from tfsent.errors import ConfigError, InputError
-from tfsent.formats.huggingface import check_new_export, write_new_export, \
-    write_tokenizer_files
+from tfsent.encoders.huggingface.writing import write_tokenizer_files
+from tfsent.formats.huggingface import check_new_export, write_new_export
 from tfsent.formats.saved_model import ServingModule
 
 MODEL_FILE = "model.tflite"

@@ -17,7 +17,7 @@ import os
 import re
 
 from tfsent.errors import InputError
-from tfsent.formats.staging import write_json
+from tfsent.encoders.huggingface.writing import write_json
 
 METADATA_FILE = "tfsent_export.json"
 SAVED_MODEL_FILE = "saved_model.pb"

@@ -13,7 +13,7 @@ DIR holds
                                 avx512_vnni file (its setting is per tensor: per channel
                                 keeps tfsent's cosine to fp32 >= 0.98 on this graph, per
                                 tensor gave 0.94 on minilm-l6);
-  the Hugging Face tokenizer files (`tfsent.formats.huggingface.write_tokenizer_files`):
+  the Hugging Face tokenizer files (`tfsent.encoders.huggingface.writing.write_tokenizer_files`):
   an ONNX Runtime user tokenizes with them (TF Text's ops do not convert to ONNX);
   tfsent_export.json.
 
@@ -50,8 +50,8 @@ from tfsent.encoders import check_pooling, families
 from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.errors import ConfigError
 from tfsent.formats.heads import dense_stack
-from tfsent.formats.huggingface import check_new_export, write_new_export, \
-    write_tokenizer_files
+from tfsent.encoders.huggingface.writing import write_tokenizer_files
+from tfsent.formats.huggingface import check_new_export, write_new_export
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_qint8_avx512_vnni.onnx"

@@ -1,5 +1,5 @@
 """The sentence-transformers format: `SentenceTransformer(DIR)` loads it offline. The
-transformer in Hugging Face's layout at the top level (`huggingface.write_transformer`), then
+transformer in Hugging Face's layout at the top level (`tfsent.encoders.huggingface.writing.write_transformer`), then
 modules.json's WeightedLayerPooling (layer-averaging poolings), Pooling, Dense (a `cls`
 pooler, a method's export head) and Normalize (only with `normalize=True`) modules; with
 `onnx=True` also the ONNX files of its ONNX backend (`tfsent.formats.onnx`). Written by
@@ -13,9 +13,8 @@ from tfsent.encoders.huggingface import SAFETENSORS_FILE
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
-from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export, \
-    write_transformer
-from tfsent.formats.staging import write_json, write_safetensors
+from tfsent.encoders.huggingface.writing import write_json, write_safetensors, write_transformer
+from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export
 
 ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
 # Poolings whose modules need only the last hidden state (the others' WeightedLayerPooling

@@ -14,13 +14,12 @@ Also the JSON and safetensors writers every format shares.
 """
 
 import contextlib
-import json
 import os
 import re
 
-import safetensors.numpy
-
 from tfsent import fsio
+# The JSON and safetensors writers of every export, where the Hugging Face files are written.
+from tfsent.encoders.huggingface.writing import write_json, write_safetensors  # noqa: F401
 from tfsent.errors import ConfigError
 
 _STAGED_VERSION = re.compile(r"\.(\d+)\.tfsent-staging-\d+")
@@ -87,17 +86,3 @@ def _remove_abandoned_staging(parent):
         match = _STAGED_VERSION.fullmatch(name)
         if match:
             fsio.recover(os.path.join(parent, match.group(1)))
-
-
-def write_json(path, data):
-    """Writes `data` as indented UTF-8 JSON with a final newline (every JSON file the
-    format writers produce)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-
-
-def write_safetensors(path, tensors):
-    """Writes {name: array} as a safetensors file marked for PyTorch (`format: pt`, what
-    transformers and sentence-transformers expect)."""
-    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})

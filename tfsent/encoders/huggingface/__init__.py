@@ -8,11 +8,13 @@ config and weights back under Hugging Face's names. One module per file a checkp
                             `read_mlm_head`, `hf_state_dict` (<- a backbone)
   tokenizer_files.py        the tokenizer files: `make_tokenizer`, `tokenizer_settings`
   sentence_transformers.py  modules.json and its modules: `read_sentence_transformers`
+  writing.py                the files written back: `write_hf_model` (config.json +
+                            model.safetensors), `write_tokenizer_files`, `write_transformer`
 
 Families (config.json `model_type`): bert, roberta, xlm-roberta, distilbert; what differs
 between them (field names, token types, position offset, weight names) is
 `tfsent.encoders.families.TABLE`'s. Loading puts these together (`tfsent.encoders.loading`);
-`tfsent.formats` writes with `hf_config` / `hf_state_dict`.
+`tfsent.formats` stages and places what `writing.py` writes.
 """
 
 from tfsent.encoders.huggingface.config import (HF_ACTIVATIONS, backbone_config,
