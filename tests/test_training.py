@@ -84,17 +84,24 @@ def _env():
     return env
 
 
-def test_sigkill_then_rerun_resumes(tmp_path, tiny_encoder_dir):
-    """SIGKILL after the first checkpoint; the same command again resumes and exports."""
-    out = str(tmp_path / "run")
-    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=300", "--config.eval_every=20")
+def _start_until_first_checkpoint(cmd, out, stderr):
+    """Starts the training command and returns its process once the run's first
+    checkpoint exists (the process still running)."""
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=stderr, text=True)
     ckpt = os.path.join(out, "checkpoints", "checkpoint")
     deadline = time.time() + 300
     while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
+    assert proc.poll() is None, "the run ended before its first checkpoint could be acted on"
+    return proc
+
+
+def test_sigkill_then_rerun_resumes(tmp_path, tiny_encoder_dir):
+    """SIGKILL after the first checkpoint; the same command again resumes and exports."""
+    out = str(tmp_path / "run")
+    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=300", "--config.eval_every=20")
+    proc = _start_until_first_checkpoint(cmd, out, subprocess.DEVNULL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(os.path.join(out, "export"))
@@ -151,13 +158,7 @@ def test_ctrl_c_then_rerun_resumes_and_logs_stay_off_the_progress_bar(tmp_path,
     stream: no log line is glued onto the progress bar's epoch line."""
     out = str(tmp_path / "run")
     cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=60", "--config.eval_every=20")
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    ckpt = os.path.join(out, "checkpoints", "checkpoint")
-    deadline = time.time() + 300
-    while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc = _start_until_first_checkpoint(cmd, out, subprocess.PIPE)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
