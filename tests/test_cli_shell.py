@@ -144,3 +144,23 @@ def test_a_misspelt_config_field_names_the_likely_one_not_sixty():
         resolve_config("simcse_unsup", overrides=["learning_rat=1e-4"])
     assert str(error.value) == ("--config.learning_rat: unknown field 'learning_rat' (did you "
                                 "mean learning_rate?); docs/training.md lists every field")
+
+
+def test_command_usage_keeps_its_line_breaks():
+    """A command's usage (its module docstring, which absl prints for --help) keeps the
+    shell's line continuations: in a plain string a `\\` at a line's end joins the next
+    line onto it, so a docstring with such lines must be a raw string."""
+    import ast
+    import glob
+
+    paths = [os.path.join(REPO, "tfsent", f"{name}.py")
+             for name in ("train", "evaluate", "export", "mine", "index")]
+    paths += sorted(glob.glob(os.path.join(REPO, "tools", "*.py")))
+    joined = []
+    for path in paths:
+        source = open(path, encoding="utf-8").read()
+        first = ast.parse(source).body[0]
+        lines = source.splitlines()[first.lineno - 1:first.end_lineno]
+        if any(line.endswith("\\") for line in lines) and not lines[0].startswith('r"""'):
+            joined.append(os.path.relpath(path, REPO))
+    assert not joined, joined

@@ -1,4 +1,4 @@
-"""Evaluates a sentence encoder with the SentEval / SimCSE protocol (docs/evaluation.md).
+r"""Evaluates a sentence encoder with the SentEval / SimCSE protocol (docs/evaluation.md).
 
     python -m tfsent.evaluate --model=NAME_OR_DIR --data_dir=DIR \
         --tasks=STS12,STSBenchmark,SICKRelatedness [--mode=test|fasttest] \

@@ -1,4 +1,4 @@
-"""Hard-negative mining: (anchor, positive) pairs -> (anchor, positive, negative) triplets.
+r"""Hard-negative mining: (anchor, positive) pairs -> (anchor, positive, negative) triplets.
 
     python -m tfsent.mine --model=NAME_OR_DIR --pairs=PAIRS.tsv [--corpus=SENTENCES.txt] \
         --out=TRIPLETS.tsv [--num_negatives=3] [--range_min=0] [--range_max=N] \

@@ -1,4 +1,4 @@
-"""Random vs mined hard negatives for `simcse_sup` on SNLI-dev pairs (the table in docs/training.md).
+r"""Random vs mined hard negatives for `simcse_sup` on SNLI-dev pairs (the table in docs/training.md).
 
     python tools/mining_experiment.py --data_dir=../shared/data --work_dir=/tmp/mining \
         [--model=minilm-l6] [--steps=80] [--seeds=0,1]

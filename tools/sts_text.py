@@ -1,4 +1,4 @@
-"""Writes the unlabeled sentences of the STS tasks to a text file (ConSERT's setting).
+r"""Writes the unlabeled sentences of the STS tasks to a text file (ConSERT's setting).
 
     python tools/sts_text.py --data_dir=../shared/data --out=sts_text.txt \
         [--tasks=STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness]
