@@ -9,11 +9,12 @@ import os
 
 import numpy as np
 
+import tfsent.encoders.families as families
 from tfsent.encoders.huggingface import SAFETENSORS_FILE
+from tfsent.encoders.huggingface.writing import write_json, write_safetensors, write_transformer
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
-from tfsent.encoders.huggingface.writing import write_json, write_safetensors, write_transformer
 from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export
 
 ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
@@ -120,11 +121,8 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=
     check_sentence_transformers_pooling(pooling)
     dense_layers = dense_stack(head)  # refuses inexpressible heads before anything is written
     backbone = encoder.backbone
-    pooler = None
     if pooling == "cls":
-        pooler = getattr(encoder, "pooler_dense", None)
-        if pooler is None:
-            pooler = getattr(backbone, "pooled_dense", None)
+        pooler = encoder.pooler_dense if families.TABLE[encoder.family].has_pooler else None
         if pooler is None:
             raise ConfigError(f"--pooling=cls needs a pooler Dense, which this {encoder.family} "
                               "encoder has not; use cls_before_pooler")
