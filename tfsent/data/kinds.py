@@ -10,6 +10,7 @@ and pipeline functions.
 """
 
 from tfsent.data import pairs, pipelines, readers
+from tfsent.data.sources import DEMO_NAMES
 from tfsent.errors import ConfigError
 
 _STRINGS = "strings (a list, or a tf.data.Dataset of strings, batched or not)"
@@ -46,7 +47,7 @@ def _read_sentences(source, config):
 
 
 def _read_triplets(source, config):
-    source = "demo" if source in ("demo", "demo_nli") else source
+    source = "demo" if source in DEMO_NAMES else source
     return readers.read_nli_triplets(source, config.train_split)
 
 

@@ -105,7 +105,7 @@ def read_nli_as_pairs(source, split="train", hard_negatives=True):
     (premise, entailment hypothesis) pairs."""
     if hard_negatives:
         return readers.read_nli_triplets("demo" if source == "demo_nli" else source, split)
-    if source in ("demo", "demo_nli"):
+    if source in sources.DEMO_NAMES:
         return [(p, e) for p, e, _ in readers.read_triplets_tsv(readers.DEMO_TRIPLETS)]
     pairs = [(p, h) for p, h, y in readers.read_nli_pairs(source, split)
              if y == "entailment"]

@@ -12,7 +12,7 @@ import os
 from absl import logging
 
 from tfsent.data import senteval as senteval_data
-from tfsent.data.sources import is_tfds, parse_source
+from tfsent.data.sources import DEMO_NAMES, is_tfds, parse_source
 from tfsent.data.textio import read_lines
 from tfsent.errors import ConfigError, InputError
 
@@ -296,7 +296,7 @@ def read_nli_pairs(source, split="train"):
     """(premise, hypothesis, label) rows from `demo`/`demo_nli` (the demo triplets, each
     giving an entailment and a contradiction row), a SentEval SNLI directory, a .jsonl, or
     `tfds:snli` / `tfds:multi_nli`."""
-    if source in ("demo", "demo_nli"):
+    if source in DEMO_NAMES:
         rows = []
         for p, e, c in read_triplets_tsv(DEMO_TRIPLETS):
             rows += [(p, e, "entailment"), (p, c, "contradiction")]

@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfsent.data import kinds, mixture, readers
-from tfsent.data.sources import parse_beir, parse_sources
+from tfsent.data.sources import DEMO_NAMES, parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError, TrainingError
@@ -445,7 +445,7 @@ def _nli_accuracy(model, config, metrics):
         logging.info("nli_eval_split: skipped (train_data is a mixture of %d sources)",
                      len(sources))
         return
-    if sources[0] in ("demo", "demo_nli"):
+    if sources[0] in DEMO_NAMES:
         return
     rows = readers.read_nli_pairs(sources[0], config.nli_eval_split)
     acc = model.nli_accuracy(rows, max_seq_length=config.eval_max_seq_length)
