@@ -17,6 +17,7 @@ written by `STSDevEvaluation` reach `ModelCheckpoint`, `EarlyStopping`, `TensorB
 """
 
 import math
+import sys
 import time
 
 import keras
@@ -321,6 +322,14 @@ class DivergenceGuard(keras.callbacks.Callback):
             self.stop_if_diverged(self.evaluation.last_report, _step(self.model))
 
 
+def end_progress_line():
+    """Ends the progress bar's line (Keras' progbar writes to stdout without a newline
+    until its epoch ends), so that a log line written mid-epoch starts on a line of its
+    own instead of being glued onto the bar."""
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
 class EarlyDevCheck(keras.callbacks.Callback):
     """A dev evaluation before the first epoch ends (at optimizer step `at_step`), so a
     collapse in a short run's first steps is seen and stopped early: the evaluation goes
@@ -346,8 +355,9 @@ class EarlyDevCheck(keras.callbacks.Callback):
         self.done = True
         if self.skip_when is not None and self.skip_when():
             return
-        report = self.evaluation.evaluate()
+        end_progress_line()
         logging.info("early dev evaluation at step %d", step)
+        report = self.evaluation.evaluate()
         if self.keeper is not None:
             self.keeper.consider(report, step)
         if self.board is not None:
@@ -417,6 +427,64 @@ class NanGuard(keras.callbacks.Callback):
         if self.overflow_steps:
             logging.info("%d loss-scale overflow step(s) skipped by the LossScaleOptimizer",
                          self.overflow_steps)
+
+
+def format_duration(seconds):
+    """'0.4 s', '45 s', '3 min 20 s', '1 h 05 min'."""
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def remaining_seconds(steps_left, step_seconds, evals_left, eval_seconds):
+    """The time a run has left: its train steps and its dev evaluations (with checkpoint
+    and best-weight saving, which happen beside them)."""
+    return steps_left * step_seconds + evals_left * eval_seconds
+
+
+class RunClock(keras.callbacks.Callback):
+    """After each epoch's dev evaluation, one log line with the whole run's time left,
+    dev evaluations included (Keras' progress bar counts one epoch's train steps only):
+    "step 50 of 150 (1 min 20 s so far): about 2 min 40 s left (train steps 0.9 s each,
+    dev evaluation and saving 12 s each)". Put it after the evaluation callbacks."""
+
+    def __init__(self, total_steps, throughput):
+        super().__init__()
+        self.total_steps = total_steps
+        self.throughput = throughput
+        self._t0 = None
+        self._epochs = 0
+
+    def on_train_begin(self, logs=None):
+        self._t0 = time.perf_counter()
+        self._epochs = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epochs += 1
+        elapsed = time.perf_counter() - self._t0
+        timed = self.throughput.durations
+        steps_done = sum(n for _, n in timed)
+        if not steps_done:
+            return
+        step_seconds = (sum(t for t, _ in timed[1:]) / max(1, sum(n for _, n in timed[1:]))
+                        if len(timed) > 1 else timed[0][0] / timed[0][1])
+        # Everything that was not a train step: evaluations, saving, the first step's
+        # tracing (counted once, so the estimate errs on the long side early on).
+        other = max(0.0, elapsed - sum(t for t, _ in timed)) / self._epochs
+        step = _step(self.model)
+        steps_left = max(0, self.total_steps - step)
+        epoch_steps = max(1, steps_done // self._epochs)
+        evals_left = -(-steps_left // epoch_steps)
+        left = remaining_seconds(steps_left, step_seconds, evals_left, other)
+        logging.info("step %d of %d (%s so far): about %s left (train steps %.2f s each, "
+                     "dev evaluation and saving %s each)", step, self.total_steps,
+                     format_duration(elapsed), format_duration(left), step_seconds,
+                     format_duration(other))
 
 
 class Throughput(keras.callbacks.Callback):

@@ -27,11 +27,11 @@ from tfsent.methods.distill import teacher_name
 from tfsent import formats
 from tfsent.training import distribute
 from tfsent.training.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck,
-                                       NanGuard, RetrievalDevEvaluation, RunCheckpoint,
+                                       NanGuard, RetrievalDevEvaluation, RunCheckpoint, RunClock,
                                        STSDevEvaluation, Throughput)
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (RunState, prepare_run_dir, read_json, run_finished,
-                                     write_json_atomic)
+                                     size_summary, write_json_atomic)
 from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
 from tfsent.training.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
 
@@ -210,6 +210,7 @@ def run(method, config, output_dir, overwrite=False):
     metrics = finalize_run(r, *guards)
     if "export" in metrics:  # the chief (other workers of a multi-worker run export nothing)
         print(f"export: {metrics['export']}")
+        print(size_summary(output_dir))
         print("\n".join(next_steps(r.config, metrics, output_dir)))
     return metrics
 
@@ -353,6 +354,7 @@ def fit_run(r):
         keras.callbacks.TensorBoard(log_dir=tb_dir,
                                     update_freq=max(1, 10 // config.steps_per_execution),
                                     write_graph=False),
+        RunClock(r.steps, throughput),
     ]
     if r.start_step == 0 and 0 < config.first_eval_step < config.eval_every:
         callbacks.insert(4, EarlyDevCheck(config.first_eval_step, evaluation, keeper, board,

@@ -4,9 +4,11 @@ whether a folder holds a new, a resumable or a finished run (`prepare_run_dir`).
 Run directory layout (`output_dir`):
   config.json    the run's full config (with "method"); a rerun must match it to resume
   checkpoints/   tf.train.CheckpointManager (model + optimizer + step), every eval_every
-                 steps, the last two kept
-  start/         the starting encoder's weights + start.json (its dev score)
-  best/          weights of the best trained dev score so far + best.json (score, step)
+                 steps, the last one kept (a new one is complete before the old one goes)
+  start/         the starting encoder's weights (+ export head) + start.json (dev score)
+  best/          the same parts at the best trained dev score so far + best.json (score,
+                 step); start/ and best/ hold what an export is made of, never the
+                 optimizer or frozen parts
   tb/            TensorBoard logs
   export/<v>/    SavedModel of the exported weights (best, or the start when nothing beat it)
   export_<format>/<v>/  other formats (export_formats)
@@ -24,11 +26,17 @@ import json
 import os
 import shutil
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from tfsent import fsio
 from tfsent.errors import ConfigError
+
+
+ENCODER_WEIGHTS = "encoder.weights.h5"  # start/ and best/: the encoder's weights
+HEAD_WEIGHTS = "head.npz"  # ... and the method's export head's, when it has one
+LEGACY_MODEL_WEIGHTS = "model.weights.h5"  # start/ and best/ of runs written before
 
 
 def write_json_atomic(path, obj):
@@ -66,7 +74,7 @@ class RunState:
         self.best_json = os.path.join(self.best_dir, "best.json")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(self.write_dir, "checkpoints"), max_to_keep=2)
+            self.checkpoint, os.path.join(self.write_dir, "checkpoints"), max_to_keep=1)
 
     def restore(self):
         """Restores the latest checkpoint (the chief's) if there is one; returns the step."""
@@ -97,42 +105,103 @@ class RunState:
         return info.get("score"), info.get("step")
 
     def save_best(self, score, step, extra=None):
-        """Saves the model's weights as the new best (atomic replace)."""
-        os.makedirs(self.best_dir, exist_ok=True)
-        final = os.path.join(self.best_dir, "model.weights.h5")
-        tmp = os.path.join(self.best_dir, "model.tmp.weights.h5")
-        self.model.save_weights(tmp)
-        fsio.commit_file(tmp, final)
+        """Saves the exported part's weights as the new best (atomic replace)."""
+        self._save_exported(self.best_dir)
         write_json_atomic(self.best_json, dict(extra or {}, score=score, step=step))
 
     @property
     def start_weights(self):
         """Path of the starting encoder's weights (written once, before training)."""
-        return os.path.join(self.write_dir, "start", "model.weights.h5")
+        return os.path.join(self.write_dir, "start", ENCODER_WEIGHTS)
 
     def save_start(self, score):
         """Keeps the weights the run starts from (the first candidate of dev selection)."""
         folder = os.path.dirname(self.start_weights)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, "model.tmp.weights.h5")
-        self.model.save_weights(tmp)
-        fsio.commit_file(tmp, self.start_weights)
+        self._save_exported(folder)
         write_json_atomic(os.path.join(folder, "start.json"), {"score": score, "step": 0})
 
     def load_start(self):
         """Loads the starting weights into the model; False if there are none."""
-        if not os.path.exists(self.start_weights):
-            return False
-        self.model.load_weights(self.start_weights)
-        return True
+        return self._load_exported(os.path.dirname(self.start_weights))
 
     def load_best(self):
         """Loads the best weights into the model; False if there are none."""
-        path = os.path.join(self.best_dir, "model.weights.h5")
-        if not os.path.exists(path):
+        return self._load_exported(self.best_dir)
+
+    # start/ and best/ hold what an export is made of, not the whole training model: the
+    # encoder (ENCODER_WEIGHTS) and the method's export head (HEAD_WEIGHTS), never the
+    # optimizer's slots or frozen parts (CMLM-CSE's extractor, a distillation teacher).
+    # Resuming reads checkpoints/ alone.
+
+    def _exported_parts(self):
+        return self.model.encoder, getattr(self.model, "export_head", None)
+
+    def _save_exported(self, folder):
+        os.makedirs(folder, exist_ok=True)
+        encoder, head = self._exported_parts()
+        tmp = os.path.join(folder, "encoder.tmp.weights.h5")
+        encoder.save_weights(tmp)
+        fsio.commit_file(tmp, os.path.join(folder, ENCODER_WEIGHTS))
+        if head is not None:
+            tmp = os.path.join(folder, "head.tmp.npz")
+            with open(tmp, "wb") as f:
+                np.savez(f, *[v.numpy() for v in head.weights])
+            fsio.commit_file(tmp, os.path.join(folder, HEAD_WEIGHTS))
+
+    def _load_exported(self, folder):
+        legacy = os.path.join(folder, LEGACY_MODEL_WEIGHTS)  # the whole model (before 0.x)
+        if not os.path.exists(os.path.join(folder, ENCODER_WEIGHTS)):
+            if os.path.exists(legacy):
+                self.model.load_weights(legacy)
+                return True
             return False
-        self.model.load_weights(path)
+        encoder, head = self._exported_parts()
+        encoder.load_weights(os.path.join(folder, ENCODER_WEIGHTS))
+        if head is not None:
+            path = os.path.join(folder, HEAD_WEIGHTS)
+            with np.load(path) as stored:
+                arrays = [stored[f"arr_{i}"] for i in range(len(stored.files))]
+            if len(arrays) != len(head.weights):
+                raise ConfigError(f"{path} holds {len(arrays)} head arrays, the model's "
+                                  f"export head has {len(head.weights)}")
+            for variable, value in zip(head.weights, arrays):
+                variable.assign(value)
         return True
+
+
+def folder_bytes(path):
+    """Bytes of the files under `path` (a file's own size for a file; 0 when missing)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files
+                     if not os.path.islink(os.path.join(root, f)))
+    return total
+
+
+def _megabytes(n):
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+# What each part of a run folder is for, in the size line a finished run prints.
+_PURPOSE = {"checkpoints": "to resume or train on", "start": "dev selection",
+            "best": "dev selection", "export": "the served model",
+            "encoder": "to publish or fine-tune"}
+
+
+def size_summary(output_dir):
+    """One line: the run folder's size and what its large parts are for."""
+    parts = []
+    for name in sorted(os.listdir(output_dir)):
+        size = folder_bytes(os.path.join(output_dir, name))
+        if size >= 1e6:
+            purpose = _PURPOSE.get(name, "export" if name.startswith("export_") else "")
+            parts.append((size, f"{name}/ {_megabytes(size)}" +
+                          (f" ({purpose})" if purpose else "")))
+    total = folder_bytes(output_dir)
+    detail = ", ".join(text for _, text in sorted(parts, reverse=True))
+    return f"run folder: {_megabytes(total)} in {output_dir}" + (f": {detail}" if detail else "")
 
 
 # --------------------------------------------------------------------------------------

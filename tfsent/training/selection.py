@@ -45,7 +45,7 @@ def step_of(model):
 
 class BestEncoderKeeper(keras.callbacks.Callback):
     """The CLI's model selection: keeps the weights of the best `monitor` score in the run
-    directory (`tfsent.training.run_dir.RunState`: best/model.weights.h5 + best.json) and
+    directory (`tfsent.training.run_dir.RunState`: best/ holds the exported parts + best.json) and
     logs one line per evaluation.
 
     The starting encoder is a candidate: `baseline` (its step-0 score) is the first best,
