@@ -25,12 +25,22 @@ def run_command(body, argv, required=(), interrupt_hint=""):
     for value, hint in required:
         if not value:
             raise app.UsageError(hint)
+    quiet_tensorflow_info()
     try:
         return body()
     except TfsentError as e:
         fail(e)
     except KeyboardInterrupt:
         interrupted(interrupt_hint)
+
+
+def quiet_tensorflow_info():
+    """TensorFlow's own INFO lines (each SavedModel save logs hundreds of renamed inputs,
+    "Assets written to", fingerprints) are left out of a command's log unless
+    `--verbosity=1` or more asks for them; its warnings and errors stay."""
+    import logging as std_logging
+    if logging.get_verbosity() < 1:
+        std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
 
 
 def fail(error):
