@@ -38,9 +38,9 @@ def quiet_tensorflow_info():
     """TensorFlow's own INFO lines (each SavedModel save logs hundreds of renamed inputs,
     "Assets written to", fingerprints) are left out of a command's log unless
     `--verbosity=1` or more asks for them; its warnings and errors stay."""
-    import logging as std_logging
     if logging.get_verbosity() < 1:
-        std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
+        import tensorflow as tf  # every command's body imports it anyway
+        tf.get_logger().setLevel("WARNING")
 
 
 def fail(error):
