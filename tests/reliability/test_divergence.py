@@ -60,7 +60,7 @@ def test_nan_stops_keeps_best_and_resumes_with_lower_lr(tmp_path, tiny_encoder_d
     out = str(tmp_path / "run")
     step = _killed_after_a_checkpoint(out, tiny_encoder_dir, 60, 1e-3)
     best_json = open(os.path.join(out, "best", "best.json")).read()
-    best_weights = open(os.path.join(out, "best", "model.weights.h5"), "rb").read()
+    best_weights = open(os.path.join(out, "best", "encoder.weights.h5"), "rb").read()
 
     # Resume with an absurd learning rate (a recovery knob may change on resume): the
     # weights blow up.
@@ -73,7 +73,7 @@ def test_nan_stops_keeps_best_and_resumes_with_lower_lr(tmp_path, tiny_encoder_d
     assert f"last good checkpoint (step {step})" in diverged.stderr
     assert not os.path.exists(os.path.join(out, "export"))      # nothing exported
     assert open(os.path.join(out, "best", "best.json")).read() == best_json
-    assert open(os.path.join(out, "best", "model.weights.h5"), "rb").read() == best_weights
+    assert open(os.path.join(out, "best", "encoder.weights.h5"), "rb").read() == best_weights
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["stopped"].startswith("the loss became non-finite (nan) at step")
 

@@ -113,6 +113,10 @@ def _embed_untrained(encoder_dir, tmp_path):
     return _embed(path)
 
 
+def _listdir(folder):
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
 def test_killed_worker_then_restart_resumes(tmp_path, tiny_encoder_dir):
     out = str(tmp_path / "run")
     procs = _start_workers(out, tiny_encoder_dir, 20, 5, str(tmp_path))
@@ -120,7 +124,9 @@ def test_killed_worker_then_restart_resumes(tmp_path, tiny_encoder_dir):
     deadline = time.time() + 600
     try:
         while time.time() < deadline:   # wait for the chief's checkpoint at step 10
-            if os.path.exists(os.path.join(checkpoints, "ckpt-10.index")):
+            # (one checkpoint is kept: ckpt-10 may already be replaced by a later one)
+            if any(n.startswith("ckpt-") and n.endswith(".index")
+                   and int(n[5:-6]) >= 10 for n in _listdir(checkpoints)):
                 break
             assert all(p.poll() is None for p in procs), open(tmp_path / "worker0.log").read()
             time.sleep(0.2)
