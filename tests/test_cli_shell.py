@@ -52,6 +52,9 @@ def test_verbosity_keeps_the_native_notices():
      "INTERNAL: CUDA error\n", True),
     ("To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild "
      "TensorFlow with the appropriate compiler flags.\n", True),
+    ("E0000 00:00:1795732108.709934   25596 util.cc:131] oneDNN supports DT_INT64 only on "
+     "platforms with AVX-512. Falling back to the default Eigen-based implementation if "
+     "present.\n", True),
     # kept: real errors, Python's own output, a notice-like word inside a sentence
     ("E0000 00:00:1795713021.106606    5416 op_kernel.cc:52] OOM when allocating tensor\n",
      False),

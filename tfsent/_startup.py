@@ -23,6 +23,7 @@ NOTICE = re.compile(
     r"STDERR"
     r"|[IW]\d{4} [\d:. ]+\d+ \S+\] "
     r"|E\d{4} [\d:. ]+\d+ (cuda_\w+|cuda_platform|cuda_executor|cuda_diagnostics)\.cc:\d+\] "
+    r"|E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports "
     r"|To enable the following instructions: )")
 
 
