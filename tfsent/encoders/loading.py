@@ -86,6 +86,8 @@ class _Settings:
                 notes.append(f"{key}={declared[key]!r} (from {where})")
             else:
                 out[key] = defaults[key]
+                if key == "pooling":
+                    out["pooling_from_default"] = True
         if notes:
             logging.info("encoder settings: %s", "; ".join(notes))
         return out
@@ -139,6 +141,8 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     """A Hugging Face checkpoint directory (config.json + model.safetensors + tokenizer)."""
     family, config = huggingface.read_hf_config(directory)
+    if not families.TABLE[family].runs_own_forward:
+        return _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed)
     config_path = os.path.join(directory, "config.json")
     bb_config, activation = huggingface.backbone_config(family, config, config_path)
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
@@ -154,6 +158,24 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
                            normalize=values["normalize"], mlm_head=head)
 
 
+def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed):
+    """A Hugging Face folder of a family keras-hub's own converter loads (qwen3)."""
+    config = huggingface.read_hf_config(directory)[1]
+    tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
+                                           pad_to_max_length, int(config["vocab_size"]))
+    backbone = kh.load_hf_backbone(directory, dtype)
+    if families.family_of(backbone) != family:
+        raise InputError(f"keras-hub loaded a {type(backbone).__name__} from a {family} "
+                         "config.json", path=directory)
+    logging.info("loaded %s checkpoint %s (%d layers, hidden %d)", family, directory,
+                 backbone.num_layers, backbone.hidden_dim)
+    pooling = values["pooling"]
+    if values.get("pooling_from_default"):
+        pooling = families.TABLE[family].default_pooling
+    return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
+                           seed, normalize=values["normalize"])
+
+
 def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, seed):
     """A sentence-transformers model directory: its Transformer module's checkpoint with
     the Pooling / sentence_bert_config / Normalize settings the directory declares."""
@@ -164,6 +186,9 @@ def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, s
         raise st["pooling_error"]
     values = settings.resolve(declared, f"sentence-transformers directory {directory}")
     encoder = _load_hf_dir(st["transformer_dir"], values, pad_to_max_length, dtype, seed)
+    if st.get("prompts"):
+        encoder.prompts = st["prompts"]
+        logging.info("prompts from %s: %s", directory, st["prompts"])
     if st.get("do_lower_case") and not getattr(encoder.tokenizer, "lowercase", False):
         raise ConfigError(f"{directory}: sentence_bert_config.json sets do_lower_case, which "
                           f"tfsent supports only for lowercasing WordPiece tokenizers")
