@@ -128,3 +128,18 @@ def test_embeddings_equal_sentence_transformers(folder, encoder):
     queries = encoder.encode([encoder.prompts["query_prompt"] + s for s in sentences])
     np.testing.assert_allclose(documents, reference["documents"], atol=1e-4)
     np.testing.assert_allclose(queries, reference["queries"], atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["simcse_unsup", "retrieval"])
+def test_method_trains_and_export_serves_strings(method, folder, tmp_path):
+    """A training step of the method on the tiny Qwen3-Embedding folder (the grid's cell of
+    tests/test_families_methods.py), then the SavedModel, served from raw strings in a
+    process that imports neither tfsent nor keras-hub, equal to `encode`."""
+    from conftest import serve_in_fresh_process
+    from test_families_methods import SENTENCES, train_and_export
+
+    path, expected, logs = train_and_export(method, "qwen3", folder, str(tmp_path))
+    assert logs["loss"] > 0
+    served = serve_in_fresh_process(path, SENTENCES)
+    assert served["modules"] == []
+    np.testing.assert_allclose(np.array(served["embedding"]), expected, atol=1e-5)
