@@ -143,3 +143,15 @@ def test_method_trains_and_export_serves_strings(method, folder, tmp_path):
     served = serve_in_fresh_process(path, SENTENCES)
     assert served["modules"] == []
     np.testing.assert_allclose(np.array(served["embedding"]), expected, atol=1e-5)
+
+
+def test_encoder_dir_round_trip(encoder, tmp_path):
+    """tfsent's own encoder directory (what training writes) keeps the family, the
+    tokenizer, the pooling and the folder's prompts."""
+    from tfsent.encoders.encoder_dir import save_encoder_dir
+
+    save_encoder_dir(encoder, str(tmp_path / "enc"))
+    again = load_encoder(str(tmp_path / "enc"))
+    assert (again.family, again.pooling, again.prompts) == ("qwen3", "last_token",
+                                                            encoder.prompts)
+    np.testing.assert_allclose(again.encode(HARD), encoder.encode(HARD), atol=1e-6)

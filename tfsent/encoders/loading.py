@@ -28,8 +28,8 @@ import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
+                                        SentencePieceTokenizer, SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
 # The version CI tests (.ci/run installs exactly this); --no-deps: the package declares
@@ -228,6 +228,10 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids",
                                                          families.TABLE[family].has_segments))
+    if kind == "qwen_bpe":
+        return QwenBPETokenizer(files["vocabulary"], files["merges"],
+                                options.get("special_tokens"), max_seq_length,
+                                pad_to_max_length)
     if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
@@ -262,7 +266,7 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     kind = families.TABLE[family].tokenizer_kind
     if kind == "wordpiece":
         files["vocabulary"] = os.path.join(directory, "vocab.txt")
-    elif kind == "byte_bpe":
+    elif kind in ("byte_bpe", "qwen_bpe"):
         files["vocabulary"] = os.path.join(directory, "vocab.json")
         files["merges"] = os.path.join(directory, "merges.txt")
     else:
@@ -283,5 +287,8 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     activation = meta.get("activation", "gelu")
     if activation not in _ACTIVATIONS:
         raise InputError(f"unknown activation {activation!r}", path=path)
-    return SentenceEncoder(backbone, tokenizer, values["pooling"], activation, seed,
-                           normalize=values["normalize"], mlm_head=head)
+    encoder = SentenceEncoder(backbone, tokenizer, values["pooling"], activation, seed,
+                              normalize=values["normalize"], mlm_head=head)
+    if meta.get("prompts"):
+        encoder.prompts = meta["prompts"]
+    return encoder

@@ -467,9 +467,6 @@ class QwenBPETokenizer(ByteBPETokenizer):
         return super().pre_tokenize(tf_text.normalize_utf8(_replace_invalid_utf8(strings),
                                                            "NFC"))
 
-    def save_files(self, directory):
-        raise ConfigError("writing a Qwen tokenizer's files (tokenizer.json) is not "
-                          "supported yet")
 
 
 # --------------------------------------------------------------------------------------
