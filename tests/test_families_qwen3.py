@@ -155,3 +155,20 @@ def test_encoder_dir_round_trip(encoder, tmp_path):
     assert (again.family, again.pooling, again.prompts) == ("qwen3", "last_token",
                                                             encoder.prompts)
     np.testing.assert_allclose(again.encode(HARD), encoder.encode(HARD), atol=1e-6)
+
+
+def test_saved_model_serves_the_folders_prompts(encoder, tmp_path):
+    """The SavedModel takes raw strings; its encode_query prepends the folder's query
+    prompt (Qwen3-Embedding's instruction)."""
+    import tensorflow as tf
+
+    from tfsent.formats.saved_model import export_encoder
+
+    path = export_encoder(encoder, str(tmp_path / "export"), max_seq_length=64)
+    loaded = tf.saved_model.load(path)
+    sentences = HARD[:4]
+    query = loaded.signatures["encode_query"](sentences=tf.constant(sentences))
+    got = next(iter(query.values())).numpy()
+    want = encoder.encode([QWEN_PROMPTS["query"] + s for s in sentences], normalize=False)
+    np.testing.assert_allclose(got / np.linalg.norm(got, axis=1, keepdims=True),
+                               want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
