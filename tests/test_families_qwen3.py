@@ -172,3 +172,10 @@ def test_saved_model_serves_the_folders_prompts(encoder, tmp_path):
     want = encoder.encode([QWEN_PROMPTS["query"] + s for s in sentences], normalize=False)
     np.testing.assert_allclose(got / np.linalg.norm(got, axis=1, keepdims=True),
                                want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["onnx", "litert", "sentence_transformers", "huggingface",
+                                  "keras_hub"])
+def test_other_formats_refuse_clearly(encoder, tmp_path, name):
+    with pytest.raises(ConfigError, match=f"qwen3 family cannot be exported as {name}"):
+        encoder.export(str(tmp_path / name), format=name)

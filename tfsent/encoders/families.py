@@ -56,6 +56,7 @@ class Family(NamedTuple):
     default_pooling: str = "mean"  # what a bare Hugging Face folder is pooled with
     hf_padding_side: str = "right"  # tokenizer_config.json's padding_side of releases
     appended_token: object = None  # the token a decoder family's tokenizer appends
+    export_formats: object = None  # the tfsent.formats names it writes (None: every one)
 
     @property
     def runs_own_forward(self):
@@ -180,7 +181,7 @@ TABLE = {
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
-        appended_token="<|endoftext|>"),
+        appended_token="<|endoftext|>", export_formats=("tf_saved_model",)),
 }
 FAMILIES = tuple(TABLE)
 # The family of files saved before tfsent recorded one (format-1 encoder directories, CMLM
