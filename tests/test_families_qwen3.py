@@ -17,7 +17,8 @@ from tfsent.encoders import load_encoder
 from tfsent.encoders.pooling import last_token
 from tfsent.errors import ConfigError, InputError
 
-HARD = ["", "Hello world", "  leading spaces", "trailing  ", "a  \n\n b\tc\r\nd",
+HARD = ["", "Hello world", "  leading spaces", "trailing  ",
+        "a  \n\n b\tc\r\nd",
         "I'M here, you'LL see: they've 12345 apples!", "Café crème, naïve Ångström",
         "東京は日本の首都です。", "The party 🎉😀👍 (really) [ok] {x}", "e\u0301 vs é",
         "(hello) --world-- ...ok", "\u00a0non-breaking\u3000ideographic"]
@@ -87,11 +88,21 @@ def test_left_and_right_padding_agree(encoder):
 
 
 def test_tfsent_forward_options_refused(encoder):
-    features = encoder.tokenize(["x"])
+    """What SCD (per-site dropout), ConSERT (embedding hook, position ids), layer-wise
+    poolings, distill's cut students and CMLM-CSE's extractor need: clear errors."""
+    from tfsent.encoders.layer_drop import keep_layers
+    from tfsent.methods import CMLMCSE
+
+    features = encoder.tokenize(["x", "y z"])
     for kwargs in ({"dropout": 0.1}, {"output_hidden_states": True},
-                   {"pooling": "last2_avg"}):
+                   {"pooling": "last2_avg"}, {"embedding_fn": lambda x, mask: x},
+                   {"position_ids": features["token_ids"] * 0}):
         with pytest.raises(ConfigError, match="keras-hub's forward"):
             encoder(features, **kwargs)
+    with pytest.raises(ConfigError, match="student cut .* qwen3 family does not run"):
+        keep_layers(encoder, "0")
+    with pytest.raises(ConfigError, match="CMLM-CSE's lexical extractor"):
+        CMLMCSE(encoder, extractor_layers=1, fusion_layers=1)
 
 
 def test_pooling_tfsent_lacks_is_refused(tmp_path):

@@ -209,6 +209,14 @@ class SentenceEncoder(keras.Model):
         # slice adding axes to a dynamic shape (tfsent.formats.litert converts this).
         return tf.expand_dims(tf.expand_dims(1.0 - mask, 1), 1) * -1e9
 
+    def require_own_forward(self, what):
+        """ConfigError unless tfsent runs this family's forward itself (`what` needs its
+        layers one by one: a student cut from it, CMLM-CSE's extractor)."""
+        if not families.TABLE[self.family].runs_own_forward:
+            raise ConfigError(f"{what} needs tfsent's own transformer forward, which the "
+                              f"{self.family} family does not run (docs/methods.md, "
+                              "\"Decoder families\")")
+
     def _call_backbone(self, inputs, training, dropout, embedding_fn, position_ids, pooling,
                        output_hidden_states, num_layers):
         """The forward of a family tfsent does not run itself (`Family.runs_own_forward`):
@@ -216,7 +224,7 @@ class SentenceEncoder(keras.Model):
         asked = [name for name, value in (
             ("dropout", dropout), ("embedding_fn", embedding_fn),
             ("position_ids", position_ids), ("output_hidden_states", output_hidden_states),
-            ("num_layers", num_layers)) if value not in (None, False)]
+            ("num_layers", num_layers)) if value is not None and value is not False]
         if pooling in LAYERWISE_POOLINGS:
             asked.append(f"pooling={pooling}")
         if asked:
