@@ -170,8 +170,13 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     logging.info("loaded %s checkpoint %s (%d layers, hidden %d)", family, directory,
                  backbone.num_layers, backbone.hidden_dim)
     pooling = values["pooling"]
+    native = families.TABLE[family].default_pooling
     if values.get("pooling_from_default"):
-        pooling = families.TABLE[family].default_pooling
+        pooling = native
+    elif pooling != native:
+        logging.warning("%s: pooled with %r (the caller's); %s releases are pooled with %r "
+                        "(tfsent.train: --config.pooling=%s trains what the folder serves)",
+                        directory, pooling, family, native, native)
     return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
                            seed, normalize=values["normalize"])
 
@@ -209,6 +214,9 @@ def _load_preset(name, settings, pad_to_max_length, dtype, seed):
     if backbone is None:
         raise ConfigError(f"keras-hub preset {name!r} is a {family}, not a supported "
                           f"encoder; supported families: {', '.join(families.FAMILIES)}")
+    if not families.TABLE[family].runs_own_forward:
+        raise ConfigError(f"keras-hub preset {name!r} is a {family} model, which tfsent loads "
+                          "from a Hugging Face / sentence-transformers folder only")
     files = kh.tokenizer_files(family, kh_tokenizer)
     tokenizer = _make_tokenizer(family, files, {}, values["max_seq_length"],
                                 pad_to_max_length)
