@@ -61,6 +61,8 @@ def np_pool(name, hs, mask, kernel, bias):
         return np_masked_mean((hs[0] + last) / 2, mask)
     if name == "last2_avg":
         return np_masked_mean((hs[-2] + last) / 2, mask)
+    if name == "last_token":  # right padding here: the row's last real position
+        return last[np.arange(len(last)), mask.sum(1) - 1]
     raise AssertionError(name)
 
 

@@ -10,8 +10,9 @@ import os
 import numpy as np
 
 from tfsent import fsio
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+import tfsent.encoders.families as families
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
+                                        SentencePieceTokenizer, SentenceTokenizer)
 from tfsent.errors import ConfigError
 
 ENCODER_CONFIG_FILE = "tfsent_encoder.json"
@@ -22,6 +23,10 @@ def backbone_config(backbone):
     """The size fields of a keras-hub backbone's config (what `save_encoder_dir` records
     and `keras_hub_adapter.make_backbone` takes)."""
     config = backbone.get_config()
+    family = families.family_of(backbone)
+    if family is not None and not families.TABLE[family].runs_own_forward:
+        # keras-hub's own layers: every constructor setting of the backbone
+        return {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
     keep = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
             "dropout", "max_sequence_length", "num_segments")
     return {k: config[k] for k in keep if k in config}
@@ -32,6 +37,8 @@ def _tokenizer_meta(tokenizer):
         return {"kind": "wordpiece", "lowercase": tokenizer.lowercase,
                 "strip_accents": tokenizer.strip_accents,
                 "segment_ids": tokenizer.emits_segment_ids}
+    if isinstance(tokenizer, QwenBPETokenizer):
+        return {"kind": "qwen_bpe", "special_tokens": tokenizer.special_tokens}
     if isinstance(tokenizer, ByteBPETokenizer):
         return {"kind": "byte_bpe", "add_prefix_space": tokenizer.add_prefix_space,
                 "special_tokens": tokenizer.special_tokens}
@@ -67,6 +74,7 @@ def save_encoder_dir(encoder, directory):
             "normalize": encoder.normalize,
             "max_seq_length": encoder.tokenizer.max_seq_length,
             "tokenizer": _tokenizer_meta(encoder.tokenizer),
+            "prompts": getattr(encoder, "prompts", None),  # a folder's query / document
             # Read by tfsent before format 2 (BERT only), kept for older readers.
             "lowercase": encoder.tokenizer.lowercase,
             "strip_accents": encoder.tokenizer.strip_accents,

@@ -1,7 +1,7 @@
 """The encoder families tfsent runs, as data: one record per family, read by loading
 (`huggingface`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.formats`).
 
-    families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert")
+    families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert", "qwen3")
     families.TABLE[name]           the family's `Family` record
     families.family_of(backbone)   the family of a keras-hub backbone (None if not ours)
 
@@ -47,6 +47,23 @@ class Family(NamedTuple):
     layer: dict  # role -> Hugging Face module name template ("{i}": layer index)
     zero_tensors: dict  # Hugging Face tensor name -> rows (of hidden_dim zeros)
     mlm_head: tuple  # (dense module, LayerNorm module, output-bias names, first found)
+    # What sets the decoder-based embedders (Qwen3-Embedding) apart; the defaults are the
+    # post-LayerNorm encoders'.
+    forward: str = "tfsent"  # tfsent: our own forward (`model`); keras_hub: the backbone's
+    attention: str = "bidirectional"  # bidirectional | causal
+    block: str = "post_layernorm"  # post_layernorm | pre_rmsnorm (RMSNorm, gated SiLU MLP)
+    positions: str = "absolute"  # absolute (a learned table) | rope (rotary)
+    default_pooling: str = "mean"  # what a bare Hugging Face folder is pooled with
+    hf_padding_side: str = "right"  # tokenizer_config.json's padding_side of releases
+    appended_token: object = None  # the token a decoder family's tokenizer appends
+    export_formats: object = None  # the tfsent.formats names it writes (None: every one)
+
+    @property
+    def runs_own_forward(self):
+        """True when tfsent runs its own transformer forward over the backbone's weights
+        (per-site dropout, embedding hooks, every layer's states); False when it calls the
+        keras-hub backbone (its sequence output only)."""
+        return self.forward == "tfsent"
 
     @property
     def has_segments(self):
@@ -152,6 +169,19 @@ TABLE = {
         hf_config_fixed={"sinusoidal_pos_embds": False}, base_prefix="distilbert.",
         embeddings=_EMBEDDINGS, pooler=None, layer=_DISTILBERT_LAYER, zero_tensors={},
         mlm_head=("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",))),
+    # Qwen3 (Qwen3-Embedding): a causal decoder with pre-RMSNorm blocks, rotary positions,
+    # grouped-query attention; pooled at the last token, the <|endoftext|> its tokenizer
+    # appends. Loaded by keras-hub's own Hugging Face converter (no weight map here).
+    "qwen3": Family(
+        name="qwen3", keras_hub_backbone="Qwen3Backbone", keras_hub_tokenizer="Qwen3Tokenizer",
+        keras_hub_text_embedder="Qwen3TextEmbedder", activation="silu",
+        layer_norm_epsilon=1e-6, positions_after_padding=False, pad_token_id=None,
+        tokenizer_kind="qwen_bpe", hf_model_class="Qwen3Model",
+        hf_tokenizer_class="Qwen2Tokenizer", hf_config_keys={}, hf_config_fixed={},
+        base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
+        mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
+        positions="rope", default_pooling="last_token", hf_padding_side="left",
+        appended_token="<|endoftext|>", export_formats=("tf_saved_model",)),
 }
 FAMILIES = tuple(TABLE)
 # The family of files saved before tfsent recorded one (format-1 encoder directories, CMLM

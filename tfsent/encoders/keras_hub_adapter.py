@@ -76,6 +76,20 @@ def embedding_parts(backbone):
                           backbone.embeddings_layer_norm)
 
 
+def token_embedding(backbone):
+    """The token embedding layer (a ReversibleEmbedding) of a backbone of any family."""
+    if families.TABLE[families.family_of(backbone)].runs_own_forward:
+        return embedding_parts(backbone).token
+    return backbone.token_embedding
+
+
+def load_hf_backbone(directory, dtype=None):
+    """A backbone of a family whose weights keras-hub's own Hugging Face converter loads
+    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder)."""
+    kwargs = {"dtype": dtype} if dtype else {}
+    return keras_hub.models.Backbone.from_preset(directory, **kwargs)
+
+
 def pooler_dense(backbone):
     """BERT's pooler Dense(H, tanh); None for families without a pooler."""
     return backbone.pooled_dense if families.TABLE[families.family_of(backbone)].has_pooler \

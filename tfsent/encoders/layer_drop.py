@@ -59,6 +59,7 @@ def keep_layers(encoder, layers):
     """A new SentenceEncoder: `encoder` with only its transformer `layers` (indices, in
     order), weights copied (not shared), same tokenizer, pooling, activation and
     normalisation; the MLM head is left out (it was trained on the last layer)."""
+    encoder.require_own_forward("a student cut from some of the layers")
     layers = parse_layers(layers, encoder.num_layers)
     source = encoder.backbone
     config = dict(backbone_config(source), num_layers=len(layers))

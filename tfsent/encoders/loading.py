@@ -28,8 +28,8 @@ import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
 from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
+                                        SentencePieceTokenizer, SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
 # The version CI tests (.ci/run installs exactly this); --no-deps: the package declares
@@ -86,6 +86,8 @@ class _Settings:
                 notes.append(f"{key}={declared[key]!r} (from {where})")
             else:
                 out[key] = defaults[key]
+                if key == "pooling":
+                    out["pooling_from_default"] = True
         if notes:
             logging.info("encoder settings: %s", "; ".join(notes))
         return out
@@ -139,6 +141,8 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     """A Hugging Face checkpoint directory (config.json + model.safetensors + tokenizer)."""
     family, config = huggingface.read_hf_config(directory)
+    if not families.TABLE[family].runs_own_forward:
+        return _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed)
     config_path = os.path.join(directory, "config.json")
     bb_config, activation = huggingface.backbone_config(family, config, config_path)
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
@@ -154,6 +158,29 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
                            normalize=values["normalize"], mlm_head=head)
 
 
+def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed):
+    """A Hugging Face folder of a family keras-hub's own converter loads (qwen3)."""
+    config = huggingface.read_hf_config(directory)[1]
+    tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
+                                           pad_to_max_length, int(config["vocab_size"]))
+    backbone = kh.load_hf_backbone(directory, dtype)
+    if families.family_of(backbone) != family:
+        raise InputError(f"keras-hub loaded a {type(backbone).__name__} from a {family} "
+                         "config.json", path=directory)
+    logging.info("loaded %s checkpoint %s (%d layers, hidden %d)", family, directory,
+                 backbone.num_layers, backbone.hidden_dim)
+    pooling = values["pooling"]
+    native = families.TABLE[family].default_pooling
+    if values.get("pooling_from_default"):
+        pooling = native
+    elif pooling != native:
+        logging.warning("%s: pooled with %r (the caller's); %s releases are pooled with %r "
+                        "(tfsent.train: --config.pooling=%s trains what the folder serves)",
+                        directory, pooling, family, native, native)
+    return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
+                           seed, normalize=values["normalize"])
+
+
 def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, seed):
     """A sentence-transformers model directory: its Transformer module's checkpoint with
     the Pooling / sentence_bert_config / Normalize settings the directory declares."""
@@ -164,6 +191,9 @@ def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, s
         raise st["pooling_error"]
     values = settings.resolve(declared, f"sentence-transformers directory {directory}")
     encoder = _load_hf_dir(st["transformer_dir"], values, pad_to_max_length, dtype, seed)
+    if st.get("prompts"):
+        encoder.prompts = st["prompts"]
+        logging.info("prompts from %s: %s", directory, st["prompts"])
     if st.get("do_lower_case") and not getattr(encoder.tokenizer, "lowercase", False):
         raise ConfigError(f"{directory}: sentence_bert_config.json sets do_lower_case, which "
                           f"tfsent supports only for lowercasing WordPiece tokenizers")
@@ -184,6 +214,9 @@ def _load_preset(name, settings, pad_to_max_length, dtype, seed):
     if backbone is None:
         raise ConfigError(f"keras-hub preset {name!r} is a {family}, not a supported "
                           f"encoder; supported families: {', '.join(families.FAMILIES)}")
+    if not families.TABLE[family].runs_own_forward:
+        raise ConfigError(f"keras-hub preset {name!r} is a {family} model, which tfsent loads "
+                          "from a Hugging Face / sentence-transformers folder only")
     files = kh.tokenizer_files(family, kh_tokenizer)
     tokenizer = _make_tokenizer(family, files, {}, values["max_seq_length"],
                                 pad_to_max_length)
@@ -203,6 +236,10 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids",
                                                          families.TABLE[family].has_segments))
+    if kind == "qwen_bpe":
+        return QwenBPETokenizer(files["vocabulary"], files["merges"],
+                                options.get("special_tokens"), max_seq_length,
+                                pad_to_max_length)
     if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
@@ -237,7 +274,7 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     kind = families.TABLE[family].tokenizer_kind
     if kind == "wordpiece":
         files["vocabulary"] = os.path.join(directory, "vocab.txt")
-    elif kind == "byte_bpe":
+    elif kind in ("byte_bpe", "qwen_bpe"):
         files["vocabulary"] = os.path.join(directory, "vocab.json")
         files["merges"] = os.path.join(directory, "merges.txt")
     else:
@@ -258,5 +295,8 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     activation = meta.get("activation", "gelu")
     if activation not in _ACTIVATIONS:
         raise InputError(f"unknown activation {activation!r}", path=path)
-    return SentenceEncoder(backbone, tokenizer, values["pooling"], activation, seed,
-                           normalize=values["normalize"], mlm_head=head)
+    encoder = SentenceEncoder(backbone, tokenizer, values["pooling"], activation, seed,
+                              normalize=values["normalize"], mlm_head=head)
+    if meta.get("prompts"):
+        encoder.prompts = meta["prompts"]
+    return encoder

@@ -26,7 +26,7 @@ import tfsent.encoders.encoder_dir as encoder_dir
 import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.buckets import call_in_buckets
-from tfsent.encoders.pooling import check_pooling, pool
+from tfsent.encoders.pooling import LAYERWISE_POOLINGS, check_pooling, pool
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
 
@@ -42,7 +42,8 @@ def _gelu_approx(x):
 
 
 _ACTIVATIONS = {"gelu": _gelu_exact, "gelu_new": _gelu_approx, "gelu_approximate": _gelu_approx,
-                "relu": keras.activations.relu}
+                "relu": keras.activations.relu,
+                "silu": keras.activations.silu}  # qwen3: inside keras-hub's own blocks
 
 
 def resolve_dropout_rates(dropout, default):
@@ -125,7 +126,7 @@ class SentenceEncoder(keras.Model):
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.hidden_dim = backbone.hidden_dim
         self.num_layers = backbone.num_layers
-        self.num_heads = backbone.num_heads
+        self.num_heads = getattr(backbone, "num_heads", None) or backbone.num_query_heads
         self.default_dropout = float(backbone.dropout)
         self.normalize = bool(normalize)
         self._encode_cache = _FunctionCache()
@@ -146,7 +147,7 @@ class SentenceEncoder(keras.Model):
     @property
     def token_embedding_matrix(self):
         """The (V, H) token embedding variable (tied MLM output projections use it)."""
-        return kh.embedding_parts(self.backbone).token.embeddings
+        return kh.token_embedding(self.backbone).embeddings
 
     # -- forward ------------------------------------------------------------------------
     def _dropout(self, x, rate, training):
@@ -208,8 +209,39 @@ class SentenceEncoder(keras.Model):
         # slice adding axes to a dynamic shape (tfsent.formats.litert converts this).
         return tf.expand_dims(tf.expand_dims(1.0 - mask, 1), 1) * -1e9
 
+    def require_own_forward(self, what):
+        """ConfigError unless tfsent runs this family's forward itself (`what` needs its
+        layers one by one: a student cut from it, CMLM-CSE's extractor)."""
+        if not families.TABLE[self.family].runs_own_forward:
+            raise ConfigError(f"{what} needs tfsent's own transformer forward, which the "
+                              f"{self.family} family does not run (docs/methods.md, "
+                              "\"Decoder families\")")
+
+    def _call_backbone(self, inputs, training, dropout, embedding_fn, position_ids, pooling,
+                       output_hidden_states, num_layers):
+        """The forward of a family tfsent does not run itself (`Family.runs_own_forward`):
+        keras-hub's backbone, its final sequence output pooled."""
+        asked = [name for name, value in (
+            ("dropout", dropout), ("embedding_fn", embedding_fn),
+            ("position_ids", position_ids), ("output_hidden_states", output_hidden_states),
+            ("num_layers", num_layers)) if value is not None and value is not False]
+        if pooling in LAYERWISE_POOLINGS:
+            asked.append(f"pooling={pooling}")
+        if asked:
+            raise ConfigError(f"the {self.family} encoder runs keras-hub's forward, which "
+                              f"does not support {', '.join(asked)} (docs/methods.md, "
+                              f"\"Decoder families\")")
+        x = self.backbone({"token_ids": inputs["token_ids"],
+                           "padding_mask": inputs["padding_mask"]}, training=training)
+        return {"sequence_output": x,
+                "embedding": pool(pooling, [x], inputs["padding_mask"], None)}
+
     def call(self, inputs, training=False, dropout=None, embedding_fn=None, position_ids=None,
              pooling=None, output_hidden_states=False, num_layers=None):
+        if not families.TABLE[self.family].runs_own_forward:
+            pooling = self.pooling if pooling is None else check_pooling(pooling)
+            return self._call_backbone(inputs, training, dropout, embedding_fn, position_ids,
+                                       pooling, output_hidden_states, num_layers)
         token_ids = inputs["token_ids"]
         padding_mask = inputs["padding_mask"]
         rates = resolve_dropout_rates(dropout, self.default_dropout)
@@ -306,7 +338,8 @@ class SentenceEncoder(keras.Model):
     def clamp_length(self, max_seq_length=None):
         """A truncation length the position embeddings cover (default: the tokenizer's)."""
         length = max_seq_length or self.tokenizer.max_seq_length
-        return min(int(length), int(self.backbone.max_sequence_length))
+        limit = getattr(self.backbone, "max_sequence_length", None)  # None: rotary positions
+        return int(length) if limit is None else min(int(length), int(limit))
 
     def _get_encode_fn(self, pooling, max_seq_length, jit_compile=False):
         key = (pooling, max_seq_length, jit_compile)

@@ -5,7 +5,9 @@ import tensorflow as tf
 from tfsent.errors import ConfigError
 
 POOLINGS = ("cls", "cls_before_pooler", "mean", "mean_no_cls", "first_last_avg",
-            "emb_last_avg", "last2_avg")
+            "emb_last_avg", "last2_avg", "last_token")
+# Poolings that read layers other than the last (`hidden_states[0]`, `[1]`, `[-2]`).
+LAYERWISE_POOLINGS = ("first_last_avg", "emb_last_avg", "last2_avg")
 
 
 def masked_mean(x, mask):
@@ -16,6 +18,15 @@ def masked_mean(x, mask):
     total = tf.reduce_sum(x * mask, axis=1)
     count = tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1.0, x.dtype))
     return total / count
+
+
+def last_token(x, mask):
+    """The state of the last real token of each row of `x` (B, L, H): the last position
+    whose `mask` (B, L) is non-zero and whose right neighbour is not (or which ends the
+    row); right and left padding both work."""
+    mask = tf.cast(mask, x.dtype)
+    after = tf.concat([mask[:, 1:], tf.zeros_like(mask[:, :1])], axis=1)
+    return tf.reduce_sum(x * tf.expand_dims(mask * (1.0 - after), -1), axis=1)
 
 
 def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
@@ -36,6 +47,8 @@ def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
         mask = tf.cast(padding_mask, tf.int32)
         not_first = tf.concat([tf.zeros_like(mask[:, :1]), tf.ones_like(mask[:, 1:])], 1)
         return masked_mean(last, mask * not_first)
+    if pooling == "last_token":
+        return last_token(last, padding_mask)
     if pooling == "first_last_avg":
         return masked_mean((hidden_states[1] + last) / 2.0, padding_mask)
     if pooling == "emb_last_avg":

@@ -55,6 +55,7 @@ class _InGraphTokenizer(keras.layers.Layer):
     """
 
     emits_segment_ids = False
+    prepends_first = True  # False: no first token, pieces then `sep_id` (decoder families)
 
     def __init__(self, max_seq_length=128, pad_to_max_length=True, **kwargs):
         super().__init__(**kwargs)
@@ -84,11 +85,12 @@ class _InGraphTokenizer(keras.layers.Layer):
 
     def call(self, strings):
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        pieces = self.pieces(strings)[:, : self.max_seq_length - 2]
+        pieces = self.pieces(strings)[:, : self.max_seq_length - 1 - self.prepends_first]
         n = pieces.nrows()
         first = tf.RaggedTensor.from_tensor(tf.fill([n, 1], self.cls_id))
         last = tf.RaggedTensor.from_tensor(tf.fill([n, 1], self.sep_id))
-        ids = tf.concat([first, tf.cast(pieces, tf.int32), last], axis=1)
+        parts = [first] if self.prepends_first else []
+        ids = tf.concat(parts + [tf.cast(pieces, tf.int32), last], axis=1)
         batch = strings.shape[0] if strings.shape.rank == 1 else None  # keep a static batch
         shape = [batch, self.max_seq_length if self.pad_to_max_length else None]
         token_ids = ids.to_tensor(default_value=self.pad_id, shape=shape)
@@ -221,6 +223,10 @@ _WS = r"\t\n\x0B\f\r\x{85}\p{Z}"
 # lookahead is applied by cutting whitespace runs first (`ByteBPETokenizer.pre_tokenize`).
 _GPT2_SPLIT = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^" + _WS + r"\p{L}\p{N}]+|["
                + _WS + r"]+")
+# Qwen2 / Qwen3's pattern, likewise without `\s+(?!\S)`; RE2's \s lacks \x0B and Unicode
+# spaces, so \s is spelled out as `_WS`.
+_QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^" + _WS
+               + r"\p{L}\p{N}]+[\r\n]*|[" + _WS + r"]*[\r\n]+|[" + _WS + r"]+")
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -266,6 +272,7 @@ class ByteBPETokenizer(_InGraphTokenizer):
 
     DEFAULT_SPECIALS = {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "mask": "<mask>",
                         "unk": "<unk>"}
+    split_pattern = _GPT2_SPLIT
     lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
     strip_accents = False
 
@@ -354,8 +361,9 @@ class ByteBPETokenizer(_InGraphTokenizer):
                                      seg_len.flat_values)
         masked = tf.strings.substr(tf.gather(masked, rows), seg_start.flat_values,
                                    seg_len.flat_values)
-        # 2. GPT-2's pattern on each piece (no lookahead needed any more).
-        _, begins, ends = tf_text.regex_split_with_offsets(masked, _GPT2_SPLIT, _GPT2_SPLIT)
+        # 2. The split pattern on each piece (no lookahead needed any more).
+        _, begins, ends = tf_text.regex_split_with_offsets(masked, self.split_pattern,
+                                                           self.split_pattern)
         words = begins.with_flat_values(tf.strings.substr(
             tf.gather(segments, begins.value_rowids()), begins.flat_values,
             ends.flat_values - begins.flat_values))
@@ -424,6 +432,41 @@ class ByteBPETokenizer(_InGraphTokenizer):
         return {"vocabulary": self.vocabulary, "merges": self.merges,
                 "add_prefix_space": self.add_prefix_space,
                 "special_tokens": self.special_tokens}
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class QwenBPETokenizer(ByteBPETokenizer):
+    """Qwen2 / Qwen3's byte-level BPE as Qwen3-Embedding's tokenizer.json sets it up:
+    NFC normalisation, Qwen's split pattern (single digits, a non-letter joined to the
+    letters after it), no first token, `<|endoftext|>` appended after the pieces (after
+    truncation too, as Hugging Face's post-processor does: the text is cut to
+    max_seq_length - 1 pieces) and used for padding. `<|endoftext|>` stands in for the
+    roles a decoder vocabulary has no token for (cls, mask, unk: byte-level BPE never
+    needs an unknown token).
+
+    Args:
+        vocabulary: dict token -> id (tokenizer.json's model vocab plus its added tokens).
+        merges: "a b" merge rules in rank order.
+        special_tokens: dict role -> token string (default: `<|endoftext|>` for all).
+        max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
+    """
+
+    DEFAULT_SPECIALS = dict.fromkeys(("cls", "sep", "pad", "mask", "unk"), "<|endoftext|>")
+    split_pattern = _QWEN_SPLIT
+    prepends_first = False
+
+    def __init__(self, vocabulary, merges, special_tokens=None, max_seq_length=128,
+                 pad_to_max_length=True, add_prefix_space=False, **kwargs):
+        if add_prefix_space:
+            raise ConfigError("QwenBPETokenizer has no add_prefix_space option")
+        super().__init__(vocabulary, merges, False, special_tokens, max_seq_length,
+                         pad_to_max_length, **kwargs)
+
+    def pre_tokenize(self, strings):
+        """NFC, then Qwen's pre-tokenization: (B,) strings -> (B, None) words."""
+        return super().pre_tokenize(tf_text.normalize_utf8(_replace_invalid_utf8(strings),
+                                                           "NFC"))
+
 
 
 # --------------------------------------------------------------------------------------

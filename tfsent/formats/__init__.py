@@ -52,6 +52,7 @@ import warnings
 
 from absl import logging
 
+import tfsent.encoders.families as families
 from tfsent.encoders.model import set_exporter
 from tfsent.errors import ConfigError
 from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
@@ -244,6 +245,17 @@ def quantize_tuple(quantize):
     return tuple(q.strip() for q in quantize or () if q.strip())
 
 
+def check_family_format(encoder, name):
+    """ConfigError when `encoder`'s family cannot be written as format `name` yet
+    (`Family.export_formats`)."""
+    family = getattr(encoder, "family", None)
+    record = families.TABLE.get(family)
+    if record is not None and record.export_formats is not None \
+            and name not in record.export_formats:
+        raise ConfigError(f"the {family} family cannot be exported as {name} yet (it "
+                          f"exports as {', '.join(record.export_formats)}; docs/export.md)")
+
+
 def export(encoder, target, format="tf_saved_model", quantize=(), **options):
     """Writes `encoder` (a `tfsent.encoders.SentenceEncoder`) as `format` to `target`;
     returns the path written (for a versioned format the new version directory).
@@ -258,6 +270,7 @@ def export(encoder, target, format="tf_saved_model", quantize=(), **options):
                          target_option="target", quantize_option="quantize")
     if entry.needs_tokenizer and encoder.tokenizer is None:
         raise ConfigError(f"cannot export an encoder without a tokenizer as {entry.name}")
+    check_family_format(encoder, entry.name)
     takes = entry.options()
     kwargs = {key: value for key, value in options.items()
               if key in takes and value is not None}

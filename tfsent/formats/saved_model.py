@@ -144,14 +144,15 @@ def tf_variables(*layers):
 
 def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=None,
                    max_seq_length=None, head=None, jit_compile=False, truncate_dim=None,
-                   quantize_outputs=(), calibration_sentences=None, query_prompt="",
-                   document_prompt=""):
+                   quantize_outputs=(), calibration_sentences=None, query_prompt=None,
+                   document_prompt=None):
     """Writes `encoder` as SavedModel version `version` (default: next) under `export_dir`.
 
     Signatures: `serving_default` (strings), `encode_query` / `encode_document` (the
     same, with `query_prompt` / `document_prompt` prepended to each string before
     tokenizing, as E5 / BGE / sentence-transformers' `prompts` do; with empty prompts
-    they equal `serving_default`), `encode_ids` (token ids).
+    they equal `serving_default`), `encode_ids` (token ids). Prompts left None are the
+    encoder's own (`encoder.prompts`: a sentence-transformers folder's), else none.
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
     `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
@@ -169,6 +170,10 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     check_pooling(pooling)
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
+    stored = getattr(encoder, "prompts", None) or {}
+    query_prompt = stored.get("query_prompt", "") if query_prompt is None else query_prompt
+    document_prompt = (stored.get("document_prompt", "") if document_prompt is None
+                       else document_prompt)
     final = new_version_path(export_dir, version)
     width = embedding_width(encoder, head)
     if truncate_dim is not None:

@@ -59,6 +59,7 @@ class CMLMCSE(SimCSE):
         self.mask_rate = checks.OPEN_RATE.check("mask_rate", mask_rate)
         self.tie_mlm_embeddings = bool(tie_mlm_embeddings)
         self.fusion_dropout = checks.RATE.check("fusion_dropout", fusion_dropout)
+        encoder.require_own_forward("CMLM-CSE's lexical extractor (the first k layers)")
         self.extractor = LexicalExtractor.from_encoder(encoder, self.extractor_layers)
         bb = encoder.backbone
         self.fusioner = Fusioner(bb.vocabulary_size, bb.hidden_dim, bb.num_heads,

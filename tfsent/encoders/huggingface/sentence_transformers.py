@@ -11,9 +11,12 @@ from tfsent.encoders.huggingface.config import read_json
 from tfsent.errors import InputError
 
 _ST_POOLING = {"pooling_mode_cls_token": "cls_before_pooler",
-               "pooling_mode_mean_tokens": "mean"}
+               "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last_token"}
 _ST_OTHER_POOLING = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
-                     "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+                     "pooling_mode_weightedmean_tokens")
+# config_sentence_transformers.json prompt names read as the query / document prompts.
+_QUERY_PROMPTS = ("query",)
+_DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
 def read_sentence_transformers(directory):
@@ -46,7 +49,8 @@ def read_sentence_transformers(directory):
                 out["pooling"] = None
                 out["pooling_error"] = InputError(
                     f"pooling {' + '.join(modes) or 'none'} is not supported (tfsent runs "
-                    "CLS or mean pooling); pass pooling= to override it", path=config_path)
+                    "CLS, mean or last-token pooling); pass pooling= to override it",
+                    path=config_path)
         elif kind == "Normalize":
             out["normalize"] = True
         elif kind == "Dense" and _is_pooler_dense(sub, out):
@@ -58,7 +62,26 @@ def read_sentence_transformers(directory):
                              path=path)
     if "transformer_dir" not in out:
         raise InputError("no sentence_transformers.models.Transformer module", path=path)
+    out["prompts"] = read_prompts(directory)
     return out
+
+
+def read_prompts(directory):
+    """{"query_prompt", "document_prompt"} from config_sentence_transformers.json's
+    `prompts` (names `query`; `document`, `passage` or `corpus`), None when it names
+    neither."""
+    path = os.path.join(directory, "config_sentence_transformers.json")
+    if not os.path.exists(path):
+        return None
+    prompts = read_json(path).get("prompts") or {}
+    if not isinstance(prompts, dict):
+        raise InputError("`prompts` is not an object of name -> text", path=path)
+
+    def first(names):
+        return next((str(prompts[n]) for n in names if prompts.get(n) is not None), "")
+
+    found = {"query_prompt": first(_QUERY_PROMPTS), "document_prompt": first(_DOCUMENT_PROMPTS)}
+    return found if any(found.values()) else None
 
 
 def _is_pooler_dense(module_dir, settings):

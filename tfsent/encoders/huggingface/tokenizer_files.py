@@ -7,8 +7,8 @@ import os
 
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import read_json
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
+                                        SentencePieceTokenizer, SentenceTokenizer)
 from tfsent.errors import InputError
 
 
@@ -67,6 +67,21 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
         tokenizer = ByteBPETokenizer(vocabulary, merges, bool(settings.get("add_prefix_space",
                                                                            False)),
                                      specials, max_seq_length, pad_to_max_length)
+    elif kind == "qwen_bpe":
+        path, data = _tokenizer_json(directory)
+        vocabulary = dict(_tokenizer_json_vocab(path, data, "BPE", directory,
+                                                "tokenizer.json"))
+        for added in data.get("added_tokens") or []:
+            vocabulary[added["content"]] = int(added["id"])
+        merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+        appended = _appended_token(path, data)
+        if appended != families.TABLE[family].appended_token:
+            raise InputError(f"tokenizer.json's post-processor appends {appended!r}; tfsent "
+                             f"runs {family} tokenizers that append "
+                             f"{families.TABLE[family].appended_token!r}", path=path)
+        pad = _special_token(settings.get("pad_token")) or appended
+        tokenizer = QwenBPETokenizer(vocabulary, merges, {"sep": appended, "pad": pad},
+                                     max_seq_length, pad_to_max_length)
     else:
         path = os.path.join(directory, "sentencepiece.bpe.model")
         if not os.path.exists(path):
@@ -80,6 +95,22 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
                          f"vocab_size is {vocab_size}: the files do not belong together",
                          path=path)
     return tokenizer
+
+
+def _appended_token(path, data):
+    """The one special token tokenizer.json's post-processor appends to a single text (a
+    TemplateProcessing `$A <token>`), or None when it appends none."""
+    post = data.get("post_processor") or {}
+    if post.get("type") == "Sequence":
+        post = next((p for p in post.get("processors", [])
+                     if p.get("type") == "TemplateProcessing"), {})
+    if post.get("type") != "TemplateProcessing":
+        return None
+    single = post.get("single") or []
+    names = [next(iter(item.values())).get("id") for item in single]
+    if len(names) == 2 and names[0] == "A" and "SpecialToken" in single[1]:
+        return names[1]
+    raise InputError(f"tokenizer.json's template {names} is not `$A <token>`", path=path)
 
 
 def _tokenizer_json_vocab(path, data, model_type, directory, classic):
