@@ -107,7 +107,8 @@ def tensorflow_runtime():
     workers inherit it): `onednn`, TF's own answer (`IsMklEnabled`: TF 2.21 turns oneDNN on
     by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so the
     variable alone does not say), the TF_ENABLE_ONEDNN_OPTS value it was given, XLA_FLAGS,
-    and the intra / inter-op thread settings (0: TF's default, one per core)."""
+    tfsent's TFSENT_* CPU-setting variables, and the intra / inter-op thread settings (0:
+    TF's default, one per core)."""
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
@@ -115,6 +116,11 @@ def tensorflow_runtime():
         "onednn": bool(_pywrap_util_port.IsMklEnabled()),
         "onednn_env": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # tfsent's own CPU settings as the workers inherit them (tfsent.cpu_settings;
+        # unset: measured per machine at the workers' `import tfsent`).
+        "tfsent_cpu_settings": {k: os.environ[k] for k in (
+            "TFSENT_CPU_SETTINGS", "TFSENT_ONEDNN", "TFSENT_JIT_ENCODE", "TFSENT_JIT_TRAIN",
+            "TFSENT_THREADS") if k in os.environ},
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
     }
