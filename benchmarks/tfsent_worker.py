@@ -93,6 +93,7 @@ def _build_training():
     peer's tau 0.05 and lr 3e-5."""
     import keras
 
+    from tfsent.cpu_settings import jit_train
     from tfsent.training import distribute
     from tfsent.methods import get_method
     from tfsent.training import build_model, load_training_data, make_dataset, resolve_config
@@ -114,7 +115,7 @@ def _build_training():
         examples = examples[:FLAGS.max_sentences]
     with strategy.scope():
         encoder, model, optimizer = build_model(spec, config, FLAGS.steps,
-                                                bool(config.jit_compile))
+                                                jit_train(config.jit_compile))
     dataset = make_dataset(spec, config, encoder, examples, 0, output_dir=None)
     return config, encoder, model, optimizer, examples, dataset
 
@@ -125,6 +126,7 @@ def train_mode():
     import numpy as np
     import tensorflow as tf
 
+    from tfsent.cpu_settings import jit_train, summary
     from tfsent.encoders import resolve_short_name
 
     config, encoder, model, optimizer, examples, dataset = _build_training()
@@ -155,7 +157,8 @@ def train_mode():
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
         "intermediate": int(encoder.backbone.intermediate_dim),
         "n_sentences": len(examples), "mean_tokens": round(mean_tokens, 2),
-        "jit_compile": bool(config.jit_compile), "mixed_precision": config.mixed_precision,
+        "jit_compile": jit_train(config.jit_compile), "cpu_settings": summary(),
+        "mixed_precision": config.mixed_precision,
         "overrides": list(FLAGS.tfsent_config), "optimizer": type(optimizer).__name__,
         "tensorflow": tf.__version__, "keras": keras.__version__,
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
@@ -170,8 +173,10 @@ def profile_mode():
     import numpy as np
     import tensorflow as tf
 
+    from tfsent.cpu_settings import jit_train
+
     config, encoder, model, optimizer, examples, dataset = _build_training()
-    jit = bool(config.jit_compile)
+    jit = jit_train(config.jit_compile)
     variables = list(model.trainable_variables)
     optimizer.build(variables)
     embedding = encoder.token_embedding_matrix
@@ -265,6 +270,7 @@ def encode_mode():
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
+    from tfsent import cpu_settings
     from tfsent.encoders import load_encoder, resolve_short_name
     from tfsent.formats.saved_model import export_encoder
 
@@ -320,6 +326,7 @@ def encode_mode():
         **result,
         "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
         "tensorflow": tf.__version__, "batch_widths": widths,
+        "cpu_settings": cpu_settings.summary(),
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
         "intermediate": int(encoder.backbone.intermediate_dim),
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),

@@ -451,8 +451,11 @@ def jit_encode():
     return jit("jit_encode") == "on"
 
 
-def jit_train():
-    """True when the training run's train step runs under XLA by default on this machine."""
+def jit_train(config_value=None):
+    """Whether the train step runs under XLA: the config's `jit_compile` when set (True /
+    False), else the setting in force on this machine."""
+    if config_value is not None:
+        return bool(config_value)
     return jit("jit_train") == "on"
 
 

@@ -175,8 +175,7 @@ class Run:
         self.chief = True
         self.task_id = 0
         self.write_dir = output_dir
-        self.jit = (cpu_settings.jit_train() if config.jit_compile is None
-                    else bool(config.jit_compile))
+        self.jit = cpu_settings.jit_train(config.jit_compile)
         self.examples = None
         self.steps = 0
         self.dev_pairs = None   # STS dev: (sentences1, sentences2, scores)
