@@ -26,8 +26,6 @@ def run_command(body, argv, required=(), interrupt_hint=""):
     for value, hint in required:
         if not value:
             raise app.UsageError(hint)
-    if cpu_settings.summary():  # what TensorFlow runs with here, once (see cpu_settings)
-        logging.info("%s", cpu_settings.summary())
     try:
         return body()
     except TfsentError as e:

@@ -391,10 +391,8 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
 
 def apply_after_tensorflow():
     """Sets the thread pools if TF's runtime has not started, and logs one line of what
-    runs (under `python -m tfsent.X`, `tfsent.cli.run_command` logs it once the flags are
-    parsed and logging is set up). Returns the line."""
+    runs (`log_once`). Returns the line."""
     import tensorflow as tf
-    from absl import logging
     from tensorflow.python.util import _pywrap_util_port
 
     threads, threads_source = _ACTIVE.get("threads", ("default", "default"))
@@ -409,10 +407,20 @@ def apply_after_tensorflow():
     intra = tf.config.threading.get_intra_op_parallelism_threads()
     inter = tf.config.threading.get_inter_op_parallelism_threads()
     line = describe(bool(_pywrap_util_port.IsMklEnabled()), f"{intra}/{inter}", threads_note)
-    if not (sys.argv and sys.argv[0] == "-m"):  # a command logs it once its flags are parsed
-        logging.info("%s", line)
     _ACTIVE["_line"] = line
+    if not (sys.argv and sys.argv[0] == "-m"):  # a command logs it at first use
+        log_once()
     return line
+
+
+def log_once():
+    """Logs the settings line the first time it is called in this process (at import for
+    library use; under `python -m tfsent.X` when the work starts: the first `encode` or
+    training run, so a mistyped flag still gets a one-line error)."""
+    if _ACTIVE.get("_line") and not _ACTIVE.get("_logged"):
+        from absl import logging
+        logging.info("%s", _ACTIVE["_line"])
+        _ACTIVE["_logged"] = True
 
 
 def describe(onednn_running, threads_running, threads_note=""):
@@ -443,6 +451,7 @@ def describe(onednn_running, threads_running, threads_note=""):
 
 def jit(name):
     """"on" / "off": the XLA setting `name` ("jit_encode" or "jit_train") in force."""
+    log_once()
     return _ACTIVE.get(name, (BUILTIN[name], "default"))[0]
 
 
@@ -455,6 +464,7 @@ def jit_train(config_value=None):
     """Whether the train step runs under XLA: the config's `jit_compile` when set (True /
     False), else the setting in force on this machine."""
     if config_value is not None:
+        log_once()
         return bool(config_value)
     return jit("jit_train") == "on"
 
