@@ -53,6 +53,9 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+# tfsent before TensorFlow: its CPU settings (oneDNN on or off) are chosen before TF starts
+# (tfsent.cpu_settings); imported after TF, oneDNN would be TF's default whatever they say.
+import tfsent  # noqa: E402,F401
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", None, ["train", "profile", "op_profile", "encode", "peak", "gemm",

@@ -435,7 +435,8 @@ def describe(onednn_running, threads_running, threads_note=""):
 
     onednn, onednn_source = _ACTIVE.get("onednn", ("tf", "default"))
     parts = [f"oneDNN {'on' if onednn_running else 'off'} ({why('onednn', 'onednn_speedup')}"]
-    if _ACTIVE.get("_tf_imported_first") and onednn_source != "your TF_ENABLE_ONEDNN_OPTS":
+    if (_ACTIVE.get("_tf_imported_first") and onednn != "tf"
+            and onednn_source != "your TF_ENABLE_ONEDNN_OPTS"):
         parts[0] += (f"; TensorFlow was imported before tfsent, so not chosen here: the "
                      f"choice was {onednn}")
     parts[0] += ")"
