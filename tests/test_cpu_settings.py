@@ -140,6 +140,8 @@ def test_precedence_user_variable_flag_environment_measured():
     assert not calls
     assert (r["onednn"], r["jit_encode"], r["jit_train"], r["threads"]) == (
         ("off", "set"), ("off", "default"), ("on", "default"), ("default", "default"))
+    r = cs.resolve({"threads": "1/1"}, {}, lambda: (dict(cs.BUILTIN), None))  # failed
+    assert r["onednn"] == ("tf", "default: calibration failed")
     with pytest.raises(ConfigError, match="TFSENT_JIT_TRAIN"):
         cs.resolve({}, {"TFSENT_JIT_TRAIN": "maybe"}, measure)
 
@@ -165,6 +167,17 @@ def test_tensorflow_imported_first_is_reported_not_changed(active_restored):
                            "before tfsent, so not chosen here: the choice was off)")
     assert "jit encode on (measured 1.10x)" in line and line.endswith("cached in /c.json")
     assert cs.jit_encode() and cs.jit_train()
+
+
+def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monkeypatch,
+                                                                  caplog):
+    # A probe that cannot start: this interpreter does not exist.
+    monkeypatch.setattr(cs.sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setenv("TFSENT_CACHE", str(tmp_path))
+    with caplog.at_level("WARNING"):
+        choice, path = cs._measured_or_builtin()
+    assert (choice, path) == (cs.BUILTIN, None)
+    assert any("calibration failed" in r.getMessage() for r in caplog.records)
 
 
 def fake_probe_factory(calls):

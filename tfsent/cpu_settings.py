@@ -328,6 +328,18 @@ def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
     return data["choice"], path
 
 
+def _measured_or_builtin():
+    """measured_choice(), or tfsent's built-in defaults with a warning if the calibration
+    fails (a probe that cannot start TensorFlow, a timeout): `import tfsent` must not."""
+    try:
+        return measured_choice()
+    except Exception as e:  # noqa: BLE001 -- any failure: run with the defaults, say so
+        from absl import logging
+        logging.warning("cpu settings: calibration failed (%s: %s); using TF's and tfsent's "
+                        "defaults", type(e).__name__, e)
+        return dict(BUILTIN), None
+
+
 # -- resolution and applying ------------------------------------------------------------------
 
 def peek_flags(argv):
@@ -366,8 +378,9 @@ def resolve(flag_values, environ, measure):
                 resolved[name] = (BUILTIN[name], "default")
         else:
             choice, path = measure()
+            source = "measured" if path else "default: calibration failed"
             for name in pending:
-                resolved[name] = (choice[name], "measured")
+                resolved[name] = (choice[name], source)
             resolved["_choice"], resolved["_cache"] = choice, path
     return resolved
 
@@ -379,7 +392,7 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
     flag_values = dict(peek_flags(argv[1:]) if argv and argv[0] == "-m" else {}, **_OVERRIDES)
-    resolved = resolve(flag_values, environ, measure or (lambda: measured_choice()))
+    resolved = resolve(flag_values, environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules
     onednn, source = resolved["onednn"]
     if onednn in ("on", "off") and source != "your TF_ENABLE_ONEDNN_OPTS" and not tf_imported:
@@ -445,7 +458,7 @@ def describe(onednn_running, threads_running, threads_note=""):
     parts.append(f"threads {threads_running} ({why('threads', 'threads_speedup')})"
                  + threads_note)
     line = "cpu settings: " + ", ".join(parts)
-    if "_cache" in _ACTIVE:
+    if _ACTIVE.get("_cache"):
         line += f"; cached in {_ACTIVE['_cache']}"
     return line
 
