@@ -132,6 +132,9 @@ def test_precedence_user_variable_flag_environment_measured():
     assert r["jit_train"] == ("off", "measured")
     r = cs.resolve({"onednn": "on"}, dict(env, TF_ENABLE_ONEDNN_OPTS="0"), measure)
     assert r["onednn"] == ("off", "your TF_ENABLE_ONEDNN_OPTS")  # the user's variable wins
+    # ... but not the variable tfsent itself set in a parent process.
+    inherited = dict(env, TF_ENABLE_ONEDNN_OPTS="0", **{cs.SET_BY_US: "0"})
+    assert cs.resolve({}, inherited, measure)["onednn"] == ("on", "TFSENT_ONEDNN")
     calls.clear()
     everything = {"onednn": "on", "jit_encode": "off", "jit_train": "on", "threads": "1/1"}
     assert cs.resolve(everything, {}, measure)["threads"] == ("1/1", "set")

@@ -54,6 +54,9 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
 KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 CACHE_VERSION = 1
+# Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
+# does not take tfsent's own choice for the user's variable.
+SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
 
 # The settings in force in this process (set by `choose_before_tensorflow`).
 _ACTIVE = {}
@@ -363,7 +366,8 @@ def resolve(flag_values, environ, measure):
     resolved, pending = {}, []
     for name in SETTINGS:
         env = ENV_VARS[name]
-        if name == "onednn" and environ.get("TF_ENABLE_ONEDNN_OPTS") not in (None, ""):
+        users = environ.get("TF_ENABLE_ONEDNN_OPTS") not in (None, "", environ.get(SET_BY_US))
+        if name == "onednn" and users:
             on = environ["TF_ENABLE_ONEDNN_OPTS"].strip().lower() in ("1", "true", "on")
             resolved[name] = ("on" if on else "off", "your TF_ENABLE_ONEDNN_OPTS")
         elif flag_values.get(name, "auto") != "auto":
@@ -396,7 +400,7 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
     tf_imported = "tensorflow" in sys.modules
     onednn, source = resolved["onednn"]
     if onednn in ("on", "off") and source != "your TF_ENABLE_ONEDNN_OPTS" and not tf_imported:
-        environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn == "on" else "0"
+        environ["TF_ENABLE_ONEDNN_OPTS"] = environ[SET_BY_US] = "1" if onednn == "on" else "0"
     _ACTIVE.clear()
     _ACTIVE.update(resolved, _tf_imported_first=tf_imported)
     return resolved
@@ -408,7 +412,7 @@ def apply_after_tensorflow():
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
-    threads, threads_source = _ACTIVE.get("threads", ("default", "default"))
+    threads = _ACTIVE.get("threads", ("default", "default"))[0]
     threads_note = ""
     if threads != "default":
         intra, inter = (int(v) for v in threads.split("/"))
