@@ -107,7 +107,8 @@ def tensorflow_runtime():
     workers inherit it): `onednn`, TF's own answer (`IsMklEnabled`: TF 2.21 turns oneDNN on
     by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so the
     variable alone does not say), the TF_ENABLE_ONEDNN_OPTS value it was given, XLA_FLAGS,
-    and the intra / inter-op thread settings (0: TF's default, one per core)."""
+    tfsent's TFSENT_* CPU-setting variables, and the intra / inter-op thread settings (0:
+    TF's default, one per core)."""
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
@@ -115,6 +116,11 @@ def tensorflow_runtime():
         "onednn": bool(_pywrap_util_port.IsMklEnabled()),
         "onednn_env": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # tfsent's own CPU settings as the workers inherit them (tfsent.cpu_settings;
+        # unset: measured per machine at the workers' `import tfsent`).
+        "tfsent_cpu_settings": {k: os.environ[k] for k in (
+            "TFSENT_CPU_SETTINGS", "TFSENT_ONEDNN", "TFSENT_JIT_ENCODE", "TFSENT_JIT_TRAIN",
+            "TFSENT_THREADS") if k in os.environ},
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
     }
@@ -620,3 +626,78 @@ def check_finite_positive(result, keys):
         value = result.get(key)
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{key} is {value!r}, expected a finite positive number")
+
+
+# -- op profiles (op_profile.py) ------------------------------------------------------------
+
+# Events of TensorFlow's host trace that only wrap others (their self time is the runtime's
+# own overhead, reported as such) and markers without a duration.
+_TRACE_MARKERS = ("ThreadpoolListener::", "end: ")
+# Events that dispatch a function or wait for it on the calling thread while its ops run on
+# TF's pools: their self time is the runtime's (dispatch plus waiting), one row of its own.
+RUNTIME_ROW = "(runtime: dispatch and waiting)"
+_RUNTIME_EVENTS = ("KernelAndDeviceFunc::Run", "BlockUntilReady", "EagerExecute",
+                   "EagerKernelExecute", "TFE_Py_ExecuteCancelable", "FunctionRun",
+                   "ExecutorState::Process", "ThunkExecutor::Execute", "EagerLocalExecute",
+                   "__inference_")
+
+
+def op_kind(name):
+    """The op kind of a trace event: a TF executor event "name:Type" gives Type (oneDNN
+    kernels keep their _Mkl prefix); an XLA:CPU thunk "fusion.12" / "MatMul.8" gives its
+    HLO name without the numeric suffix; the runtime's own events are RUNTIME_ROW;
+    anything else is itself."""
+    import re
+
+    if name.startswith(_RUNTIME_EVENTS):
+        return RUNTIME_ROW
+    executor_op = re.fullmatch(r"[^:\s]+:(_?[A-Z]\w*)", name)
+    if executor_op:
+        return executor_op.group(1)
+    return re.sub(r"\.\d+$", "", name)
+
+
+def xplane_self_times(xplane_path):
+    """{op kind: self time in seconds} over every thread (line) of the host plane(s) of a
+    TensorFlow profiler trace: each event's duration minus the events nested in it on the
+    same thread, summed by `op_kind`. Thread-seconds: parallel threads add up."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(xplane_path, "rb") as f:
+        space.ParseFromString(f.read())
+    totals = {}
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            events = sorted(((e.offset_ps, e.duration_ps, plane.event_metadata[e.metadata_id].name)
+                             for e in line.events), key=lambda e: (e[0], -e[1]))
+            stack = []  # [end_ps, name, duration_ps, nested_ps]
+            for start, duration, name in events:
+                while stack and stack[-1][0] <= start:
+                    _close_event(stack.pop(), totals)
+                if stack:
+                    stack[-1][3] += duration
+                stack.append([start + duration, name, duration, 0])
+            while stack:
+                _close_event(stack.pop(), totals)
+    return {k: v for k, v in totals.items()
+            if v > 0 and not k.startswith(_TRACE_MARKERS)}
+
+
+def _close_event(entry, totals):
+    """Adds a finished event's self time (its duration less its nested events') to its kind."""
+    _, name, duration, nested = entry
+    kind = op_kind(name)
+    totals[kind] = totals.get(kind, 0.0) + max(duration - nested, 0) / 1e12
+
+
+def top_ops(totals, n=20):
+    """The `n` largest entries of {op: seconds} but RUNTIME_ROW, each with its share of the
+    ops' total (RUNTIME_ROW left out), and the runtime's seconds apart."""
+    ops = {k: v for k, v in totals.items() if k != RUNTIME_ROW}
+    total = sum(ops.values()) or 1.0
+    rows = sorted(ops.items(), key=lambda kv: -kv[1])[:n]
+    return {"total_s": round(total, 6), "runtime_s": round(totals.get(RUNTIME_ROW, 0.0), 6),
+            "top": [{"op": k, "s": round(v, 6), "share": round(v / total, 4)} for k, v in rows]}

@@ -39,7 +39,8 @@ import common  # noqa: E402
 def parse_args(argv):
     """Command-line options of the worker."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["train", "encode", "peak", "gemm"], required=True)
+    p.add_argument("--mode", choices=["train", "encode", "op_profile", "peak", "gemm"],
+                   required=True)
     p.add_argument("--data", help="sentence file, one a line (train, encode)")
     p.add_argument("--max_sentences", type=int, default=0, help="first N sentences (0: all)")
     p.add_argument("--batch_size", type=int, default=64)
@@ -244,6 +245,46 @@ def encode_mode(args, model_dir):
             "max_rss_mb": round(common.max_rss_mb(), 1)}
 
 
+def op_profile_mode(args, model_dir):
+    """Op by op, under torch.profiler: `--steps` training steps of the bare loop
+    (train_manual; after `--warmup_steps` unprofiled) and one `encode` of the first
+    `--max_sentences` sentences at batch `--batch_size`, truncation 256 (after one
+    unprofiled pass). Returns each profile's self CPU time per aten op and wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    _, _, MNRL = _st_modules()
+    torch.manual_seed(args.seed)
+    sentences = common.read_sentences(args.data, args.max_sentences)
+    model = build_model(model_dir, args.max_seq_length)
+    loss = MNRL(model, scale=20.0)
+    steps = args.steps
+    args.steps = args.warmup_steps
+    train_manual(args, model, loss, sentences, [], [])
+    args.steps = steps
+    encoder = build_model(model_dir, 256)
+    encoder.eval()
+
+    def encode():
+        encoder.encode(sentences, batch_size=args.batch_size, show_progress_bar=False)
+
+    encode()
+    result = {"steps": steps, "encode_sentences": len(sentences),
+              "threads": torch.get_num_threads(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    for name, run in (("train", lambda: train_manual(args, model, loss, sentences, [], [])),
+                      ("encode", encode)):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            run()
+            wall = time.perf_counter() - start
+        totals = {}
+        for event in prof.key_averages():
+            totals[event.key] = totals.get(event.key, 0.0) + event.self_cpu_time_total / 1e6
+        result[name] = dict(common.top_ops(totals, 30), wall_s=round(wall, 3))
+    return result
+
+
 def peak_mode(args):
     """Best float32 torch.matmul FLOP/s (n x n x n) over `repeats` timed calls."""
     import torch
@@ -292,7 +333,8 @@ def main(argv=None):
         result = gemm_mode(args)
     else:
         model_dir = args.model_dir or common.minilm_dir()
-        result = (train_mode if args.mode == "train" else encode_mode)(args, model_dir)
+        result = {"train": train_mode, "encode": encode_mode,
+                  "op_profile": op_profile_mode}[args.mode](args, model_dir)
         result["checkpoint_sha256"] = common.file_sha256(
             os.path.join(model_dir, "model.safetensors"))
     result.update(_versions())

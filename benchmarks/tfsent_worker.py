@@ -53,10 +53,13 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+# tfsent before TensorFlow: its CPU settings (oneDNN on or off) are chosen before TF starts
+# (tfsent.cpu_settings); imported after TF, oneDNN would be TF's default whatever they say.
+import tfsent  # noqa: E402,F401
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["train", "profile", "encode", "peak", "gemm", "serve",
-                                  "serve_litert", "serve_student"],
+flags.DEFINE_enum("mode", None, ["train", "profile", "op_profile", "encode", "peak", "gemm",
+                                  "serve", "serve_litert", "serve_student"],
                   "What to measure.")
 flags.DEFINE_string("data", None, "Sentence file (one a line).")
 flags.DEFINE_integer("max_sentences", 0, "Use only the first N sentences (0: all).")
@@ -83,6 +86,8 @@ flags.DEFINE_list("serve_paths", ["savedmodel", "savedmodel_tf1", "savedmodel_xl
 flags.DEFINE_integer("op_profile_calls", 50, "serve: batch-1 requests traced op by op in "
                      "the TF1 session (0: no op profile).")
 flags.DEFINE_string("student", None, "serve_student: the student's encoder folder.")
+flags.DEFINE_integer("encode_sentences", 512, "op_profile: sentences encoded in the trace.")
+flags.DEFINE_integer("encode_max_seq_length", 256, "op_profile: truncation of the encode trace.")
 flags.DEFINE_integer("litert_threads", 0, "serve_litert: threads of each LiteRT "
                      "Interpreter (0: one per CPU core).")
 
@@ -93,6 +98,7 @@ def _build_training():
     peer's tau 0.05 and lr 3e-5."""
     import keras
 
+    from tfsent.cpu_settings import jit_train
     from tfsent.training import distribute
     from tfsent.methods import get_method
     from tfsent.training import build_model, load_training_data, make_dataset, resolve_config
@@ -114,7 +120,7 @@ def _build_training():
         examples = examples[:FLAGS.max_sentences]
     with strategy.scope():
         encoder, model, optimizer = build_model(spec, config, FLAGS.steps,
-                                                bool(config.jit_compile))
+                                                jit_train(config.jit_compile))
     dataset = make_dataset(spec, config, encoder, examples, 0, output_dir=None)
     return config, encoder, model, optimizer, examples, dataset
 
@@ -125,6 +131,7 @@ def train_mode():
     import numpy as np
     import tensorflow as tf
 
+    from tfsent.cpu_settings import jit_train, summary
     from tfsent.encoders import resolve_short_name
 
     config, encoder, model, optimizer, examples, dataset = _build_training()
@@ -155,7 +162,8 @@ def train_mode():
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
         "intermediate": int(encoder.backbone.intermediate_dim),
         "n_sentences": len(examples), "mean_tokens": round(mean_tokens, 2),
-        "jit_compile": bool(config.jit_compile), "mixed_precision": config.mixed_precision,
+        "jit_compile": jit_train(config.jit_compile), "cpu_settings": summary(),
+        "mixed_precision": config.mixed_precision,
         "overrides": list(FLAGS.tfsent_config), "optimizer": type(optimizer).__name__,
         "tensorflow": tf.__version__, "keras": keras.__version__,
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
@@ -170,8 +178,10 @@ def profile_mode():
     import numpy as np
     import tensorflow as tf
 
+    from tfsent.cpu_settings import jit_train
+
     config, encoder, model, optimizer, examples, dataset = _build_training()
-    jit = bool(config.jit_compile)
+    jit = jit_train(config.jit_compile)
     variables = list(model.trainable_variables)
     optimizer.build(variables)
     embedding = encoder.token_embedding_matrix
@@ -256,6 +266,50 @@ def _time_passes(fns, warmup_passes, repeats):
     return times
 
 
+def op_profile_mode():
+    """Op by op, under TensorFlow's profiler: `--steps` SimCSE training steps run by
+    `model.fit` as train_mode runs them (after `--warmup_steps` untraced), and one
+    `SentenceEncoder.encode` of `--encode_sentences` sentences (after one untraced pass),
+    with the CPU settings in force (`tfsent.cpu_settings`: the environment picks them).
+    Returns each trace's self time per op kind (common.xplane_self_times) and wall time."""
+    import glob
+    import shutil
+    import tempfile
+
+    import tensorflow as tf
+
+    from tfsent import cpu_settings
+
+    config, encoder, model, optimizer, examples, dataset = _build_training()
+    model.fit(dataset, epochs=1, steps_per_epoch=FLAGS.warmup_steps, verbose=0)
+    sentences = common.read_sentences(FLAGS.data, FLAGS.encode_sentences)
+
+    def encode():
+        encoder.encode(sentences, batch_size=FLAGS.batch_size, verbose=0,
+                       max_seq_length=FLAGS.encode_max_seq_length)
+
+    encode()
+    result = {"cpu_settings": cpu_settings.summary(), "steps": FLAGS.steps,
+              "encode_sentences": len(sentences), "jit_train": bool(model.jit_compile),
+              "jit_encode": cpu_settings.jit_encode()}
+    for name, run in (("train", lambda: model.fit(dataset, epochs=1, verbose=0,
+                                                  steps_per_epoch=FLAGS.steps)),
+                      ("encode", encode)):
+        logdir = tempfile.mkdtemp(prefix=f"tfsent-op-profile-{name}-")
+        try:
+            tf.profiler.experimental.start(logdir)
+            start = time.perf_counter()
+            run()
+            wall = time.perf_counter() - start
+            tf.profiler.experimental.stop()
+            (path,) = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
+            result[name] = dict(common.top_ops(common.xplane_self_times(path), 30),
+                                wall_s=round(wall, 3))
+        finally:
+            shutil.rmtree(logdir, ignore_errors=True)
+    return result
+
+
 def encode_mode():
     """Times the SavedModel and SentenceEncoder.encode; returns the result dict."""
     import shutil
@@ -265,6 +319,7 @@ def encode_mode():
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
+    from tfsent import cpu_settings
     from tfsent.encoders import load_encoder, resolve_short_name
     from tfsent.formats.saved_model import export_encoder
 
@@ -320,6 +375,7 @@ def encode_mode():
         **result,
         "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
         "tensorflow": tf.__version__, "batch_widths": widths,
+        "cpu_settings": cpu_settings.summary(),
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
         "intermediate": int(encoder.backbone.intermediate_dim),
         "checkpoint_sha256": common.file_sha256(os.path.join(model_dir, "model.safetensors")),
@@ -701,7 +757,7 @@ def main(argv):
     if FLAGS.mode is None:
         raise app.UsageError("--mode is required (train, profile, encode, peak, gemm, "
                              "serve, serve_litert or serve_student)")
-    if FLAGS.mode in ("train", "profile", "encode", "serve", "serve_litert",
+    if FLAGS.mode in ("train", "profile", "op_profile", "encode", "serve", "serve_litert",
                       "serve_student") and not FLAGS.data:
         raise app.UsageError("--data is required for --mode=train/profile/encode/serve/"
                              "serve_litert/serve_student")
@@ -712,7 +768,8 @@ def main(argv):
                              f"({FLAGS.warmup_steps})")
     if FLAGS.repeats < 1:
         raise app.UsageError(f"--repeats must be >= 1, got {FLAGS.repeats}")
-    result = {"train": train_mode, "profile": profile_mode, "encode": encode_mode,
+    result = {"train": train_mode, "profile": profile_mode, "op_profile": op_profile_mode,
+              "encode": encode_mode,
               "peak": peak_mode,
               "gemm": gemm_mode, "serve": serve_mode,
               "serve_litert": serve_litert_mode,

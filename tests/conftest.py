@@ -1,10 +1,14 @@
-"""Test setup: two logical CPU devices (for MirroredStrategy tests), quiet TF logs, and
+"""Test setup: two logical CPU devices (for MirroredStrategy tests), quiet TF logs, TF's
+default CPU settings (no calibration), and
 shared fixtures (a tiny vocabulary and a tiny encoder saved as a tfsent directory)."""
 
 import itertools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TF's and tfsent's own defaults, no per-machine calibration: the suite's numbers and XLA
+# use do not depend on the machine (tests/test_cpu_settings.py runs a calibration itself).
+os.environ.setdefault("TFSENT_CPU_SETTINGS", "default")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402

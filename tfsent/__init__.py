@@ -14,11 +14,17 @@ from tfsent import _moved  # noqa: E402
 _moved.install()  # old module names (tfsent._moved.MOVED) keep importing
 
 from tfsent import _startup  # noqa: E402
+from tfsent import cpu_settings  # noqa: E402
+
+# oneDNN on or off, measured for this machine (or overridden), must be chosen before
+# TensorFlow is imported (TF_ENABLE_ONEDNN_OPTS); threads right after.
+cpu_settings.choose_before_tensorflow()
 
 # Under `python -m tfsent.<command>`: TensorFlow's native start-up notices filtered.
 with _startup.native_notices_filtered(_startup.quiet_wanted()):
     import tensorflow as _tf  # noqa: E402
 
+    cpu_settings.apply_after_tensorflow()
     _tf.config.list_physical_devices("GPU")  # the CUDA probe, inside the filter
     from tfsent import encoders, layers, methods, training  # noqa: E402,F401
     # The output formats; importing them also installs SentenceEncoder.export's writer

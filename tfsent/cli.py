@@ -4,13 +4,14 @@ A `TfsentError` (bad flag, config field or input file) ends the command with one
 `error: <message>`, on stderr and exit status 2, before any traceback; anything else is a
 bug and keeps its traceback. Ctrl-C ends it with one line (what to do next) and status
 130; `--help` prints the usage and exits 0. The flags several commands share are defined
-here once (`define_model_flags`).
+here once (`define_model_flags`, `define_cpu_flags`).
 """
 
 import sys
 
 from absl import app, logging
 
+from tfsent import cpu_settings
 from tfsent.encoders import DEFAULT_ENCODER
 from tfsent.errors import TfsentError
 
@@ -81,6 +82,24 @@ def start(main, argv=None, interrupt_hint=""):
 DEFAULT_MODEL = DEFAULT_ENCODER
 
 
+def define_cpu_flags(flag_values=None):
+    """--cpu_onednn, --cpu_jit_encode, --cpu_jit_train, --cpu_threads: TensorFlow's CPU
+    settings (`tfsent.cpu_settings`). They are read from the command line before
+    TensorFlow is imported (oneDNN cannot change later); absl only checks and documents
+    them here."""
+    from absl import flags
+    fv = {} if flag_values is None else {"flag_values": flag_values}
+    for name, what in (("onednn", "TensorFlow's oneDNN kernels"),
+                       ("jit_encode", "XLA for encoding"),
+                       ("jit_train", "XLA for the train step")):
+        flags.DEFINE_enum(f"cpu_{name}", "auto", ["auto", "on", "off"],
+                          f"{what}: auto (measured for this CPU, cached), on or off "
+                          f"(over ${cpu_settings.ENV_VARS[name]}).", **fv)
+    flags.DEFINE_string("cpu_threads", "auto", "Intra/inter-op threads: auto (measured), "
+                        "default (TF's own) or INTRA/INTER, e.g. 2/1 (over "
+                        "$TFSENT_THREADS).", **fv)
+
+
 def define_model_flags(flag_values=None, *, what="Encoder", savedmodel=False,
                        prompts=True, batch_size=64):
     """Defines the flags every command that loads a model shares, with one meaning each:
@@ -102,6 +121,7 @@ def define_model_flags(flag_values=None, *, what="Encoder", savedmodel=False,
                          f"{DEFAULT_MODEL}; else 128).", lower_bound=1, **fv)
     flags.DEFINE_integer("batch_size", batch_size, "Texts per encoding batch.",
                          lower_bound=1, **fv)
+    define_cpu_flags(flag_values)
     if prompts:
         flags.DEFINE_string("query_prompt", None, "Text put before each query (default: "
                             "the model's own query prompt, if it was saved with one; "

@@ -27,6 +27,7 @@ flags.DEFINE_string("output_dir", None, "Run directory (default: runs/<method>).
 flags.DEFINE_bool("overwrite", False, "Discard the earlier run in --output_dir (its "
                   "checkpoints, exports and metrics) and train anew.")
 flags.DEFINE_multi_string("config_override", [], "FIELD=VALUE (same as --config.FIELD=VALUE).")
+cli.define_cpu_flags()
 
 
 def main(argv):

@@ -27,6 +27,7 @@ import tfsent.encoders.families as families
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import LAYERWISE_POOLINGS, check_pooling, pool
+from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
 
@@ -271,7 +272,7 @@ class SentenceEncoder(keras.Model):
         return self.tokenizer(sentences)
 
     def encode(self, sentences, batch_size=64, normalize=None, verbose="auto",
-               pooling=None, max_seq_length=None, jit_compile=False, truncate_dim=None):
+               pooling=None, max_seq_length=None, jit_compile=None, truncate_dim=None):
         """Embeds a list of strings; returns a float32 array (N, H) in input order,
         L2-normalised when `normalize` (default: the encoder's `normalize`).
         `truncate_dim` keeps the first D dimensions, before normalisation (Matryoshka
@@ -281,7 +282,7 @@ class SentenceEncoder(keras.Model):
         model trained on short sequences at full length). `jit_compile=True` runs the
         encoder under XLA, batches padded to bucketed shapes (`WIDTH_BUCKETS`): faster per
         sentence once each shape is compiled (a few seconds each), so worth it for large
-        corpora.
+        corpora. None (default): the choice measured for this CPU (`tfsent.cpu_settings`).
 
         Sentences are sorted by length and each batch is padded to its own longest
         sentence (fewer wasted FLOPs); a progress bar is shown for more than 4 batches
@@ -303,6 +304,8 @@ class SentenceEncoder(keras.Model):
         pooling = self.pooling if pooling is None else check_pooling(pooling)
         lengths = [len(s) for s in sentences]
         order = np.argsort(lengths, kind="stable")[::-1]
+        if jit_compile is None:
+            jit_compile = cpu_settings.jit_encode()
         fn = self._get_encode_fn(pooling, self.clamp_length(max_seq_length), bool(jit_compile))
         out = np.zeros((len(sentences), dim), np.float32)
         n_batches = (len(sentences) + batch_size - 1) // batch_size

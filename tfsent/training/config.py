@@ -120,7 +120,9 @@ RUN_FIELDS = [
           doc='"" | mixed_bfloat16 | mixed_float16'),
     Field("loss_scale", 32768.0, checks.POSITIVE,
           doc="mixed_float16: the LossScaleOptimizer's initial (dynamic) scale"),
-    Field("jit_compile", True, doc="XLA (switched off for multi-replica CPU runs)"),
+    Field("jit_compile", None, types=(bool,),
+          doc="XLA for the train step (None: the choice measured for this CPU, "
+              "tfsent.cpu_settings; switched off for multi-replica CPU runs)"),
     Field("steps_per_execution", 1, checks.SIZE,
           doc="train steps per tf.function call (raise for tiny models)"),
     Field("seed", 0, checks.Range(integer=True), doc="seed of initialisation, data, views"),

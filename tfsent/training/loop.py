@@ -18,6 +18,7 @@ from tfsent.data import kinds, mixture, readers
 from tfsent.data.sources import DEMO_NAMES, parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import load_encoder
+from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
 from tfsent.evaluation.retrieval import read_task_split
@@ -174,7 +175,7 @@ class Run:
         self.chief = True
         self.task_id = 0
         self.write_dir = output_dir
-        self.jit = bool(config.jit_compile)
+        self.jit = cpu_settings.jit_train(config.jit_compile)
         self.examples = None
         self.steps = 0
         self.dev_pairs = None   # STS dev: (sentences1, sentences2, scores)

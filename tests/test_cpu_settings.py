@@ -1,0 +1,271 @@
+"""tfsent.cpu_settings: parsing, the decision from probe timings, override precedence, the
+per-machine cache (a corrupt file is measured again), and real probes / a real import.
+No test asserts a timing: which setting wins depends on the machine."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfsent import cpu_settings as cs
+from tfsent.errors import ConfigError
+
+from conftest import REPO
+
+CPUINFO_HT = """processor\t: 0
+model name\t: Test CPU 9000
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
+physical id\t: 0
+core id\t\t: 0
+
+processor\t: 1
+model name\t: Test CPU 9000
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
+physical id\t: 0
+core id\t\t: 0
+
+processor\t: 2
+model name\t: Test CPU 9000
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
+physical id\t: 0
+core id\t\t: 1
+
+processor\t: 3
+model name\t: Test CPU 9000
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
+physical id\t: 0
+core id\t\t: 1
+"""
+
+
+def probe(encode_graph, encode_xla, train_graph, train_xla):
+    return {"encode_graph": encode_graph, "encode_xla": encode_xla,
+            "train_graph": train_graph, "train_xla": train_xla}
+
+
+@pytest.fixture
+def active_restored():
+    saved = dict(cs._ACTIVE)
+    yield
+    cs._ACTIVE.clear()
+    cs._ACTIVE.update(saved)
+
+
+def test_values_are_parsed_and_bad_ones_named():
+    assert cs.check_value("onednn", "ON", "x") == "on"
+    assert cs.check_value("jit_encode", False, "x") == "off"
+    assert cs.check_value("jit_train", "1", "x") == "on"
+    assert cs.check_value("threads", " 4/01 ", "x") == "4/1"
+    assert cs.check_value("threads", "default", "x") == "default"
+    with pytest.raises(ConfigError, match="TFSENT_ONEDNN: onednn must be auto, on or off"):
+        cs.check_value("onednn", "fast", "TFSENT_ONEDNN")
+    with pytest.raises(ConfigError, match="--cpu_threads: threads must be"):
+        cs.check_value("threads", "4", "--cpu_threads")
+    with pytest.raises(ConfigError, match="unknown CPU setting 'xla'"):
+        cs.configure(xla="on")
+
+
+def test_cpuinfo_cores_flags_and_machine_key(tmp_path):
+    cpu = cs.read_cpu(CPUINFO_HT)
+    assert cpu == {"model": "Test CPU 9000",
+                   "flags": ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni"],
+                   "physical_cores": 2, "logical_cpus": 4}
+    assert cs.tf_onednn_default(cpu)  # avx512_vnni: TF 2.21 turns oneDNN on itself
+    assert not cs.tf_onednn_default(dict(cpu, flags=["avx2", "fma"]))
+    assert cs.thread_candidates(cpu) == ["2/1", "4/1"]
+    key = cs.machine_key(cpu, "2.21.0")
+    env = {"TFSENT_CACHE": str(tmp_path)}
+    path = cs.cache_path(key, env)
+    assert os.path.dirname(path) == str(tmp_path)
+    assert cs.cache_path(dict(key, tensorflow="2.22.0"), env) != path
+    assert cs.cache_path(dict(key, isa_flags=["avx2"]), env) != path
+
+
+def test_decide_prefers_tf_default_within_the_margin():
+    on = probe(1.0, 1.2, 3.0, 2.0)       # score: 1.0 + 2.0 = 3.0
+    off = probe(0.98, 1.1, 2.9, 2.05)    # score: 0.98 + 2.05 = 3.03 (TF default: on)
+    choice = cs.decide({"onednn=on,threads=default": on, "onednn=off,threads=default": off},
+                       onednn_default=True)
+    assert choice["onednn"] == "on"
+    assert choice["onednn_speedup"] == pytest.approx(3.03 / 3.0, abs=1e-3)
+    assert choice["jit_encode"] == "off"  # XLA 1.2 s > graph 1.0 s
+    assert choice["jit_train"] == "on"    # XLA 2.0 s < graph 3.0 s
+    assert choice["jit_train_speedup"] == pytest.approx(1.5)
+    assert choice["threads"] == "default"
+    # The same numbers on a CPU where TF leaves oneDNN off: off stays, on is 1% faster.
+    assert cs.decide({"onednn=on,threads=default": on, "onednn=off,threads=default": off},
+                     onednn_default=False)["onednn"] == "off"
+
+
+def test_decide_switches_onednn_jit_and_threads_when_clearly_faster():
+    probes = {"onednn=on,threads=default": probe(1.0, 1.0, 3.0, 3.0),
+              "onednn=off,threads=default": probe(0.8, 0.6, 2.0, 2.4),  # off: 0.6 + 2.0
+              "onednn=off,threads=2/1": probe(0.7, 0.5, 1.6, 2.0),      # 0.5 + 1.6
+              "onednn=on,threads=2/1": probe(0.1, 0.1, 0.1, 0.1)}       # oneDNN on: not used
+    choice = cs.decide(probes, onednn_default=True)
+    assert choice["onednn"] == "off"
+    assert choice["onednn_speedup"] == pytest.approx(4.0 / 2.6, abs=1e-3)
+    assert choice["threads"] == "2/1"
+    assert choice["threads_speedup"] == pytest.approx(2.6 / 2.1, abs=1e-3)
+    # jit from the chosen (oneDNN off, 2/1) probe: encode 0.7 vs 0.5, train 1.6 vs 2.0.
+    assert (choice["jit_encode"], choice["jit_train"]) == ("on", "off")
+
+
+def test_precedence_user_variable_flag_environment_measured():
+    measured = {"onednn": "off", "jit_encode": "on", "jit_train": "off", "threads": "2/1"}
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return measured, "/cache/file.json"
+
+    r = cs.resolve({}, {}, measure)
+    assert {n: r[n] for n in cs.SETTINGS} == {n: (v, "measured") for n, v in measured.items()}
+    assert r["_cache"] == "/cache/file.json"
+    env = {"TFSENT_ONEDNN": "on", "TFSENT_JIT_ENCODE": "off", "TFSENT_THREADS": "default"}
+    r = cs.resolve({"jit_encode": "on"}, env, measure)
+    assert r["onednn"] == ("on", "TFSENT_ONEDNN")
+    assert r["jit_encode"] == ("on", "set")  # the flag beats TFSENT_JIT_ENCODE
+    assert r["threads"] == ("default", "TFSENT_THREADS")
+    assert r["jit_train"] == ("off", "measured")
+    r = cs.resolve({"onednn": "on"}, dict(env, TF_ENABLE_ONEDNN_OPTS="0"), measure)
+    assert r["onednn"] == ("off", "your TF_ENABLE_ONEDNN_OPTS")  # the user's variable wins
+    # ... but not the variable tfsent itself set in a parent process.
+    inherited = dict(env, TF_ENABLE_ONEDNN_OPTS="0", **{cs.SET_BY_US: "0"})
+    assert cs.resolve({}, inherited, measure)["onednn"] == ("on", "TFSENT_ONEDNN")
+    calls.clear()
+    everything = {"onednn": "on", "jit_encode": "off", "jit_train": "on", "threads": "1/1"}
+    assert cs.resolve(everything, {}, measure)["threads"] == ("1/1", "set")
+    assert not calls  # nothing left to measure: no calibration
+    r = cs.resolve({"onednn": "off"}, {"TFSENT_CPU_SETTINGS": "default"}, measure)
+    assert not calls
+    assert (r["onednn"], r["jit_encode"], r["jit_train"], r["threads"]) == (
+        ("off", "set"), ("off", "default"), ("on", "default"), ("default", "default"))
+    r = cs.resolve({"threads": "1/1"}, {}, lambda: (dict(cs.BUILTIN), None))  # failed
+    assert r["onednn"] == ("tf", "default: calibration failed")
+    with pytest.raises(ConfigError, match="TFSENT_JIT_TRAIN"):
+        cs.resolve({}, {"TFSENT_JIT_TRAIN": "maybe"}, measure)
+
+
+def test_command_line_flags_are_read_before_tensorflow():
+    argv = ["--model=x", "--cpu_onednn=off", "--cpu_threads", "2/1", "--cpu_jit_encode=on"]
+    assert cs.peek_flags(argv) == {"onednn": "off", "threads": "2/1", "jit_encode": "on"}
+    with pytest.raises(ConfigError, match="--cpu_jit_train"):
+        cs.peek_flags(["--cpu_jit_train=yes please"])
+
+
+def test_tensorflow_imported_first_is_reported_not_changed(active_restored):
+    # Under pytest TensorFlow is imported (conftest) before this runs, as in a user's
+    # script that imports TF before tfsent: the variable must not be set.
+    environ = {}
+    measured = {"onednn": "off", "jit_encode": "on", "jit_train": "on", "threads": "default",
+                "onednn_speedup": 1.3, "jit_encode_speedup": 1.1, "jit_train_speedup": 1.2,
+                "threads_speedup": 1.0}
+    cs.choose_before_tensorflow(["-m"], environ, lambda: (measured, "/c.json"))
+    assert "TF_ENABLE_ONEDNN_OPTS" not in environ
+    line = cs.describe(onednn_running=True, threads_running="2/2")
+    assert line.startswith("cpu settings: oneDNN on (measured 1.30x; TensorFlow was imported "
+                           "before tfsent, so not chosen here: the choice was off)")
+    assert "jit encode on (measured 1.10x)" in line and line.endswith("cached in /c.json")
+    assert cs.jit_encode() and cs.jit_train()
+
+
+def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monkeypatch,
+                                                                  caplog):
+    # A probe that cannot start: this interpreter does not exist.
+    monkeypatch.setattr(cs.sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setenv("TFSENT_CACHE", str(tmp_path))
+    with caplog.at_level("WARNING"):
+        choice, path = cs._measured_or_builtin()
+    assert (choice, path) == (cs.BUILTIN, None)
+    assert any("calibration failed" in r.getMessage() for r in caplog.records)
+
+
+def fake_probe_factory(calls):
+    def fake_probe(onednn, threads, budget):
+        calls.append((onednn, threads))
+        slow = 2.0 if onednn == "on" else 1.0
+        return probe(slow, slow * 2, slow * 3, slow * 3)
+    return fake_probe
+
+
+def test_cache_written_reused_and_corrupt_file_recalibrated(tmp_path, caplog):
+    env = {"TFSENT_CACHE": str(tmp_path)}
+    cpu = cs.read_cpu(CPUINFO_HT)
+    calls = []
+    choice, path = cs.measured_choice(cpu, env, fake_probe_factory(calls), budget=0.01)
+    assert calls == [("on", "default"), ("off", "default"), ("off", "2/1"), ("off", "4/1")]
+    assert (choice["onednn"], choice["jit_encode"], choice["threads"]) == ("off", "off",
+                                                                           "default")
+    stored = json.loads(open(path).read())
+    assert stored["key"] == cs.machine_key(cpu, cs.tensorflow_version())
+    assert set(stored["probes"]) == {"onednn=on,threads=default", "onednn=off,threads=default",
+                                     "onednn=off,threads=2/1", "onednn=off,threads=4/1"}
+    calls.clear()
+    assert cs.measured_choice(cpu, env, fake_probe_factory(calls))[0] == choice
+    assert not calls  # read from the cache
+    for corrupt in ("{not json", json.dumps(dict(stored, key={"cpu_model": "other"})),
+                    json.dumps(dict(stored, choice=dict(choice, threads="lots")))):
+        with open(path, "w") as f:
+            f.write(corrupt)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert cs.measured_choice(cpu, env, fake_probe_factory(calls))[0] == choice
+        assert len(calls) == 4
+        calls.clear()
+        assert any("is unusable" in r.getMessage() and "calibrating again" in r.getMessage()
+                   for r in caplog.records)
+        assert json.loads(open(path).read())["choice"] == choice  # rewritten whole
+
+
+@pytest.fixture(scope="module")
+def real_probes():
+    """The real probe, oneDNN on and off, each in its own process (TF import + XLA
+    compilation: the slow part of this file)."""
+    return {f"onednn={o},threads=default": cs.run_probe(o, budget=0.05) for o in ("on", "off")}
+
+
+def test_real_probes_run_as_asked_and_decide(real_probes):
+    for name, result in real_probes.items():
+        assert result["onednn_enabled"] == (name.startswith("onednn=on"))  # TF's own answer
+        assert result["calls"] >= 3
+        assert all(result[k] > 0 for k in ("encode_graph", "encode_xla", "train_graph",
+                                           "train_xla"))
+    choice = cs.decide(real_probes, cs.tf_onednn_default(cs.read_cpu()))
+    assert choice["onednn"] in ("on", "off") and choice["threads"] == "default"
+
+
+def _import_line(env):
+    code = ("from absl import logging; logging.set_verbosity('info')\n"
+            "import tfsent\n"
+            "from tensorflow.python.util import _pywrap_util_port as p\n"
+            "print('ONEDNN', bool(p.IsMklEnabled()))\n"
+            "print(tfsent.cpu_settings.summary())")
+    run_env = {k: v for k, v in os.environ.items()
+               if k not in ("TFSENT_CPU_SETTINGS", "TF_ENABLE_ONEDNN_OPTS")
+               and not k.startswith("TFSENT_ONEDNN")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(run_env, PYTHONPATH=REPO, **env), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    return lines[-2] == "ONEDNN True", lines[-1]
+
+
+def test_import_applies_the_cached_choice_and_the_users_variable_wins(tmp_path, real_probes):
+    cpu = cs.read_cpu()
+    key = cs.machine_key(cpu, cs.tensorflow_version())
+    env = {"TFSENT_CACHE": str(tmp_path)}
+    # The choice opposite to TF's own default here, so applying it is visible.
+    against_default = "off" if cs.tf_onednn_default(cpu) else "on"
+    choice = dict(cs.decide(real_probes, cs.tf_onednn_default(cpu)), onednn=against_default,
+                  threads="1/1")
+    cs.write_cache(cs.cache_path(key, env), {"key": key, "choice": choice,
+                                             "probes": real_probes})
+    onednn, line = _import_line(env)
+    assert onednn == (against_default == "on")
+    assert line.startswith(f"cpu settings: oneDNN {against_default} (measured ")
+    assert "threads 1/1 (measured" in line and line.endswith(cs.cache_path(key, env))
+    onednn, line = _import_line(dict(env, TF_ENABLE_ONEDNN_OPTS="1"))
+    assert onednn and "oneDNN on (your TF_ENABLE_ONEDNN_OPTS)" in line

@@ -1,0 +1,567 @@
+"""TensorFlow's CPU settings for the machine tfsent runs on, chosen by measurement.
+
+Four settings, each `auto` by default:
+- `onednn` (on | off): TensorFlow's oneDNN kernels. TF 2.21 turns them on by itself only on
+  CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, whether or not they are faster
+  there; the choice is `TF_ENABLE_ONEDNN_OPTS`, read once when TensorFlow is imported.
+- `jit_encode` (on | off): XLA for `SentenceEncoder.encode`'s default.
+- `jit_train` (on | off): XLA for the training run's train step (config `jit_compile`).
+- `threads` (`default` = TF's own, or `INTRA/INTER`): intra / inter-op thread pools.
+
+`auto` means measured: at first use on a machine, a calibration (a small transformer
+layer stack timed forward and forward+backward, plain graph and XLA, in one subprocess per
+candidate oneDNN / thread setting, since neither can change inside a process) picks the
+fastest, keeping TF's own default unless another setting wins by more than MARGIN. The
+result is cached per machine (CPU model, ISA flags, physical cores, TF version) under
+$TFSENT_CACHE or ~/.cache/tfsent/, and one line says what runs.
+
+Precedence, highest first: the user's own `TF_ENABLE_ONEDNN_OPTS` (oneDNN only); a
+command-line flag (`--cpu_onednn`, `--cpu_jit_encode`, `--cpu_jit_train`,
+`--cpu_threads`) or `configure(...)` before `import tfsent`; the environment variables
+TFSENT_ONEDNN, TFSENT_JIT_ENCODE, TFSENT_JIT_TRAIN, TFSENT_THREADS; the measured choice.
+`TFSENT_CPU_SETTINGS=default` skips the calibration and keeps TF's and tfsent's defaults
+for every setting left `auto` (the test suite runs so).
+
+When TensorFlow was imported before tfsent, oneDNN (and threads, once TF's runtime has
+started) are what they are: the line says so and names what actually runs.
+
+This module imports nothing of tfsent, and TensorFlow only inside functions: it runs before
+TensorFlow is imported, and its `probe_main` is the calibration's
+probe, loaded from this file in a subprocess.
+"""
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+SETTINGS = ("onednn", "jit_encode", "jit_train", "threads")
+ENV_VARS = {"onednn": "TFSENT_ONEDNN", "jit_encode": "TFSENT_JIT_ENCODE",
+            "jit_train": "TFSENT_JIT_TRAIN", "threads": "TFSENT_THREADS"}
+FLAGS = {name: f"--cpu_{name}" for name in SETTINGS}
+# What `auto` gives without a measurement (TFSENT_CPU_SETTINGS=default): TF's own oneDNN
+# default ("tf"), encode without XLA, the train step with XLA, TF's thread pools.
+BUILTIN = {"onednn": "tf", "jit_encode": "off", "jit_train": "on", "threads": "default"}
+# A setting other than the default must be this much faster (noise of a shared machine).
+MARGIN = 0.05
+# TF 2.21's own rule (tensorflow/core/util/port.cc): oneDNN on by default with these.
+TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
+                           "amx_int8")
+KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+             "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+CACHE_VERSION = 1
+# Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
+# does not take tfsent's own choice for the user's variable.
+SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
+
+# The settings in force in this process (set by `choose_before_tensorflow`).
+_ACTIVE = {}
+_OVERRIDES = {}
+
+
+def configure(**settings):
+    """Sets settings for this process before `import tfsent` (like the flags), e.g.
+    `configure(onednn="off", threads="2/1")`; values as for the environment variables."""
+    for name, value in settings.items():
+        if name not in SETTINGS:
+            raise _config_error(f"unknown CPU setting {name!r}; known: {', '.join(SETTINGS)}")
+        _OVERRIDES[name] = check_value(name, value, f"configure({name}=...)")
+    if "tensorflow" in sys.modules and "onednn" in settings:
+        import logging as std_logging
+        std_logging.getLogger("absl").warning(
+            "configure(onednn=...) after TensorFlow was imported has no effect on oneDNN")
+
+
+def _config_error(message):
+    from tfsent.errors import ConfigError  # only on bad input: keeps the probe tfsent-free
+    return ConfigError(message)
+
+
+def check_value(name, value, where):
+    """The canonical value of setting `name` ("auto", "on", "off"; threads: "auto",
+    "default" or "INTRA/INTER"), or ConfigError naming `where`."""
+    text = str(value).strip().lower()
+    if isinstance(value, bool):
+        text = "on" if value else "off"
+    text = {"1": "on", "true": "on", "0": "off", "false": "off"}.get(text, text)
+    if name == "threads":
+        if text in ("auto", "default"):
+            return text
+        parts = text.split("/")
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            return f"{int(parts[0])}/{int(parts[1])}"
+        raise _config_error(f"{where}: threads must be auto, default or INTRA/INTER (e.g. "
+                            f"2/1; 0 is TF's default), got {value!r}")
+    if text not in ("auto", "on", "off"):
+        raise _config_error(f"{where}: {name} must be auto, on or off, got {value!r}")
+    return text
+
+
+# -- the machine ----------------------------------------------------------------------------
+
+def read_cpu(cpuinfo_text=None):
+    """{"model", "flags" (the KEY_FLAGS present), "physical_cores", "logical_cpus"} from
+    /proc/cpuinfo (or `cpuinfo_text`)."""
+    if cpuinfo_text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo_text = f.read()
+        except OSError:
+            cpuinfo_text = ""
+    model, flags, cores, logical = None, set(), set(), 0
+    physical_id = core_id = None
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "processor":
+            logical += 1
+        elif key == "model name" and model is None:
+            model = value
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "physical id":
+            physical_id = value
+        elif key == "core id":
+            core_id = value
+            cores.add((physical_id, core_id))
+    logical = logical or os.cpu_count() or 1
+    return {"model": model or "unknown CPU", "flags": [f for f in KEY_FLAGS if f in flags],
+            "physical_cores": len(cores) or logical, "logical_cpus": logical}
+
+
+def tensorflow_version():
+    """The installed TensorFlow's version, read without importing it."""
+    import importlib.metadata
+    for name in ("tensorflow", "tensorflow-cpu", "tf-nightly"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def machine_key(cpu, tf_version):
+    """The cache key: what the measured choice depends on."""
+    return {"cpu_model": cpu["model"], "isa_flags": cpu["flags"],
+            "physical_cores": cpu["physical_cores"], "logical_cpus": cpu["logical_cpus"],
+            "tensorflow": tf_version, "version": CACHE_VERSION}
+
+
+def cache_path(key, environ=None):
+    """$TFSENT_CACHE (or ~/.cache/tfsent)/cpu-settings-<hash of the key>.json."""
+    environ = os.environ if environ is None else environ
+    root = environ.get("TFSENT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                       "tfsent")
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return os.path.join(root, f"cpu-settings-{digest}.json")
+
+
+def tf_onednn_default(cpu):
+    """Whether TF 2.21 turns oneDNN on by itself on this CPU (port.cc's rule)."""
+    return any(f in cpu["flags"] for f in TF_ONEDNN_DEFAULT_FLAGS)
+
+
+# -- the decision -----------------------------------------------------------------------------
+
+def _best(probe, job):
+    return min(probe[f"{job}_graph"], probe[f"{job}_xla"])
+
+
+def score(probe):
+    """Seconds of one encode call plus one train step, each in its faster mode."""
+    return _best(probe, "encode") + _best(probe, "train")
+
+
+def decide(probes, onednn_default, margin=MARGIN):
+    """The measured choice from the probes' medians (seconds per call).
+
+    `probes`: {"onednn=on,threads=default": {...}, "onednn=off,threads=default": {...},
+    optionally "onednn=<chosen>,threads=I/J": {...}}, each {"encode_graph", "encode_xla",
+    "train_graph", "train_xla"}. A setting other than the default is chosen only when it is
+    faster by more than `margin`. Returns {"onednn", "jit_encode", "jit_train", "threads"}
+    and the speed-ups behind them ("*_speedup": default's time / chosen's, or the chosen
+    one's advantage over the alternative)."""
+    on, off = probes["onednn=on,threads=default"], probes["onednn=off,threads=default"]
+    default, other = ("on", "off") if onednn_default else ("off", "on")
+    by_name = {"on": on, "off": off}
+    gain = score(by_name[default]) / score(by_name[other])
+    onednn = other if gain > 1 + margin else default
+    chosen = by_name[onednn]
+    alternative = by_name["off" if onednn == "on" else "on"]
+    threads, threads_gain, chosen_threads = "default", 1.0, chosen
+    for name, probe in probes.items():
+        prefix = f"onednn={onednn},threads="
+        if name.startswith(prefix) and not name.endswith("=default"):
+            g = score(chosen) / score(probe)
+            if g > 1 + margin and g > threads_gain:
+                threads, threads_gain, chosen_threads = name[len(prefix):], g, probe
+    final = chosen_threads
+    # encode: XLA only when faster by the margin; the train step: XLA unless slower by it.
+    jit_encode = final["encode_graph"] / final["encode_xla"] > 1 + margin
+    jit_train = final["train_xla"] / final["train_graph"] <= 1 + margin
+    return {"onednn": onednn, "jit_encode": "on" if jit_encode else "off",
+            "jit_train": "on" if jit_train else "off", "threads": threads,
+            "onednn_speedup": round(score(alternative) / score(chosen), 3),
+            "jit_encode_speedup": round(final["encode_graph"] / final["encode_xla"], 3),
+            "jit_train_speedup": round(final["train_graph"] / final["train_xla"], 3),
+            "threads_speedup": round(threads_gain, 3)}
+
+
+def thread_candidates(cpu):
+    """Thread settings tried besides TF's default: one intra-op thread per physical core
+    with one inter-op thread, and (with hyper-threads) one per logical CPU."""
+    cands = [f"{cpu['physical_cores']}/1"]
+    if cpu["logical_cpus"] != cpu["physical_cores"]:
+        cands.append(f"{cpu['logical_cpus']}/1")
+    return cands
+
+
+# -- the calibration ------------------------------------------------------------------------
+
+def run_probe(onednn, threads="default", budget=0.8, timeout=300):
+    """Times the probe workload in a fresh Python process with TF_ENABLE_ONEDNN_OPTS set to
+    `onednn` and the thread setting `threads`; returns its medians and TF's own oneDNN
+    state."""
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn == "on" else "0",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    spec = json.dumps({"threads": threads, "budget": budget})
+    # Loaded from its file under another name: no `import tfsent` (which would calibrate),
+    # and the package's folder is not put on sys.path (its module names would shadow others).
+    code = ("import importlib.util, sys\n"
+            "s = importlib.util.spec_from_file_location('tfsent_cpu_probe', sys.argv[1])\n"
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+            "m.probe_main(sys.argv[2])")
+    proc = subprocess.run([sys.executable, "-c", code, os.path.abspath(__file__), spec],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"CPU settings probe (oneDNN {onednn}, threads {threads}) failed "
+                           f"(exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    result = json.loads(lines[-1])
+    if result["onednn_enabled"] != (onednn == "on"):
+        raise RuntimeError(f"probe asked for oneDNN {onednn}, TensorFlow ran with "
+                           f"IsMklEnabled()={result['onednn_enabled']}")
+    return result
+
+
+def calibrate(cpu, budget=0.8, probe=run_probe):
+    """Runs the probes (oneDNN on and off with TF's threads; then each thread candidate
+    with the faster oneDNN setting) and returns {"probes", "choice"}."""
+    from absl import logging
+    onednn_default = tf_onednn_default(cpu)
+    probes = {}
+    for onednn in ("on", "off"):
+        probes[f"onednn={onednn},threads=default"] = probe(onednn, "default", budget)
+    first = decide(probes, onednn_default)
+    for threads in thread_candidates(cpu):
+        probes[f"onednn={first['onednn']},threads={threads}"] = probe(first["onednn"],
+                                                                      threads, budget)
+    choice = decide(probes, onednn_default)
+    logging.info("cpu settings calibration: %s", json.dumps(probes))
+    return {"probes": probes, "choice": choice}
+
+
+def load_cache(path, key):
+    """The cached calibration for `key`, or None (missing); a corrupt or foreign file gives
+    None with a warning, so the caller measures again."""
+    from absl import logging
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("key") != key:
+            raise ValueError("it was written for another machine key")
+        choice = data["choice"]
+        for name in SETTINGS:
+            value = check_value(name, choice[name], path)
+            if value == "auto":
+                raise ValueError(f"{name} is auto")
+        return data
+    except Exception as e:  # noqa: BLE001 -- any unreadable cache is measured again
+        logging.warning("cpu settings cache %s is unusable (%s: %s); calibrating again",
+                        path, type(e).__name__, e)
+        return None
+
+
+def write_cache(path, data):
+    """Writes the calibration atomically (a temporary file renamed into place)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(path):
+    """An exclusive lock on `path`.lock (several processes starting at once calibrate once)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        try:
+            import fcntl
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no lock
+            pass
+        yield
+
+
+def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
+    """(choice, cache file): the cached calibration of this machine, or a new one."""
+    from absl import logging
+    cpu = cpu or read_cpu()
+    key = machine_key(cpu, tensorflow_version())
+    path = cache_path(key, environ)
+    data = load_cache(path, key)
+    if data is None:
+        with _locked(path):
+            data = load_cache(path, key) if os.path.exists(path) else None
+            if data is None:
+                logging.warning("calibrating TensorFlow's CPU settings for this machine (once, "
+                                "cached in %s; TFSENT_CPU_SETTINGS=default skips it)", path)
+                start = time.time()
+                data = dict(calibrate(cpu, budget, probe), key=key,
+                            seconds=round(time.time() - start, 1),
+                            date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+                write_cache(path, data)
+    return data["choice"], path
+
+
+def _measured_or_builtin():
+    """measured_choice(), or tfsent's built-in defaults with a warning if the calibration
+    fails (a probe that cannot start TensorFlow, a timeout): `import tfsent` must not."""
+    try:
+        return measured_choice()
+    except Exception as e:  # noqa: BLE001 -- any failure: run with the defaults, say so
+        from absl import logging
+        logging.warning("cpu settings: calibration failed (%s: %s); using TF's and tfsent's "
+                        "defaults", type(e).__name__, e)
+        return dict(BUILTIN), None
+
+
+# -- resolution and applying ------------------------------------------------------------------
+
+def peek_flags(argv):
+    """{setting: value} of the --cpu_* flags in a command line (read before TensorFlow is
+    imported; absl parses the same flags later, `tfsent.cli.define_cpu_flags`)."""
+    found = {}
+    for i, arg in enumerate(argv):
+        for name, flag in FLAGS.items():
+            if arg.startswith(flag + "="):
+                found[name] = check_value(name, arg.split("=", 1)[1], flag)
+            elif arg == flag and i + 1 < len(argv):
+                found[name] = check_value(name, argv[i + 1], flag)
+    return found
+
+
+def resolve(flag_values, environ, measure):
+    """{setting: (value, source)}: each setting's value after the precedence (flag >
+    environment > measured); `measure()` gives (choice, cache path) and is called only if
+    a setting is still auto. The user's TF_ENABLE_ONEDNN_OPTS beats everything for oneDNN.
+    """
+    resolved, pending = {}, []
+    for name in SETTINGS:
+        env = ENV_VARS[name]
+        users = environ.get("TF_ENABLE_ONEDNN_OPTS") not in (None, "", environ.get(SET_BY_US))
+        if name == "onednn" and users:
+            on = environ["TF_ENABLE_ONEDNN_OPTS"].strip().lower() in ("1", "true", "on")
+            resolved[name] = ("on" if on else "off", "your TF_ENABLE_ONEDNN_OPTS")
+        elif flag_values.get(name, "auto") != "auto":
+            resolved[name] = (flag_values[name], "set")
+        elif check_value(name, environ.get(env, "auto"), env) != "auto":
+            resolved[name] = (check_value(name, environ[env], env), env)
+        else:
+            pending.append(name)
+    if pending:
+        if environ.get("TFSENT_CPU_SETTINGS", "auto").strip().lower() == "default":
+            for name in pending:
+                resolved[name] = (BUILTIN[name], "default")
+        else:
+            choice, path = measure()
+            source = "measured" if path else "default: calibration failed"
+            for name in pending:
+                resolved[name] = (choice[name], source)
+            resolved["_choice"], resolved["_cache"] = choice, path
+    return resolved
+
+
+def choose_before_tensorflow(argv=None, environ=None, measure=None):
+    """Resolves the settings and, if TensorFlow is not imported yet, sets
+    TF_ENABLE_ONEDNN_OPTS for the chosen oneDNN setting. Called by `import tfsent` before
+    it imports TensorFlow; returns the resolution."""
+    environ = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    flag_values = dict(peek_flags(argv[1:]) if argv and argv[0] == "-m" else {}, **_OVERRIDES)
+    resolved = resolve(flag_values, environ, measure or _measured_or_builtin)
+    tf_imported = "tensorflow" in sys.modules
+    onednn, source = resolved["onednn"]
+    if onednn in ("on", "off") and source != "your TF_ENABLE_ONEDNN_OPTS" and not tf_imported:
+        environ["TF_ENABLE_ONEDNN_OPTS"] = environ[SET_BY_US] = "1" if onednn == "on" else "0"
+    _ACTIVE.clear()
+    _ACTIVE.update(resolved, _tf_imported_first=tf_imported)
+    return resolved
+
+
+def apply_after_tensorflow():
+    """Sets the thread pools if TF's runtime has not started, and logs one line of what
+    runs (`log_once`). Returns the line."""
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    threads = _ACTIVE.get("threads", ("default", "default"))[0]
+    threads_note = ""
+    if threads != "default":
+        intra, inter = (int(v) for v in threads.split("/"))
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+        except RuntimeError:
+            threads_note = " (not applied: TensorFlow's runtime had started)"
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    inter = tf.config.threading.get_inter_op_parallelism_threads()
+    line = describe(bool(_pywrap_util_port.IsMklEnabled()), f"{intra}/{inter}", threads_note)
+    _ACTIVE["_line"] = line
+    if not (sys.argv and sys.argv[0] == "-m"):  # a command logs it at first use
+        log_once()
+    return line
+
+
+def log_once():
+    """Logs the settings line the first time it is called in this process (at import for
+    library use; under `python -m tfsent.X` when the work starts: the first `encode` or
+    training run, so a mistyped flag still gets a one-line error)."""
+    if _ACTIVE.get("_line") and not _ACTIVE.get("_logged"):
+        from absl import logging
+        logging.info("%s", _ACTIVE["_line"])
+        _ACTIVE["_logged"] = True
+
+
+def describe(onednn_running, threads_running, threads_note=""):
+    """The one line: what runs, and why."""
+    choice = _ACTIVE.get("_choice", {})
+
+    def why(name, speedup_key):
+        value, source = _ACTIVE.get(name, (BUILTIN[name], "default"))
+        if source == "measured" and speedup_key in choice:
+            return f"measured {choice[speedup_key]:.2f}x"
+        return {"default": "default"}.get(source, source)
+
+    onednn, onednn_source = _ACTIVE.get("onednn", ("tf", "default"))
+    parts = [f"oneDNN {'on' if onednn_running else 'off'} ({why('onednn', 'onednn_speedup')}"]
+    if (_ACTIVE.get("_tf_imported_first") and onednn != "tf"
+            and onednn_source != "your TF_ENABLE_ONEDNN_OPTS"):
+        parts[0] += (f"; TensorFlow was imported before tfsent, so not chosen here: the "
+                     f"choice was {onednn}")
+    parts[0] += ")"
+    for name, label in (("jit_encode", "jit encode"), ("jit_train", "jit train")):
+        parts.append(f"{label} {jit(name)} ({why(name, name + '_speedup')})")
+    parts.append(f"threads {threads_running} ({why('threads', 'threads_speedup')})"
+                 + threads_note)
+    line = "cpu settings: " + ", ".join(parts)
+    if _ACTIVE.get("_cache"):
+        line += f"; cached in {_ACTIVE['_cache']}"
+    return line
+
+
+def jit(name):
+    """"on" / "off": the XLA setting `name` ("jit_encode" or "jit_train") in force."""
+    log_once()
+    return _ACTIVE.get(name, (BUILTIN[name], "default"))[0]
+
+
+def jit_encode():
+    """True when `SentenceEncoder.encode` runs under XLA by default on this machine."""
+    return jit("jit_encode") == "on"
+
+
+def jit_train(config_value=None):
+    """Whether the train step runs under XLA: the config's `jit_compile` when set (True /
+    False), else the setting in force on this machine."""
+    if config_value is not None:
+        log_once()
+        return bool(config_value)
+    return jit("jit_train") == "on"
+
+
+def summary():
+    """The settings line of this process ("" before `import tfsent` finished)."""
+    return _ACTIVE.get("_line", "")
+
+
+# -- the probe (run as a script in the calibration's subprocesses) ------------------------------
+
+def probe_main(spec_json):
+    """Times a 2-layer transformer stack (hidden 384, 12 heads, MLP 1536: minilm's layer)
+    forward at batch 16 x 48 tokens ("encode") and forward + backward + SGD update at batch
+    16 x 32 with an in-batch contrastive loss ("train"), each as a plain tf.function and
+    with jit_compile=True, calls interleaved; prints the medians as JSON."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    spec = json.loads(spec_json)
+    if spec["threads"] != "default":
+        intra, inter = (int(v) for v in spec["threads"].split("/"))
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    hidden, heads, mlp, layers = 384, 12, 1536, 2
+    rng = np.random.default_rng(0)
+
+    def var(*shape):
+        return tf.Variable(rng.normal(0, 0.02, shape).astype(np.float32))
+
+    weights = [dict(qkv=var(hidden, 3 * hidden), out=var(hidden, hidden),
+                    up=var(hidden, mlp), down=var(mlp, hidden)) for _ in range(layers)]
+    variables = [v for w in weights for v in w.values()]
+
+    def norm(x):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + 1e-12)
+
+    def forward(x):
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        for w in weights:
+            qkv = tf.reshape(tf.matmul(x, w["qkv"]), [batch, length, 3, heads, hidden // heads])
+            q, k, v = (tf.transpose(qkv[:, :, i], [0, 2, 1, 3]) for i in range(3))
+            att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / 8.0)
+            ctx = tf.reshape(tf.transpose(tf.matmul(att, v), [0, 2, 1, 3]),
+                             [batch, length, hidden])
+            x = norm(x + tf.matmul(ctx, w["out"]))
+            x = norm(x + tf.matmul(tf.nn.gelu(tf.matmul(x, w["up"])), w["down"]))
+        return tf.reduce_mean(x, axis=1)
+
+    def train(x):
+        with tf.GradientTape() as tape:
+            e = tf.math.l2_normalize(forward(x), axis=-1)
+            logits = tf.matmul(e, e, transpose_b=True) * 20.0
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                tf.range(tf.shape(x)[0]), logits))
+        for v, g in zip(variables, tape.gradient(loss, variables)):
+            v.assign_sub(0.01 * g)
+        return loss
+
+    enc_x = tf.constant(rng.normal(size=(16, 48, hidden)).astype(np.float32))
+    train_x = tf.constant(rng.normal(size=(16, 32, hidden)).astype(np.float32))
+    fns = {"encode_graph": (tf.function(forward), enc_x),
+           "encode_xla": (tf.function(forward, jit_compile=True), enc_x),
+           "train_graph": (tf.function(train), train_x),
+           "train_xla": (tf.function(train, jit_compile=True), train_x)}
+    times = {name: [] for name in fns}
+    for fn, x in fns.values():  # trace / compile, then one warm call
+        fn(x).numpy()
+        fn(x).numpy()
+    deadline = time.perf_counter() + 4 * spec["budget"]
+    while min(len(t) for t in times.values()) < 3 or (
+            time.perf_counter() < deadline and min(len(t) for t in times.values()) < 15):
+        for name, (fn, x) in fns.items():
+            start = time.perf_counter()
+            fn(x).numpy()
+            times[name].append(time.perf_counter() - start)
+    result = {name: float(np.median(t)) for name, t in times.items()}
+    result.update(onednn_enabled=bool(_pywrap_util_port.IsMklEnabled()),
+                  calls=min(len(t) for t in times.values()), threads=spec["threads"])
+    print(json.dumps(result))
