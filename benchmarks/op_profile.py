@@ -59,7 +59,7 @@ VIEWS = {
               "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"},
              {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
               "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
-    "measured": ({}, None),
+    "measured": ({"TFSENT_CPU_SETTINGS": "measure"}, None),
 }
 
 

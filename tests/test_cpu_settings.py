@@ -76,7 +76,7 @@ def test_cpuinfo_cores_flags_and_machine_key(tmp_path):
     assert not cs.tf_onednn_default(dict(cpu, flags=["avx2", "fma"]))
     assert cs.thread_candidates(cpu) == ["2/1", "4/1"]
     key = cs.machine_key(cpu, "2.21.0")
-    env = {"TFSENT_CACHE": str(tmp_path)}
+    env = {"TFSENT_CACHE": str(tmp_path), "TFSENT_CPU_SETTINGS": "measure"}
     path = cs.cache_path(key, env)
     assert os.path.dirname(path) == str(tmp_path)
     assert cs.cache_path(dict(key, tensorflow="2.22.0"), env) != path
@@ -121,10 +121,17 @@ def test_precedence_user_variable_flag_environment_measured():
         calls.append(1)
         return measured, "/cache/file.json"
 
+    # Without TFSENT_CPU_SETTINGS=measure nothing is measured: TF's and tfsent's defaults.
     r = cs.resolve({}, {}, measure)
+    assert not calls and {n: r[n] for n in cs.SETTINGS} == {
+        n: (v, "default") for n, v in cs.BUILTIN.items()}
+    with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS"):
+        cs.resolve({}, {"TFSENT_CPU_SETTINGS": "fast"}, measure)
+    r = cs.resolve({}, {"TFSENT_CPU_SETTINGS": "measure"}, measure)
     assert {n: r[n] for n in cs.SETTINGS} == {n: (v, "measured") for n, v in measured.items()}
     assert r["_cache"] == "/cache/file.json"
-    env = {"TFSENT_ONEDNN": "on", "TFSENT_JIT_ENCODE": "off", "TFSENT_THREADS": "default"}
+    env = {"TFSENT_ONEDNN": "on", "TFSENT_JIT_ENCODE": "off", "TFSENT_THREADS": "default",
+           "TFSENT_CPU_SETTINGS": "measure"}
     r = cs.resolve({"jit_encode": "on"}, env, measure)
     assert r["onednn"] == ("on", "TFSENT_ONEDNN")
     assert r["jit_encode"] == ("on", "set")  # the flag beats TFSENT_JIT_ENCODE
@@ -137,13 +144,15 @@ def test_precedence_user_variable_flag_environment_measured():
     assert cs.resolve({}, inherited, measure)["onednn"] == ("on", "TFSENT_ONEDNN")
     calls.clear()
     everything = {"onednn": "on", "jit_encode": "off", "jit_train": "on", "threads": "1/1"}
-    assert cs.resolve(everything, {}, measure)["threads"] == ("1/1", "set")
+    assert cs.resolve(everything, {"TFSENT_CPU_SETTINGS": "measure"}, measure)["threads"] == (
+        "1/1", "set")
     assert not calls  # nothing left to measure: no calibration
     r = cs.resolve({"onednn": "off"}, {"TFSENT_CPU_SETTINGS": "default"}, measure)
     assert not calls
     assert (r["onednn"], r["jit_encode"], r["jit_train"], r["threads"]) == (
         ("off", "set"), ("off", "default"), ("on", "default"), ("default", "default"))
-    r = cs.resolve({"threads": "1/1"}, {}, lambda: (dict(cs.BUILTIN), None))  # failed
+    r = cs.resolve({"threads": "1/1"}, {"TFSENT_CPU_SETTINGS": "measure"},
+                   lambda: (dict(cs.BUILTIN), None))  # failed
     assert r["onednn"] == ("tf", "default: calibration failed")
     with pytest.raises(ConfigError, match="TFSENT_JIT_TRAIN"):
         cs.resolve({}, {"TFSENT_JIT_TRAIN": "maybe"}, measure)
@@ -159,7 +168,7 @@ def test_command_line_flags_are_read_before_tensorflow():
 def test_tensorflow_imported_first_is_reported_not_changed(active_restored):
     # Under pytest TensorFlow is imported (conftest) before this runs, as in a user's
     # script that imports TF before tfsent: the variable must not be set.
-    environ = {}
+    environ = {"TFSENT_CPU_SETTINGS": "measure"}
     measured = {"onednn": "off", "jit_encode": "on", "jit_train": "on", "threads": "default",
                 "onednn_speedup": 1.3, "jit_encode_speedup": 1.1, "jit_train_speedup": 1.2,
                 "threads_speedup": 1.0}
@@ -192,7 +201,7 @@ def fake_probe_factory(calls):
 
 
 def test_cache_written_reused_and_corrupt_file_recalibrated(tmp_path, caplog):
-    env = {"TFSENT_CACHE": str(tmp_path)}
+    env = {"TFSENT_CACHE": str(tmp_path), "TFSENT_CPU_SETTINGS": "measure"}
     cpu = cs.read_cpu(CPUINFO_HT)
     calls = []
     choice, path = cs.measured_choice(cpu, env, fake_probe_factory(calls), budget=0.01)
@@ -256,7 +265,7 @@ def _import_line(env):
 def test_import_applies_the_cached_choice_and_the_users_variable_wins(tmp_path, real_probes):
     cpu = cs.read_cpu()
     key = cs.machine_key(cpu, cs.tensorflow_version())
-    env = {"TFSENT_CACHE": str(tmp_path)}
+    env = {"TFSENT_CACHE": str(tmp_path), "TFSENT_CPU_SETTINGS": "measure"}
     # The choice opposite to TF's own default here, so applying it is visible.
     against_default = "off" if cs.tf_onednn_default(cpu) else "on"
     choice = dict(cs.decide(real_probes, cs.tf_onednn_default(cpu)), onednn=against_default,
