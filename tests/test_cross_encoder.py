@@ -59,3 +59,107 @@ def test_longest_first_lengths_by_hand():
     assert [g.numpy().tolist() for g in got] == [[3, 7, 5, 5, 5, 4], [7, 3, 5, 5, 5, 5]]
     got = longest_first_lengths([8, 12], [8, 6], 9)
     assert [g.numpy().tolist() for g in got] == [[4, 5], [5, 4]]
+
+
+# -- losses -------------------------------------------------------------------------------
+
+def _numpy_bce(scores, labels):
+    p = 1.0 / (1.0 + np.exp(-scores))
+    return np.mean(-(labels * np.log(p) + (1 - labels) * np.log(1 - p)), axis=1)
+
+
+def _numpy_listwise(scores, labels):
+    softmax = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    return -np.log((softmax * labels).sum(axis=1))
+
+
+def test_losses_equal_numpy_transcriptions():
+    from tfsent import losses
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(5, 4)) * 3
+    labels = np.eye(4)[rng.integers(0, 4, size=5)]
+    np.testing.assert_allclose(losses.pairwise_binary_cross_entropy(scores, labels),
+                               _numpy_bce(scores, labels), rtol=1e-5)
+    np.testing.assert_allclose(losses.listwise_cross_entropy(scores, labels),
+                               _numpy_listwise(scores, labels), rtol=1e-5)
+
+
+def test_losses_hand_computed():
+    from tfsent import losses
+
+    # listwise: [2, 0, 0] -> log(e^2 + 2) - 2 = 0.239545; [0, 0] -> log 2.
+    got = losses.listwise_cross_entropy([[2.0, 0.0, 0.0]], [[1.0, 0.0, 0.0]]).numpy()
+    np.testing.assert_allclose(got, [0.239545], atol=1e-5)
+    np.testing.assert_allclose(losses.listwise_cross_entropy([[0.0, 0.0]], [[1.0, 0.0]]),
+                               [np.log(2)], rtol=1e-6)
+    # bce: s = ln 3 -> sigmoid 3/4: (-log 3/4 - log 1/4) / 2 = (0.287682 + 1.386294) / 2.
+    got = losses.pairwise_binary_cross_entropy([[np.log(3.0)] * 2], [[1.0, 0.0]]).numpy()
+    np.testing.assert_allclose(got, [0.836988], atol=1e-5)
+    # large logits stay finite (softplus form)
+    got = losses.pairwise_binary_cross_entropy([[200.0, -200.0]], [[0.0, 1.0]]).numpy()
+    np.testing.assert_allclose(got, [200.0], rtol=1e-6)
+
+
+# -- training -----------------------------------------------------------------------------
+
+def _toy_rows(n=32, negatives=3):
+    """(query, positive, negatives): the positive repeats the query's sentence, negatives
+    are other sentences (learnable from token overlap)."""
+    corpus = demo_corpus()[:n + negatives]
+    return [(corpus[i], corpus[i], *[corpus[(i + k) % len(corpus)]
+                                     for k in range(1, negatives + 1)]) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(hf_checkpoint_dirs):
+    import keras
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    keras.utils.set_random_seed(0)
+    encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=32)
+    return CrossEncoder(encoder, loss="listwise", seed=0)
+
+
+def test_cross_encoder_trains_on_tiny_checkpoint(tiny_cross_encoder):
+    """Memorises 8 queries' positive over a negative (the run's pipeline, a few steps)."""
+    import keras
+
+    from tfsent.data.kinds import dataset_for_kind
+
+    model = tiny_cross_encoder
+    rows = _toy_rows(n=8, negatives=1)
+    ds = dataset_for_kind("cross_pairs", rows, model.encoder.tokenizer, 8, seed=0)
+    batch = next(iter(ds))
+    assert batch["labels"].shape == (8, 2) and batch["pairs"]["token_ids"].shape[0] == 16
+    before = float(model.compute_losses(batch, training=False)[0])
+    model.compile(optimizer=keras.optimizers.AdamW(3e-3))
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
+    after = float(model.compute_losses(batch, training=False)[0])
+    assert after < 0.5 * before, (before, after)
+    scores = model.score([r[0] for r in rows for _ in r[1:]],
+                         [p for r in rows for p in r[1:]]).reshape(len(rows), -1)
+    assert np.mean(scores.argmax(axis=1) == 0) >= 0.75
+
+
+def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
+    model = tiny_cross_encoder
+    queries, passages = ["a query", "another query here"], ["its passage", "x"]
+    features = model.encoder.tokenizer.tokenize_pairs(tf.constant(queries),
+                                                      tf.constant(passages))
+    np.testing.assert_allclose(model.score(queries, passages), model(features).numpy(),
+                               atol=1e-5)
+
+
+def test_bad_input_is_a_clear_error(tiny_cross_encoder):
+    from tfsent.errors import ConfigError, InputError
+    from tfsent.methods import CrossEncoder
+
+    with pytest.raises(InputError, match="x\\[0\\].*needs negatives"):
+        tiny_cross_encoder.fit([("q", "p")] * 8, batch_size=4)
+    with pytest.raises(ConfigError, match="cls"):
+        CrossEncoder(tiny_cross_encoder.encoder, train_pooling="mean")
+    with pytest.raises(ConfigError, match="loss"):
+        CrossEncoder(tiny_cross_encoder.encoder, loss="hinge")
