@@ -163,3 +163,51 @@ def test_bad_input_is_a_clear_error(tiny_cross_encoder):
         CrossEncoder(tiny_cross_encoder.encoder, train_pooling="mean")
     with pytest.raises(ConfigError, match="loss"):
         CrossEncoder(tiny_cross_encoder.encoder, loss="hinge")
+    with pytest.raises(ConfigError, match="format='cross_encoder'"):
+        tiny_cross_encoder.export("unused", format="tf_saved_model")
+
+
+# -- serving ------------------------------------------------------------------------------
+
+SCORE_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the tokenizer's ops, as in TF Serving's build)
+path, queries, passages = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+graph = tf.Graph()
+with tf.compat.v1.Session(graph=graph) as sess:  # as TF Serving loads: saver_def restore
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+    sig = meta.signature_def["score"]
+    feed = {sig.inputs["queries"].name: np.array(queries, dtype=object),
+            sig.inputs["passages"].name: np.array(passages, dtype=object)}
+    scores = sess.run(sig.outputs["score"].name, feed)
+mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
+json.dump({"score": scores.tolist(), "modules": mods}, sys.stdout)
+"""
+
+
+def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tfsent.formats import FORMATS, read_metadata
+
+    assert "cross_encoder" in FORMATS
+    model = tiny_cross_encoder
+    queries = ["what is the capital of japan", "q", "word " * 40]
+    passages = ["東京は日本の首都です。 Tokyo.", "a much longer passage " * 20, "short"]
+    path = model.export(str(tmp_path / "ce"))
+    assert path.endswith(os.path.join("ce", "1"))
+    assert read_metadata(path)["format"] == "cross_encoder"
+    r = subprocess.run([sys.executable, "-c", SCORE_SCRIPT, path, json.dumps(queries),
+                        json.dumps(passages)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["modules"] == []
+    np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
+    assert os.path.exists(str(tmp_path / "ce" / "1" / "assets.extra" /
+                              "tf_serving_warmup_requests"))

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfsent import checks, losses
+from tfsent import checks, formats, losses
 from tfsent.checks import Field
 from tfsent.errors import ConfigError
 from tfsent.methods.base import SentenceMethod
@@ -84,6 +84,20 @@ class CrossEncoder(SentenceMethod):
                   tf.constant(list(passages[i:i + batch_size]), tf.string)).numpy()
                for i in range(0, len(queries), batch_size)]
         return np.concatenate(out) if out else np.zeros([0], np.float32)
+
+    def export(self, filepath, format="cross_encoder", verbose=None, input_signature=None,
+               **kwargs):
+        """Writes the cross-encoder through the format registry: format "cross_encoder"
+        (`tfsent.formats.cross_encoder`: a SavedModel version under `filepath` with a
+        `score(queries, passages)` signature); `kwargs` go to its writer
+        (`max_seq_length`, `metadata`, `version`). Returns the path written."""
+        if format != "cross_encoder":
+            raise ConfigError(f"format={format!r}: a cross-encoder exports as "
+                              "format='cross_encoder' (it has no sentence embeddings)")
+        defaults = {"head": self.score_head, "metadata": {"method": type(self).__name__,
+                                                          "loss": self.loss_name}}
+        return formats.keras_export(self.encoder, filepath, format, verbose,
+                                    input_signature, defaults, kwargs)
 
     def encode(self, *args, **kwargs):
         raise ConfigError("a cross-encoder has no sentence embeddings; use score(queries, "
