@@ -40,6 +40,8 @@ class CrossEncoder(SentenceMethod):
     metric_names = ("loss", "accuracy")
     input_kind = "cross_pairs"
     duplicate_free_batches = False  # each query meets only its own passages
+    # `python -m tfsent.train` selects on and exports sentence embeddings: not yet for this.
+    runs_in_train_cli = False
 
     def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
                  seed=None, **kwargs):
