@@ -211,3 +211,33 @@ def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path)
     np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
     assert os.path.exists(str(tmp_path / "ce" / "1" / "assets.extra" /
                               "tf_serving_warmup_requests"))
+
+
+# -- reranking ----------------------------------------------------------------------------
+
+def test_rerank_reorders_the_top_and_keeps_the_tail(tmp_path):
+    from test_retrieval import write_beir
+
+    from tfsent.data import beir
+    from tfsent.evaluation import retrieval
+
+    corpus = [("d1", "", "a dog runs in the park"), ("d2", "", "a cat sleeps on the mat"),
+              ("d3", "", "the dog runs fast"), ("d4", "", "a woman drives a car")]
+    folder = write_beir(tmp_path / "b", corpus, [("q1", "the dog runs")],
+                        {"test": [("q1", "d3", 1)]})
+    split = beir.read_split(folder, "test")
+    first_stage = retrieval.Ranking(["q1"], [["d2", "d1", "d3", "d4"]],
+                                    [np.array([0.9, 0.8, 0.7, 0.6], np.float32)])
+
+    def overlap(queries, passages):  # words in common: d1 3, d2 1 (the), d3 3
+        return [len(set(q.split()) & set(p.split())) for q, p in zip(queries, passages)]
+
+    reranked = retrieval.rerank(first_stage, split, overlap, top=3)
+    assert reranked.doc_ids == [["d3", "d1", "d2", "d4"]]  # tie d1 / d3: trec_eval's order
+    np.testing.assert_allclose(reranked.scores[0], [3, 3, 1, 0.6])
+    before = retrieval.evaluate_ranking(first_stage.as_dict(), split.qrels)
+    after = retrieval.evaluate_ranking(reranked.as_dict(), split.qrels)
+    assert before["mrr@10"] == pytest.approx(100 / 3) and after["mrr@10"] == 100.0
+    # top=2 reranks d2, d1 only: d3 stays third
+    assert retrieval.rerank(first_stage, split, overlap, top=2).doc_ids == [
+        ["d1", "d2", "d3", "d4"]]
