@@ -25,7 +25,8 @@ CONFIG = _Config(train_split="train", hard_negatives=True, eval_data_dir=None,
 def test_every_kind_is_one_record_with_a_reader_and_a_pipeline():
     assert DATA_KINDS == kinds.DATA_KINDS == tuple(kinds.KINDS)
     assert set(DATA_KINDS) == {"sentences", "sentences_mlm", "triplets", "pairs",
-                               "nli_pairs", "embedding_pairs", "distill_sentences"}
+                               "cross_pairs", "nli_pairs", "embedding_pairs",
+                               "distill_sentences"}
     for name, kind in kinds.KINDS.items():
         assert kind.name == name and kind.doc and kind.accepts
         assert callable(kind.read) and callable(kind.pipeline)
@@ -43,6 +44,7 @@ def test_reading_a_source_as_each_kind_is_the_readers():
         "sentences": readers.read_sentences(readers.DEMO_SENTENCES),
         "triplets": demo_triplets,
         "pairs": demo_triplets,
+        "cross_pairs": demo_triplets,
         "nli_pairs": readers.read_nli_pairs("demo"),
         "embedding_pairs": [(p, e) for p, e, _ in demo_triplets],
     }

@@ -241,3 +241,19 @@ def embedding_squared_errors(student, target, normalize=False):
     the teacher serves normalised vectors)."""
     student = _l2n(student) if normalize else tf.cast(student, tf.float32)
     return tf.reduce_mean(tf.square(student - tf.cast(target, tf.float32)), axis=-1)
+
+
+def pairwise_binary_cross_entropy(scores, labels):
+    """Cross-encoder BCE per query: scores (logits) and labels in [0, 1], (B, K) -> (B,),
+    the mean over a query's K pairs of -y log sigmoid(s) - (1 - y) log(1 - sigmoid(s)),
+    computed as softplus(s) - y s (stable for large |s|)."""
+    scores, labels = tf.cast(scores, tf.float32), tf.cast(labels, tf.float32)
+    return tf.reduce_mean(tf.nn.softplus(scores) - labels * scores, axis=-1)
+
+
+def listwise_cross_entropy(scores, labels):
+    """Cross-encoder listwise loss per query: (B, K) scores over one query's passages,
+    labels 1 on its positive -> (B,), -log softmax(scores)[positive] (the positive against
+    the query's negatives)."""
+    scores, labels = tf.cast(scores, tf.float32), tf.cast(labels, tf.float32)
+    return tf.reduce_logsumexp(scores, axis=-1) - tf.reduce_sum(labels * scores, axis=-1)

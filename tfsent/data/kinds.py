@@ -90,6 +90,13 @@ def _pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options
                                   document_prompt=options["document_prompt"])
 
 
+def _cross_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    return pipelines.pair_dataset(examples, tokenizer, batch_size, seed, shuffle=shuffle,
+                                  repeat=repeat, skip_batches=skip, joint=True,
+                                  # a text may recur in a batch: no in-batch negatives
+                                  duplicate_free=False)
+
+
 def _nli_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
     # NLI batches are always shuffled (grouping draws the order).
     return pipelines.nli_pair_dataset(examples, tokenizer, batch_size, seed,
@@ -124,6 +131,12 @@ KINDS = {kind.name: kind for kind in (
              "query_prompt / document_prompt put before them", _read_pairs, _pairs,
              "(anchor, positive[, negative_1..negative_N]) string rows, as tuples or dicts "
              "with those keys (a list or a tf.data.Dataset, batched or not)",
+             row_keys=("anchor", "positive"), negative_columns=True),
+    DataKind("cross_pairs", "retrieval rows (anchor, positive, negative_1..N), N >= 1, "
+             "as joint (query, document) pair inputs with labels (cross-encoders)",
+             _read_pairs, _cross_pairs,
+             "(anchor, positive, negative_1[, ..negative_N]) string rows, as tuples or "
+             "dicts with those keys (a list or a tf.data.Dataset, batched or not)",
              row_keys=("anchor", "positive"), negative_columns=True),
     DataKind("nli_pairs", "(premise, hypothesis, label) rows; premise-grouped batches "
              "when the method asks", _read_nli_pairs, _nli_pairs,

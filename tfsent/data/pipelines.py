@@ -80,10 +80,14 @@ def triplet_dataset(triplets, tokenizer, batch_size, seed=0, shuffle=True, repea
 
 
 def pair_dataset(rows, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
-                 skip_batches=0, duplicate_free=True, query_prompt="", document_prompt=""):
+                 skip_batches=0, duplicate_free=True, query_prompt="", document_prompt="",
+                 joint=False):
     """Retrieval rows (anchor, positive, neg1..negN), N >= 0 and the same on every row ->
     `{"anchor": f, "positive": f}`, plus `"negative": f` (batch * N rows, anchor-major)
-    when N > 0.
+    when N > 0. `joint` (cross-encoders; N >= 1): `{"pairs": f, "labels": (batch, 1 + N)}`,
+    f the (query, document) pair features (`tokenizer.tokenize_pairs`) of each query with
+    its positive then its negatives (batch * (1 + N) rows, query-major), labels 1 on the
+    positive.
 
     `query_prompt` is put before every anchor, `document_prompt` before every positive and
     negative (the run's prompts, which the export's encode_query / encode_document and the
@@ -95,6 +99,10 @@ def pair_dataset(rows, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
     if width < 2 or any(len(row) != width for row in rows):
         raise ConfigError(f"training pairs need rows of one width >= 2 (anchor, positive, "
                           f"negatives), got widths {sorted({len(r) for r in rows})}")
+    if joint and width < 3:
+        raise ConfigError("a cross-encoder trains on rows with negatives (anchor, positive, "
+                          "negative_1..N): mine them (python -m tfsent.mine) or give a "
+                          "pairs file with negative columns")
     if query_prompt or document_prompt:
         rows = [(query_prompt + row[0],) + tuple(document_prompt + t for t in row[1:])
                 for row in rows]
@@ -106,6 +114,11 @@ def pair_dataset(rows, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
         ds = _strings_dataset(columns, batch_size, seed, shuffle, repeat, skip_batches)
 
     def tokenize(anchor, positive, *negatives):
+        if joint:
+            documents = tf.reshape(tf.stack((positive,) + negatives, axis=1), [-1])
+            queries = tf.repeat(anchor, 1 + len(negatives))  # query-major, as documents
+            labels = tf.one_hot(tf.zeros_like(anchor, tf.int32), 1 + len(negatives))
+            return {"pairs": tokenizer.tokenize_pairs(queries, documents), "labels": labels}
         features = {"anchor": tokenizer(anchor), "positive": tokenizer(positive)}
         if negatives:
             flat = tf.reshape(tf.stack(negatives, axis=1), [-1])  # (B * N,), anchor-major

@@ -188,10 +188,13 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) > 3 else 3
         _check_rows(rows, width, "expected (anchor, positive, negative) strings, or "
                     "(anchor, positive, neg1..negN) all of the first row's width", argument)
-    elif kind == "pairs":
-        width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) >= 2 else 2
-        _check_rows(rows, width, "expected (anchor, positive) strings, or (anchor, "
-                    "positive, neg1..negN), all of the first row's width", argument)
+    elif kind in ("pairs", "cross_pairs"):
+        least = 3 if kind == "cross_pairs" else 2
+        width = len(rows[0]) if isinstance(rows[0], tuple) and len(rows[0]) >= least else least
+        _check_rows(rows, width, "expected (anchor, positive, neg1..negN) strings, N >= 1 "
+                    "(a cross-encoder needs negatives), all of the first row's width"
+                    if kind == "cross_pairs" else "expected (anchor, positive) strings, or "
+                    "(anchor, positive, neg1..negN), all of the first row's width", argument)
         _check_non_empty(rows, argument)
     elif kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)

@@ -56,6 +56,9 @@ class _InGraphTokenizer(keras.layers.Layer):
 
     emits_segment_ids = False
     prepends_first = True  # False: no first token, pieces then `sep_id` (decoder families)
+    # [SEP]-like tokens between the two texts of a pair: one in BERT's template
+    # `[CLS] a [SEP] b [SEP]`, two in RoBERTa's / XLM-R's `<s> a </s></s> b </s>`.
+    pair_separators = 1
 
     def __init__(self, max_seq_length=128, pad_to_max_length=True, **kwargs):
         super().__init__(**kwargs)
@@ -98,6 +101,40 @@ class _InGraphTokenizer(keras.layers.Layer):
         out = {"token_ids": token_ids, "padding_mask": padding_mask}
         if self.emits_segment_ids:
             out["segment_ids"] = tf.zeros_like(token_ids)
+        return out
+
+    def tokenize_pairs(self, first, second):
+        """(first, second) string tensors (B,) -> the features of the joint pair input, in the
+        family's pair template (`[CLS] a [SEP] b [SEP]`; `<s> a </s></s> b </s>`),
+        truncated longest-first to `max_seq_length` as Hugging Face's tokenizers do
+        (`longest_first_lengths`); `segment_ids` (0 on `[CLS] a [SEP]`, 1 on `b [SEP]`)
+        when the tokenizer emits them."""
+        first = tf.convert_to_tensor(first, dtype=tf.string)
+        second = tf.convert_to_tensor(second, dtype=tf.string)
+        budget = self.max_seq_length - 2 - self.pair_separators
+        if budget < 0:
+            raise ConfigError(f"max_seq_length {self.max_seq_length} is too short for a pair "
+                              f"(at least {2 + self.pair_separators})")
+        a, b = (tf.cast(self.pieces(s), tf.int32) for s in (first, second))
+        keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
+        a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < keep_a[:, None])
+        b = tf.ragged.boolean_mask(b, tf.ragged.range(b.row_lengths()) < keep_b[:, None])
+        n = a.nrows()
+
+        def column(value, width=1):
+            return tf.RaggedTensor.from_tensor(tf.fill([n, width], value))
+
+        head = [column(self.cls_id), a, column(self.sep_id, self.pair_separators)]
+        tail = [b, column(self.sep_id)]
+        ids = tf.concat(head + tail, axis=1)
+        batch = first.shape[0] if first.shape.rank == 1 else None
+        shape = [batch, self.max_seq_length if self.pad_to_max_length else None]
+        out = {"token_ids": ids.to_tensor(default_value=self.pad_id, shape=shape),
+               "padding_mask": tf.ones_like(ids).to_tensor(0, shape=shape)}
+        if self.emits_segment_ids:
+            segments = tf.concat([tf.zeros_like(p) for p in head]
+                                 + [tf.ones_like(p) for p in tail], axis=1)
+            out["segment_ids"] = segments.to_tensor(0, shape=shape)
         return out
 
     def with_options(self, **overrides):
@@ -275,6 +312,7 @@ class ByteBPETokenizer(_InGraphTokenizer):
     split_pattern = _GPT2_SPLIT
     lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
     strip_accents = False
+    pair_separators = 2
 
     def __init__(self, vocabulary, merges, add_prefix_space=False, special_tokens=None,
                  max_seq_length=128, pad_to_max_length=True, **kwargs):
@@ -492,6 +530,7 @@ class SentencePieceTokenizer(_InGraphTokenizer):
     FAIRSEQ_OFFSET = 1
     lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
     strip_accents = False
+    pair_separators = 2
 
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
                  model_base64=None, **kwargs):
@@ -538,6 +577,25 @@ class SentencePieceTokenizer(_InGraphTokenizer):
 
     def _config(self):
         return {"model_base64": base64.b64encode(self.model).decode("ascii")}
+
+
+def longest_first_lengths(len_a, len_b, budget):
+    """How many pieces of each text of a pair Hugging Face's `longest_first` truncation
+    keeps, for (B,) piece counts and a budget of `budget` pieces in all: nothing is cut when
+    both fit; else a text no longer than half the budget is kept whole and the other fills
+    the rest; else both get half (the longer text the odd piece; the second one on a
+    tie)."""
+    len_a, len_b = tf.cast(len_a, tf.int64), tf.cast(len_b, tf.int64)
+    budget = tf.constant(budget, tf.int64)
+    short, long = tf.minimum(len_a, len_b), tf.maximum(len_a, len_b)
+    halves = 2 * short > budget
+    short_kept = tf.where(halves, budget // 2, short)
+    long_kept = tf.where(halves, budget - budget // 2, budget - short)
+    a_longer = len_a > len_b
+    fits = len_a + len_b <= budget
+    keep_a = tf.where(fits, len_a, tf.where(a_longer, long_kept, short_kept))
+    keep_b = tf.where(fits, len_b, tf.where(a_longer, short_kept, long_kept))
+    return keep_a, keep_b
 
 
 def _read_json(path):

@@ -285,6 +285,32 @@ def evaluate_retrieval(encoder, split, batch_size=64, max_seq_length=None, query
     return result
 
 
+def rerank(ranking, split, score, top=100, batch_size=64):
+    """A Ranking whose first `top` documents of each query are reordered by
+    `score(queries, passages) -> (N,) scores` (a cross-encoder's `score`, or a served
+    export's), highest first, ties in trec_eval's order; the documents after `top` keep
+    their place and their first-stage scores."""
+    if top < 1:
+        raise ConfigError(f"rerank top must be >= 1, got {top}")
+    texts = dict(zip(split.corpus.ids, split.corpus.texts))
+    queries = dict(zip(split.query_ids, split.query_texts))
+    pairs = [(qid, d) for qid, docs in zip(ranking.query_ids, ranking.doc_ids)
+             for d in docs[:top]]
+    scores = []
+    for start in range(0, len(pairs), batch_size * 8):
+        chunk = pairs[start:start + batch_size * 8]
+        scores.append(np.asarray(score([queries[q] for q, _ in chunk],
+                                       [texts[d] for _, d in chunk]), np.float32))
+    flat = iter(np.concatenate(scores) if scores else [])
+    doc_ids, new_scores = [], []
+    for docs, first_stage in zip(ranking.doc_ids, ranking.scores):
+        head = sorted(((float(next(flat)), d) for d in docs[:top]), reverse=True)
+        doc_ids.append([d for _, d in head] + list(docs[top:]))
+        new_scores.append(np.asarray([s for s, _ in head] + list(first_stage[top:]),
+                                     np.float32))
+    return Ranking(ranking.query_ids, doc_ids, new_scores)
+
+
 def read_task_split(source, default_split="test"):
     """The RetrievalSplit of a folder or a `beir:DIR[:SPLIT]` name."""
     directory, split = parse_beir(source, default_split, bare=True)

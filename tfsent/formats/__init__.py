@@ -13,6 +13,8 @@ Formats (one record each; its module writes it):
                          `TARGET/1`, `TARGET/2`, ...) with TF Serving's warm-up requests and
                          batching parameters (`tf_serving.py`); `saved_model` is its older
                          name. Quantized outputs: `quantize.py`.
+  cross_encoder          `cross_encoder.py`: a cross-encoder's (`methods.CrossEncoder`)
+                         SavedModel version with a `score(queries, passages)` signature.
   search_index           `search_index.py`: a SavedModel version with a corpus index and a
                          top-k `search` signature (`python -m tfsent.index`).
   onnx                   `onnx.py`: ONNX Runtime (token ids in), a new directory.
@@ -161,6 +163,9 @@ FORMATS = {entry.name: entry for entry in (
     ExportFormat("keras_hub", "tfsent.formats.keras_hub_preset:export_keras_hub",
                  "a keras-hub preset (Backbone, tokenizer, TextEmbedder where it has one) "
                  "in a new directory", carries_head=False),
+    ExportFormat("cross_encoder", "tfsent.formats.cross_encoder:export_cross_encoder",
+                 "a cross-encoder's score(queries, passages) SavedModel for TF Serving "
+                 "(strings in), as the next version under the target", versioned=True),
     ExportFormat("search_index", "tfsent.formats.search_index:write_search_index",
                  "a top-k search SavedModel of a corpus, as the next version under the "
                  "target", quantize_modes=("int8", "binary"), versioned=True,

@@ -243,6 +243,10 @@ def resolve_run(r):
     refused here, before the run writes a file or loads a model."""
     config = r.config
     r.spec = get_method(r.method)
+    if not getattr(r.spec.cls, "runs_in_train_cli", True):
+        raise ConfigError(f"--method={r.method}: {r.spec.cls.__name__} trains through its "
+                          "Python API (model.fit) for now; the run loop's dev selection and "
+                          "export are those of sentence embeddings")
     if config.cpu_replicas:
         _split_cpu(config.cpu_replicas)
     # First, before anything initialises TensorFlow's context (multi-worker collectives

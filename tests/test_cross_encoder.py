@@ -1,0 +1,243 @@
+"""Cross-encoder rerankers: in-graph pair tokenization against Hugging Face's tokenizers
+(every family), the losses against NumPy transcriptions and hand-computed cases, training
+on a tiny checkpoint, and the `score` SavedModel served in a fresh process."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
+from tfsent.encoders.huggingface import make_tokenizer
+from tfsent.encoders.tokenizers import longest_first_lengths
+
+MAX_LEN = 24
+
+PAIR_CASES = [
+    ("short query", "word " * 40),            # second text truncated, first kept whole
+    ("word " * 40, "short passage"),          # first truncated
+    ("alpha " * 30, "beta " * 30),            # both long, equal: halves (odd budget)
+    ("alpha " * 30, "beta " * 25),            # both long, first longer
+    ("alpha " * 25, "beta " * 30),            # both long, second longer
+    # (an empty passage is left out: transformers takes text_pair="" for "no pair")
+    ("", "an empty query"),
+    ("Café crème à la française", "東京は日本の首都です。 emoji 😀"),
+    ("x" * 150, "it's  two   spaces"),
+]
+
+
+@pytest.fixture(scope="module")
+def pair_tokenizers(hf_checkpoint_dirs):
+    return {family: {n: make_tokenizer(family, path, n, False, 10 ** 6) for n in (MAX_LEN, 25)}
+            for family, path in hf_checkpoint_dirs.items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pair_ids_equal_hugging_face(family, hf_checkpoint_dirs, pair_tokenizers):
+    reference = hf_tokenizer(hf_checkpoint_dirs[family])
+    corpus = demo_corpus()
+    pairs = PAIR_CASES + list(zip(corpus[:20], corpus[20:40]))
+    first, second = (tf.constant([p[i] for p in pairs]) for i in (0, 1))
+    for max_len in (MAX_LEN, 25):  # both parities of the budget
+        tokenizer = pair_tokenizers[family][max_len]
+        out = tf.function(tokenizer.tokenize_pairs)(first, second)
+        ids, mask = out["token_ids"].numpy(), out["padding_mask"].numpy()
+        for row, (a, b) in enumerate(pairs):
+            want = reference(a, b, truncation="longest_first", max_length=max_len)
+            assert ids[row][mask[row] == 1].tolist() == want["input_ids"], (family, a, b)
+            if "segment_ids" in out:
+                got = out["segment_ids"].numpy()[row][mask[row] == 1].tolist()
+                assert got == want["token_type_ids"], (family, a, b)
+        assert "segment_ids" in out or family != "bert"
+        assert (mask.sum(1) == max_len).sum() >= 5  # truncation exercised
+
+
+def test_longest_first_lengths_by_hand():
+    # budget 10: (3, 20) -> (3, 7); (20, 3) -> (7, 3); (8, 8) -> (5, 5); (9, 6) -> (5, 5);
+    # (6, 7) -> (5, 5); budget 9: (8, 8) -> (4, 5) (tie: second gets the odd piece);
+    # (12, 6) -> (5, 4); fits: (4, 5) -> (4, 5).
+    got = longest_first_lengths([3, 20, 8, 9, 6, 4], [20, 3, 8, 6, 7, 5], 10)
+    assert [g.numpy().tolist() for g in got] == [[3, 7, 5, 5, 5, 4], [7, 3, 5, 5, 5, 5]]
+    got = longest_first_lengths([8, 12], [8, 6], 9)
+    assert [g.numpy().tolist() for g in got] == [[4, 5], [5, 4]]
+
+
+# -- losses -------------------------------------------------------------------------------
+
+def _numpy_bce(scores, labels):
+    p = 1.0 / (1.0 + np.exp(-scores))
+    return np.mean(-(labels * np.log(p) + (1 - labels) * np.log(1 - p)), axis=1)
+
+
+def _numpy_listwise(scores, labels):
+    softmax = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    return -np.log((softmax * labels).sum(axis=1))
+
+
+def test_losses_equal_numpy_transcriptions():
+    from tfsent import losses
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(5, 4)) * 3
+    labels = np.eye(4)[rng.integers(0, 4, size=5)]
+    np.testing.assert_allclose(losses.pairwise_binary_cross_entropy(scores, labels),
+                               _numpy_bce(scores, labels), rtol=1e-5)
+    np.testing.assert_allclose(losses.listwise_cross_entropy(scores, labels),
+                               _numpy_listwise(scores, labels), rtol=1e-5)
+
+
+def test_losses_hand_computed():
+    from tfsent import losses
+
+    # listwise: [2, 0, 0] -> log(e^2 + 2) - 2 = 0.239545; [0, 0] -> log 2.
+    got = losses.listwise_cross_entropy([[2.0, 0.0, 0.0]], [[1.0, 0.0, 0.0]]).numpy()
+    np.testing.assert_allclose(got, [0.239545], atol=1e-5)
+    np.testing.assert_allclose(losses.listwise_cross_entropy([[0.0, 0.0]], [[1.0, 0.0]]),
+                               [np.log(2)], rtol=1e-6)
+    # bce: s = ln 3 -> sigmoid 3/4: (-log 3/4 - log 1/4) / 2 = (0.287682 + 1.386294) / 2.
+    got = losses.pairwise_binary_cross_entropy([[np.log(3.0)] * 2], [[1.0, 0.0]]).numpy()
+    np.testing.assert_allclose(got, [0.836988], atol=1e-5)
+    # large logits stay finite (softplus form)
+    got = losses.pairwise_binary_cross_entropy([[200.0, -200.0]], [[0.0, 1.0]]).numpy()
+    np.testing.assert_allclose(got, [200.0], rtol=1e-6)
+
+
+# -- training -----------------------------------------------------------------------------
+
+def _toy_rows(n=32, negatives=3):
+    """(query, positive, negatives): the positive repeats the query's sentence, negatives
+    are other sentences (learnable from token overlap)."""
+    corpus = demo_corpus()[:n + negatives]
+    return [(corpus[i], corpus[i], *[corpus[(i + k) % len(corpus)]
+                                     for k in range(1, negatives + 1)]) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(hf_checkpoint_dirs):
+    import keras
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    keras.utils.set_random_seed(0)
+    encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=32)
+    return CrossEncoder(encoder, loss="listwise", seed=0)
+
+
+def test_cross_encoder_trains_on_tiny_checkpoint(tiny_cross_encoder):
+    """Memorises 8 queries' positive over a negative (the run's pipeline, a few steps)."""
+    import keras
+
+    from tfsent.data.kinds import dataset_for_kind
+
+    model = tiny_cross_encoder
+    rows = _toy_rows(n=8, negatives=1)
+    ds = dataset_for_kind("cross_pairs", rows, model.encoder.tokenizer, 8, seed=0)
+    batch = next(iter(ds))
+    assert batch["labels"].shape == (8, 2) and batch["pairs"]["token_ids"].shape[0] == 16
+    before = float(model.compute_losses(batch, training=False)[0])
+    model.compile(optimizer=keras.optimizers.AdamW(3e-3))
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
+    after = float(model.compute_losses(batch, training=False)[0])
+    assert after < 0.5 * before, (before, after)
+    scores = model.score([r[0] for r in rows for _ in r[1:]],
+                         [p for r in rows for p in r[1:]]).reshape(len(rows), -1)
+    assert np.mean(scores.argmax(axis=1) == 0) >= 0.75
+
+
+def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
+    model = tiny_cross_encoder
+    queries, passages = ["a query", "another query here"], ["its passage", "x"]
+    features = model.encoder.tokenizer.tokenize_pairs(tf.constant(queries),
+                                                      tf.constant(passages))
+    np.testing.assert_allclose(model.score(queries, passages), model(features).numpy(),
+                               atol=1e-5)
+
+
+def test_bad_input_is_a_clear_error(tiny_cross_encoder):
+    from tfsent.errors import ConfigError, InputError
+    from tfsent.methods import CrossEncoder
+
+    with pytest.raises(InputError, match="x\\[0\\].*needs negatives"):
+        tiny_cross_encoder.fit([("q", "p")] * 8, batch_size=4)
+    with pytest.raises(ConfigError, match="cls"):
+        CrossEncoder(tiny_cross_encoder.encoder, train_pooling="mean")
+    with pytest.raises(ConfigError, match="loss"):
+        CrossEncoder(tiny_cross_encoder.encoder, loss="hinge")
+    with pytest.raises(ConfigError, match="format='cross_encoder'"):
+        tiny_cross_encoder.export("unused", format="tf_saved_model")
+
+
+# -- serving ------------------------------------------------------------------------------
+
+SCORE_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the tokenizer's ops, as in TF Serving's build)
+path, queries, passages = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+graph = tf.Graph()
+with tf.compat.v1.Session(graph=graph) as sess:  # as TF Serving loads: saver_def restore
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+    sig = meta.signature_def["score"]
+    feed = {sig.inputs["queries"].name: np.array(queries, dtype=object),
+            sig.inputs["passages"].name: np.array(passages, dtype=object)}
+    scores = sess.run(sig.outputs["score"].name, feed)
+mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
+json.dump({"score": scores.tolist(), "modules": mods}, sys.stdout)
+"""
+
+
+def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tfsent.formats import FORMATS, read_metadata
+
+    assert "cross_encoder" in FORMATS
+    model = tiny_cross_encoder
+    queries = ["what is the capital of japan", "q", "word " * 40]
+    passages = ["東京は日本の首都です。 Tokyo.", "a much longer passage " * 20, "short"]
+    path = model.export(str(tmp_path / "ce"))
+    assert path.endswith(os.path.join("ce", "1"))
+    assert read_metadata(path)["format"] == "cross_encoder"
+    r = subprocess.run([sys.executable, "-c", SCORE_SCRIPT, path, json.dumps(queries),
+                        json.dumps(passages)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["modules"] == []
+    np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
+    assert os.path.exists(str(tmp_path / "ce" / "1" / "assets.extra" /
+                              "tf_serving_warmup_requests"))
+
+
+# -- reranking ----------------------------------------------------------------------------
+
+def test_rerank_reorders_the_top_and_keeps_the_tail(tmp_path):
+    from test_retrieval import write_beir
+
+    from tfsent.data import beir
+    from tfsent.evaluation import retrieval
+
+    corpus = [("d1", "", "a dog runs in the park"), ("d2", "", "a cat sleeps on the mat"),
+              ("d3", "", "the dog runs fast"), ("d4", "", "a woman drives a car")]
+    folder = write_beir(tmp_path / "b", corpus, [("q1", "the dog runs")],
+                        {"test": [("q1", "d3", 1)]})
+    split = beir.read_split(folder, "test")
+    first_stage = retrieval.Ranking(["q1"], [["d2", "d1", "d3", "d4"]],
+                                    [np.array([0.9, 0.8, 0.7, 0.6], np.float32)])
+
+    def overlap(queries, passages):  # words in common: d1 3, d2 1 (the), d3 3
+        return [len(set(q.split()) & set(p.split())) for q, p in zip(queries, passages)]
+
+    reranked = retrieval.rerank(first_stage, split, overlap, top=3)
+    assert reranked.doc_ids == [["d3", "d1", "d2", "d4"]]  # tie d1 / d3: trec_eval's order
+    np.testing.assert_allclose(reranked.scores[0], [3, 3, 1, 0.6])
+    before = retrieval.evaluate_ranking(first_stage.as_dict(), split.qrels)
+    after = retrieval.evaluate_ranking(reranked.as_dict(), split.qrels)
+    assert before["mrr@10"] == pytest.approx(100 / 3) and after["mrr@10"] == 100.0
+    # top=2 reranks d2, d1 only: d3 stays third
+    assert retrieval.rerank(first_stage, split, overlap, top=2).doc_ids == [
+        ["d1", "d2", "d3", "d4"]]

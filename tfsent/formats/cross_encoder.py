@@ -1,0 +1,68 @@
+"""Writes a cross-encoder (`tfsent.methods.CrossEncoder`) as a SavedModel for TF Serving.
+
+Layout as `saved_model.py`'s (versions under the target, `assets.extra/` with the metadata
+and warm-up requests, `batching_parameters.txt`). One signature, also `serving_default`:
+
+  score(queries: string[N], passages: string[N]) -> {score: float32[N]}
+
+the relevance logit of each (query, passage) pair: the pair tokenized in the graph in the
+family's template (`tokenize_pairs`, longest-first truncation to `max_seq_length`), the
+encoder's first-token representation (`cls` pooling), the score head Dense(1). Loading
+needs tensorflow and tensorflow_text only, like the encoder's SavedModel.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from tfsent.errors import ConfigError
+from tfsent.formats import tf_serving
+from tfsent.formats.metadata import export_metadata
+from tfsent.formats.saved_model import tf_variables, write_version
+from tfsent.formats.staging import new_version_path
+
+_PAIR = [tf.TensorSpec([None], tf.string, name="queries"),
+         tf.TensorSpec([None], tf.string, name="passages")]
+
+
+class ScoringModule(tf.Module):
+    """The saved tf.Module: pair tokenizer + encoder forward + score head."""
+
+    def __init__(self, encoder, head, max_seq_length=None):
+        super().__init__()
+        # Kept out of the object graph (see saved_model.ServingModule): the functions read
+        # `tf_variables`, which TF Serving's saver_def restore reaches.
+        object.__setattr__(self, "encoder", encoder)
+        object.__setattr__(self, "head", head)
+        self.tokenizer = encoder.tokenizer.with_options(
+            max_seq_length=encoder.clamp_length(max_seq_length), pad_to_max_length=False)
+        self.tf_variables = tf_variables(encoder, head)
+
+    @tf.function(input_signature=_PAIR)
+    def score(self, queries, passages):
+        """Signature `score`: (query, passage) strings -> relevance logits."""
+        features = self.tokenizer.tokenize_pairs(queries, passages)
+        pooled = self.encoder(features, training=False, pooling="cls")["embedding"]
+        return {"score": tf.cast(self.head(pooled)[:, 0], tf.float32)}
+
+
+def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=None,
+                         max_seq_length=None):
+    """Writes the cross-encoder (`encoder` + the score `head`, a Dense(1)) as SavedModel
+    version `version` (default: next) under `export_dir`; returns the version's path."""
+    if head is None:
+        raise ConfigError("format cross_encoder: needs the score head of a cross-encoder "
+                          "(export a tfsent.methods.CrossEncoder: model.export(DIR, "
+                          "format='cross_encoder'))")
+    if encoder.tokenizer is None:
+        raise ConfigError("cannot export an encoder without a tokenizer")
+    final = new_version_path(export_dir, version)
+    module = ScoringModule(encoder, head, max_seq_length)
+    meta = export_metadata("cross_encoder", encoder, "cls", module.tokenizer.max_seq_length,
+                           head, hidden_dim=encoder.hidden_dim, signature="score")
+    texts = np.array([s.encode("utf-8") for s in tf_serving.WARMUP_SENTENCES], dtype=object)
+    warmup = [("score", {"queries": texts[:n], "passages": texts[::-1][:n]})
+              for n in tf_serving.WARMUP_BATCH_SIZES]
+    write_version(final, module, {"serving_default": module.score, "score": module.score},
+                  {**meta, **(metadata or {})}, warmup=warmup)
+    tf_serving.write_batching_parameters(export_dir)
+    return final

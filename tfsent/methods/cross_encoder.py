@@ -1,0 +1,138 @@
+"""Cross-encoder rerankers: one score per (query, passage) read jointly (docs/methods.md,
+"Cross-encoder")."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfsent import checks, formats, losses
+from tfsent.checks import Field
+from tfsent.errors import ConfigError
+from tfsent.methods.base import SentenceMethod
+from tfsent.methods.replicas import global_mean
+from tfsent.methods.spec import MethodSpec
+
+LOSSES = ("listwise", "bce")
+LOSS = checks.Choices(LOSSES)
+_LOSS_FNS = {"listwise": losses.listwise_cross_entropy,
+             "bce": losses.pairwise_binary_cross_entropy}
+
+
+class CrossEncoder(SentenceMethod):
+    """The encoder on the joint pair input `[CLS] query [SEP] passage [SEP]` (the family's
+    pair template, `tokenizers.tokenize_pairs`) -> first-token representation (`cls`
+    pooling: through the pooler Dense(H, tanh) where the family has one, as Hugging Face's
+    *ForSequenceClassification does for BERT) -> dropout -> Dense(1): the relevance logit.
+
+    Batches (`cross_pairs` data: `pipelines.pair_dataset(..., joint=True)`) hold each
+    query with its positive and its N negatives, `labels` (B, 1 + N) 1 on the positive.
+    Losses (per query, mean over the global batch): "listwise", the cross-entropy of the
+    softmax over the query's 1 + N scores with the positive as target; "bce", the binary
+    cross-entropy of each pair's sigmoid score against its label.
+
+    Args:
+        encoder: a SentenceEncoder (with its tokenizer, for `score`).
+        loss: one of LOSSES.
+        train_pooling, export_pooling: must be "cls" (the head reads the first token).
+        seed: seed of the head's dropout stream.
+    """
+
+    metric_names = ("loss", "accuracy")
+    input_kind = "cross_pairs"
+    duplicate_free_batches = False  # each query meets only its own passages
+    # `python -m tfsent.train` selects on and exports sentence embeddings: not yet for this.
+    runs_in_train_cli = False
+
+    def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
+                 seed=None, **kwargs):
+        for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
+            if value not in (None, "cls"):
+                raise ConfigError(f"{name}={value!r}: a cross-encoder scores the first "
+                                  "token's representation; use cls")
+        super().__init__(encoder, "cls", "cls", **kwargs)
+        self.loss_name = LOSS.check("loss", loss)
+        self.seed = seed
+        self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
+                                                 name="head_dropout")
+        self.score_head = keras.layers.Dense(1, name="score_head")
+        self.score_head.build((None, encoder.hidden_dim))
+
+    def call(self, inputs, training=False):
+        """(B,) float32 relevance logits of tokenized pair features."""
+        pooled = self.encoder(inputs, training=training, pooling="cls")["embedding"]
+        pooled = self.head_dropout(pooled, training=training)
+        return tf.cast(self.score_head(pooled)[:, 0], tf.float32)
+
+    def compute_losses(self, batch, training=True):
+        labels = tf.cast(batch["labels"], tf.float32)
+        scores = tf.reshape(self(batch["pairs"], training=training), tf.shape(labels))
+        per_query = _LOSS_FNS[self.loss_name](scores, labels)
+        top_is_positive = tf.cast(tf.equal(tf.argmax(scores, axis=-1),
+                                           tf.argmax(labels, axis=-1)), tf.float32)
+        share, mean, accuracy = global_mean(tf.reduce_sum(per_query),
+                                            tf.cast(tf.shape(per_query)[0], tf.float32),
+                                            tf.reduce_sum(top_is_positive))
+        return share, {"loss": mean, "accuracy": accuracy}
+
+    def score(self, queries, passages, batch_size=64, max_seq_length=None):
+        """Relevance logits (numpy (N,)) of (query, passage) string pairs."""
+        if len(queries) != len(passages):
+            raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
+        tokenizer = self.encoder.tokenizer
+        if max_seq_length is not None:
+            tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
+        fn = _score_function(self, tokenizer)
+        out = [fn(tf.constant(list(queries[i:i + batch_size]), tf.string),
+                  tf.constant(list(passages[i:i + batch_size]), tf.string)).numpy()
+               for i in range(0, len(queries), batch_size)]
+        return np.concatenate(out) if out else np.zeros([0], np.float32)
+
+    def export(self, filepath, format="cross_encoder", verbose=None, input_signature=None,
+               **kwargs):
+        """Writes the cross-encoder through the format registry: format "cross_encoder"
+        (`tfsent.formats.cross_encoder`: a SavedModel version under `filepath` with a
+        `score(queries, passages)` signature); `kwargs` go to its writer
+        (`max_seq_length`, `metadata`, `version`). Returns the path written."""
+        if format != "cross_encoder":
+            raise ConfigError(f"format={format!r}: a cross-encoder exports as "
+                              "format='cross_encoder' (it has no sentence embeddings)")
+        defaults = {"head": self.score_head, "metadata": {"method": type(self).__name__,
+                                                          "loss": self.loss_name}}
+        return formats.keras_export(self.encoder, filepath, format, verbose,
+                                    input_signature, defaults, kwargs)
+
+    def encode(self, *args, **kwargs):
+        raise ConfigError("a cross-encoder has no sentence embeddings; use score(queries, "
+                          "passages)")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"loss": self.loss_name, "seed": self.seed})
+        return config
+
+
+def _score_function(model, tokenizer):
+    """A tf.function strings (B,), (B,) -> (B,) logits (tokenizer in the graph)."""
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+    def score(queries, passages):
+        return model(tokenizer.with_options(pad_to_max_length=False).tokenize_pairs(
+            queries, passages), training=False)
+    return score
+
+
+def _validate(config):
+    if config.get("pooling", "cls") != "cls":
+        raise ConfigError(f"pooling={config['pooling']!r}: the cross_encoder method scores "
+                          "the first token's representation; use pooling=cls")
+
+
+SPEC = MethodSpec(
+    "cross_encoder", CrossEncoder, "cross_pairs",
+    "Cross-encoder reranker: (query, passage) read jointly -> a relevance score; rows "
+    "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine).",
+    fields=[Field("loss", "listwise", LOSS, arg="loss",
+                  doc="listwise: softmax cross-entropy over the positive and its negatives; "
+                      "bce: binary cross-entropy per pair")],
+    run_args={"seed": "seed"},
+    run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1},
+    validate=_validate)
