@@ -6,22 +6,24 @@ CPU-demo defaults and validation. This module only collects them.
 """
 
 from tfsent.errors import ConfigError, did_you_mean
-from tfsent.methods import clsr, cmlm_cse, consert, distill, scd, simcse, supcon
+from tfsent.methods import (clsr, cmlm_cse, consert, distill, scd, scored_pairs, simcse,
+                            supcon)
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
 from tfsent.methods.consert import ConSERT
 from tfsent.methods.distill import Distill
 from tfsent.methods.scd import SCD
+from tfsent.methods.scored_pairs import ScoredPairs
 from tfsent.methods.simcse import RetrievalSimCSE, SimCSE
 from tfsent.methods.spec import MethodSpec, collect
 from tfsent.methods.supcon import SupConSBERT
 
 __all__ = ["SentenceMethod", "SimCSE", "RetrievalSimCSE", "CMLMCSE", "CLSR", "SupConSBERT",
-           "SCD", "ConSERT", "Distill", "MethodSpec", "REGISTRY", "get_method", "help_text"]
+           "SCD", "ConSERT", "Distill", "ScoredPairs", "MethodSpec", "REGISTRY", "get_method", "help_text"]
 
 REGISTRY = collect(simcse.SPECS, cmlm_cse.SPEC, supcon.SPEC, clsr.SPEC, scd.SPEC,
-                   consert.SPECS, distill.SPEC)
+                   consert.SPECS, distill.SPEC, scored_pairs.SPEC)
 
 
 def get_method(name):
