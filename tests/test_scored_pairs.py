@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY_VOCAB
 from method_harness import MethodHarness
 from tfsent import losses
-from tfsent.data import kinds, readers
+from tfsent.data import kinds, pipelines, readers
 from tfsent.errors import ConfigError, InputError
 from tfsent.methods import ScoredPairs, get_method
 from tfsent.testing import tiny_encoder
@@ -183,24 +183,23 @@ TOY = [(f"the {a} {v}", f"a {b} {w}", 5.0 if a == b else 0.0)
        for v, w in (("runs", "sleeps"), ("sleeps", "plays"))]
 
 
-@pytest.mark.parametrize("loss", ["cosent", "angle", "cosine"])
-def test_training_learns_the_toy_order(loss):
+def test_training_learns_the_toy_order():
+    """CoSENT on the toy set (AnglE and CosineSimilarityLoss train in the harness): the
+    loss goes down and same-animal pairs move above different-animal ones."""
     keras.utils.set_random_seed(0)
     encoder = tiny_encoder(TINY_VOCAB, hidden_dim=16, max_seq_length=8, dropout=0.0)
-    model = ScoredPairs(encoder, loss=loss)
-    model.compile(optimizer=keras.optimizers.Adam(3e-3))
-    s1, s2, y = (list(c) for c in zip(*TOY))
+    model = ScoredPairs(encoder, loss="cosent")
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
+    s1, s2, y = (np.array(c) for c in zip(*TOY))
 
-    def spearman_like():
-        cos = np.sum(model.encode(s1, normalize=True) * model.encode(s2, normalize=True), 1)
-        y_arr = np.array(y)
-        return cos[y_arr == 5].mean() - cos[y_arr == 0].mean()
+    def margin():  # mean cos of the score-5 pairs minus that of the score-0 pairs
+        cos = np.sum(model.encode(list(s1), normalize=True) *
+                     model.encode(list(s2), normalize=True), axis=1)
+        return cos[y == 5].mean() - cos[y == 0].mean()
 
-    before = spearman_like()
-    first = model.evaluate(TOY, batch_size=18, verbose=0)
-    model.fit(TOY, batch_size=18, epochs=30, verbose=0)
-    last = model.evaluate(TOY, batch_size=18, verbose=0)
-    assert last < first
-    assert spearman_like() > before + 0.1
-    positives = np.sum(model.encode(s1[:2]) * model.encode(s2[:2]), 1)
-    assert np.all(np.isfinite(positives))
+    batches = pipelines.scored_pair_dataset(TOY, encoder.tokenizer, 18, seed=0)
+    batch = next(iter(batches))
+    before_loss, before_margin = float(model.compute_losses(batch)[0]), margin()
+    model.fit(batches, epochs=1, steps_per_epoch=40, verbose=0)
+    assert float(model.compute_losses(batch)[0]) < 0.5 * before_loss
+    assert margin() > before_margin + 0.2
