@@ -46,13 +46,15 @@ def _sample_rows():
     sentences = readers.read_sentences(readers.DEMO_SENTENCES)[:48]
     triplets = readers.read_triplets_tsv(readers.DEMO_TRIPLETS)[:24]
     nli_rows = readers.read_nli_pairs("demo_nli")[:48]
-    return sentences, triplets, nli_rows, [(p, e) for p, e, _ in triplets]
+    s1, s2, scores = readers.read_scored_pairs(readers.DEMO_PAIRS)
+    scored = list(zip(s1, s2, scores))[:48]
+    return sentences, triplets, nli_rows, [(p, e) for p, e, _ in triplets], scored
 
 
-SENTENCES, TRIPLETS, NLI_ROWS, PAIRS = _sample_rows()
+SENTENCES, TRIPLETS, NLI_ROWS, PAIRS, SCORED_PAIRS = _sample_rows()
 RAW = {"sentences": SENTENCES, "sentences_mlm": SENTENCES, "triplets": TRIPLETS,
        "pairs": PAIRS, "nli_pairs": NLI_ROWS, "embedding_pairs": PAIRS,
-       "distill_sentences": SENTENCES}
+       "distill_sentences": SENTENCES, "scored_pairs": SCORED_PAIRS}
 PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
 
 

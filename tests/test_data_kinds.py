@@ -26,7 +26,7 @@ def test_every_kind_is_one_record_with_a_reader_and_a_pipeline():
     assert DATA_KINDS == kinds.DATA_KINDS == tuple(kinds.KINDS)
     assert set(DATA_KINDS) == {"sentences", "sentences_mlm", "triplets", "pairs",
                                "cross_pairs", "nli_pairs", "embedding_pairs",
-                               "distill_sentences"}
+                               "distill_sentences", "scored_pairs"}
     for name, kind in kinds.KINDS.items():
         assert kind.name == name and kind.doc and kind.accepts
         assert callable(kind.read) and callable(kind.pipeline)
@@ -50,6 +50,10 @@ def test_reading_a_source_as_each_kind_is_the_readers():
     }
     expected["sentences_mlm"] = expected["distill_sentences"] = expected["sentences"]
     for name in DATA_KINDS:
+        if name == "scored_pairs":  # the demo's scored pairs are its dev set: refused
+            with pytest.raises(ConfigError, match="demo dev set"):
+                kinds.read_training_examples(name, "demo", CONFIG)
+            continue
         assert kinds.read_training_examples(name, "demo", CONFIG) == expected[name], name
     assert kinds.read_training_examples("triplets", "demo_nli", CONFIG) == demo_triplets
     no_negatives = _Config(CONFIG, hard_negatives=False)

@@ -257,3 +257,58 @@ def listwise_cross_entropy(scores, labels):
     the query's negatives)."""
     scores, labels = tf.cast(scores, tf.float32), tf.cast(labels, tf.float32)
     return tf.reduce_logsumexp(scores, axis=-1) - tf.reduce_sum(labels * scores, axis=-1)
+
+# -- scored pairs (docs/methods.md, "Scored pairs") ----------------------------------------
+
+def pairwise_cosine(u, v):
+    """cos(u_i, v_i) row by row: (B, H) x (B, H) -> (B,), float32."""
+    return tf.reduce_sum(_l2n(u) * _l2n(v), axis=-1)
+
+
+def angle_similarity(u, v):
+    """AnglE's angle similarity of each row pair, (B, H) x (B, H) -> (B,), float32.
+
+    The first and second halves of an embedding are the real and imaginary parts of H/2
+    complex numbers: u = a + bi, v = c + di. The element-wise quotient u / v, rescaled by
+    |v| / |u| (the norms of the whole vectors), has real part (a c + b d) / Z and
+    imaginary part (b c - a d) / Z with Z = sum(c^2 + d^2) |u| / |v|; the similarity is
+    |sum over the H/2 elements of (real + imaginary part)|. It is 1 for u = v and
+    invariant to rescaling either vector. H must be even.
+    """
+    u, v = tf.cast(u, tf.float32), tf.cast(v, tf.float32)
+    a, b = tf.split(u, 2, axis=-1)
+    c, d = tf.split(v, 2, axis=-1)
+    v_sq = tf.reduce_sum(c * c + d * d, axis=-1, keepdims=True)
+    norm_ratio = tf.sqrt(tf.reduce_sum(a * a + b * b, axis=-1, keepdims=True) / v_sq)
+    real = (a * c + b * d) / v_sq / norm_ratio
+    imag = (b * c - a * d) / v_sq / norm_ratio
+    return tf.abs(tf.reduce_sum(real + imag, axis=-1))
+
+
+def cosent_loss(similarities, scores, scale=20.0):
+    """CoSENT (Su 2022): log(1 + sum over pairs (i, j) with score_i > score_j of
+    exp(scale * (sim_j - sim_i))), for (B,) similarities of B scored pairs and their (B,)
+    gold scores. Only the order of the scores matters. Returns a scalar float32."""
+    sims = tf.cast(similarities, tf.float32) * scale
+    scores = tf.cast(scores, tf.float32)
+    diff = sims[None, :] - sims[:, None]                 # [i, j] = s (sim_j - sim_i)
+    ordered = scores[:, None] > scores[None, :]          # score_i > score_j
+    terms = tf.where(ordered, diff, tf.fill(tf.shape(diff), -1e30))
+    return tf.reduce_logsumexp(tf.concat([tf.zeros([1]), tf.reshape(terms, [-1])], 0))
+
+
+def angle_loss(u, v, scores, scale=20.0, cosine_weight=0.0):
+    """AnglE (Li & Li 2023) as implemented here: `cosent_loss` on `angle_similarity`,
+    plus `cosine_weight` x `cosent_loss` on the cosine (the paper's cosine term); the
+    paper's in-batch-negative term is not included (docs/methods.md)."""
+    loss = cosent_loss(angle_similarity(u, v), scores, scale)
+    if cosine_weight:
+        loss += cosine_weight * cosent_loss(pairwise_cosine(u, v), scores, scale)
+    return loss
+
+
+def cosine_similarity_loss(u, v, targets):
+    """Mean squared error between cos(u_i, v_i) and the (B,) targets (gold scores scaled
+    to [0, 1]). Returns a scalar float32."""
+    err = pairwise_cosine(u, v) - tf.cast(targets, tf.float32)
+    return tf.reduce_mean(err * err)

@@ -65,6 +65,14 @@ def _read_embedding_pairs(source, config):
                                        config.positive_threshold, config.train_split)
 
 
+def _read_scored_pairs(source, config):
+    rows = readers.read_scored_training_pairs(source, config.eval_data_dir,
+                                              config.train_split)
+    readers.check_score_range(rows, config.score_min, config.score_max,
+                              f"train_data {source!r}")
+    return rows
+
+
 def _sentences(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options,
                mlm=False):
     return pipelines.sentence_dataset(
@@ -111,6 +119,11 @@ def _embedding_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, ski
                                             skip_batches=skip)
 
 
+def _scored_pairs(examples, tokenizer, batch_size, seed, shuffle, repeat, skip, options):
+    return pipelines.scored_pair_dataset(examples, tokenizer, batch_size, seed,
+                                         shuffle=shuffle, repeat=repeat, skip_batches=skip)
+
+
 def _distill_sentences(examples, tokenizer, batch_size, seed, shuffle, repeat, skip,
                        options):
     return pipelines.distill_dataset(examples, tokenizer, options["embed"], batch_size, seed,
@@ -147,6 +160,11 @@ KINDS = {kind.name: kind for kind in (
              "encoder's embeddings (CLSR)", _read_embedding_pairs, _embedding_pairs,
              "(sentence_a, sentence_b) string rows (a list or a tf.data.Dataset, batched "
              "or not)", row_keys=("sentence_a", "sentence_b"), embedder="frozen encoder"),
+    DataKind("scored_pairs", "(sentence1, sentence2, score) rows: STS-B, SICK, "
+             "sentence1<TAB>sentence2<TAB>score files", _read_scored_pairs, _scored_pairs,
+             "(sentence1, sentence2, score) rows, score a number, as tuples or dicts with "
+             "keys sentence1/sentence2/score (a list or a tf.data.Dataset, batched or not)",
+             row_keys=("sentence1", "sentence2", "score")),
     DataKind("distill_sentences", "sentences -> token features + the teacher's "
              "embeddings", _read_sentences, _distill_sentences, _STRINGS,
              embedder="teacher"),
@@ -166,7 +184,7 @@ def get_kind(kind):
 def read_training_examples(kind, source, config):
     """One training source (a name of the source grammar, `tfsent.data.sources`) read as
     `kind` with the run config's reading fields (train_split, hard_negatives,
-    eval_data_dir, positive_threshold); returns its examples."""
+    eval_data_dir, positive_threshold, score_min / score_max); returns its examples."""
     return get_kind(kind).read(source, config)
 
 

@@ -306,3 +306,18 @@ def distill_dataset(sentences, tokenizer, targets, batch_size, seed=0, shuffle=T
     ds = ds.map(lambda s, t: {"features": tokenizer(s), "target": t},
                 num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE)
+
+
+def scored_pair_dataset(rows, tokenizer, batch_size, seed=0, shuffle=True, repeat=True,
+                        skip_batches=0):
+    """(sentence1, sentence2, score) rows -> `{"sentence1": f, "sentence2": f,
+    "score": (B,) float32}`."""
+    _check_batch(len(rows), batch_size, "the scored pairs")
+    s1, s2, scores = (list(c) for c in zip(*rows))
+    ds = tf.data.Dataset.from_tensor_slices((tf.constant(s1, tf.string),
+                                             tf.constant(s2, tf.string),
+                                             tf.constant(scores, tf.float32)))
+    ds = _shuffled_batches(ds, len(rows), batch_size, seed, shuffle, repeat, skip_batches)
+    return ds.map(lambda a, b, y: {"sentence1": tokenizer(a), "sentence2": tokenizer(b),
+                                   "score": y},
+                  num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)

@@ -14,6 +14,8 @@ tfsent method's preprocessor is its encoder's tokenizer plus the batch layout of
                    the other columns)
   nli_pairs        (premise, hypothesis, label) tuples, label in entailment / neutral /
                    contradiction (or 0 / 1 / 2)               -> premise-grouped NLI batches
+  scored_pairs     (sentence1, sentence2, score) rows, score a number in the method's
+                   [score_min, score_max]             -> {"sentence1", "sentence2", "score"}
   embedding_pairs  (sentence_a, sentence_b) positive pairs    -> the frozen encoder's
                                                                  embeddings {"a", "b"}
   distill_sentences a list of strings                         -> token features + the
@@ -59,14 +61,15 @@ def _dataset_specs(x):
 def is_raw(x):
     """True for raw examples: a list/tuple/array of strings or of string rows (tuples or
     dicts), or a tf.data Dataset, batched or not, whose elements are strings or rows of
-    strings (an NLI label may be an integer)."""
+    strings (an NLI label may be an integer, a score a number)."""
     if isinstance(x, tf.data.Dataset):
         specs = _dataset_specs(x)
         if specs is None or not any(s.dtype == tf.string for s in specs):
             return False
         ranks = {s.shape.rank for s in specs}
         return len(ranks) == 1 and ranks.pop() in (0, 1) and all(
-            s.dtype == tf.string or s.dtype.is_integer for s in specs)
+            s.dtype == tf.string or s.dtype.is_integer or s.dtype.is_floating
+            for s in specs)
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "USO" and x.size > 0 and _is_text(x.flat[0])
     if isinstance(x, (list, tuple)) and x:
@@ -199,6 +202,9 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
     elif kind == "nli_pairs":
         _check_rows(rows, 3, "expected (premise, hypothesis, label) rows", argument)
         rows = [(p, h, _label(label, i, argument)) for i, (p, h, label) in enumerate(rows)]
+    elif kind == "scored_pairs":
+        _check_rows(rows, 3, "expected (sentence1, sentence2, score) rows", argument)
+        rows = _scored_rows(rows, method, argument)
     elif kind == "embedding_pairs":
         _check_rows(rows, 2, "expected (sentence_a, sentence_b) positive pairs", argument)
 
@@ -216,6 +222,23 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
         premise_grouped=method.premise_grouped, embed=embed,
         query_prompt=getattr(method, "query_prompt", ""),
         document_prompt=getattr(method, "document_prompt", ""))
+
+
+def _scored_rows(rows, method, argument):
+    """(sentence1, sentence2, float score) rows; InputError naming the row of a
+    non-numeric score or one outside the method's [score_min, score_max]."""
+    out = []
+    for i, (a, b, score) in enumerate(rows):
+        try:
+            score = float(score)
+        except (TypeError, ValueError):
+            raise InputError(f"{argument}[{i}]: score {score!r:.40} is not a number") from None
+        if not method.score_min <= score <= method.score_max:
+            raise InputError(f"{argument}[{i}]: score {score} is outside the declared range "
+                             f"[{method.score_min}, {method.score_max}] (score_min / "
+                             f"score_max)")
+        out.append((a, b, score))
+    return out
 
 
 def _check_non_empty(rows, argument):

@@ -309,3 +309,76 @@ def read_nli_pairs(source, split="train"):
         return read_nli_pairs_jsonl(source)
     raise InputError("NLI pairs need a SentEval SNLI directory, a .jsonl file, demo_nli or "
                      "tfds:NAME", path=source)
+
+
+def read_scored_pair_tsv(path):
+    """`sentence1<TAB>sentence2<TAB>score` per line -> list of (sentence1, sentence2,
+    score); blank lines skipped; a bad row raises InputError naming file and line."""
+    rows = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 3:
+            raise InputError(f"expected 3 tab-separated columns (sentence1, sentence2, "
+                             f"score), found {len(cols)}", path=path, line=number)
+        a, b = " ".join(cols[0].split()), " ".join(cols[1].split())
+        if not a or not b:
+            raise InputError("empty sentence in a scored pair", path=path, line=number)
+        try:
+            score = float(cols[2])
+        except ValueError:
+            score = float("nan")
+        if not math.isfinite(score):
+            raise InputError(f"score {cols[2].strip()!r} is not a number", path=path,
+                             line=number)
+        rows.append((a, b, score))
+    logging.info("read %d scored pairs from %s", len(rows), path)
+    return rows
+
+
+def read_scored_training_pairs(source, data_dir=None, split="train"):
+    """(sentence1, sentence2, score) rows for the scored_pairs kind.
+
+    `stsb` / `sickr`: STS-B / SICK split `split` from `data_dir` (SentEval layout; SICK's
+    dev is its trial file); a path to an STS-B csv (`sts-*.csv`) or a SICK file
+    (`SICK_*.txt`) in their own layouts; any other file: `sentence1<TAB>sentence2<TAB>
+    score`. The demo's scored pairs are the demo dev set, so `demo` is refused.
+    """
+    if source in DEMO_NAMES:
+        raise ConfigError(f"train_data={source!r}: the demo's scored pairs are the demo dev "
+                          "set, so they cannot also be training data; use stsb (with "
+                          "eval_data_dir) or a sentence1<TAB>sentence2<TAB>score file")
+    if source in ("stsb", "sickr"):
+        if not data_dir:
+            raise ConfigError(f"train_data {source!r} needs eval_data_dir (the SentEval "
+                              "downstream folder holding STS/ and SICK/)")
+        read = (senteval_data.read_stsbenchmark if source == "stsb"
+                else senteval_data.read_sick)
+        columns = read(data_dir, split)
+    elif parse_source(source).scheme != "path" or os.path.isdir(source):
+        raise ConfigError(f"train_data {source!r}: scored pairs come from stsb, sickr, an "
+                          "STS-B csv, a SICK file or a sentence1<TAB>sentence2<TAB>score "
+                          "file")
+    else:
+        name = os.path.basename(source)
+        if name.startswith("sts-") and name.endswith(".csv"):
+            columns = senteval_data.read_stsbenchmark_file(source)
+        elif name.startswith("SICK_"):
+            columns = senteval_data.read_sick_file(source)
+        else:
+            columns = None
+            rows = read_scored_pair_tsv(source)
+    if columns is not None:
+        rows = [(a, b, float(y)) for a, b, y in zip(*columns)]
+    if not rows:
+        raise InputError("no scored pairs", path=source)
+    return rows
+
+
+def check_score_range(rows, low, high, where):
+    """InputError naming `where` and the first row whose score is outside [low, high]."""
+    for i, (_, _, score) in enumerate(rows):
+        if not low <= score <= high:
+            raise InputError(f"{where}: row {i + 1} has score {score}, outside the declared "
+                             f"range [{low}, {high}] (score_min / score_max)")

@@ -163,6 +163,12 @@ def read_stsbenchmark(data_dir, split="test"):
     """
     _check_split(split, SPLITS)
     path = os.path.join(os.fspath(data_dir), "STS", "STSBenchmark", f"sts-{split}.csv")
+    return read_stsbenchmark_file(path, split)
+
+
+def read_stsbenchmark_file(path, split="file"):
+    """One STS Benchmark csv (the layout of `read_stsbenchmark`) -> (sents1, sents2,
+    scores); a bad row raises InputError naming the file and line."""
     s1, s2, scores = [], [], []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
@@ -186,6 +192,12 @@ def read_sick(data_dir, split="test", with_labels=False):
     """
     _check_split(split, SPLITS)
     path = os.path.join(os.fspath(data_dir), "SICK", SICK_FILES[split])
+    return read_sick_file(path, with_labels, split)
+
+
+def read_sick_file(path, with_labels=False, split="file"):
+    """One SICK file (the layout of `read_sick`) -> (sents1, sents2, scores[, labels]);
+    a bad row raises InputError naming the file and line."""
     need = 5 if with_labels else 4
     s1, s2, scores, labels = [], [], [], []
     for number, line in enumerate(read_lines(path), start=1):

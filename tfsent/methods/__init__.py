@@ -6,8 +6,8 @@ CPU-demo defaults and validation. This module only collects them.
 """
 
 from tfsent.errors import ConfigError, did_you_mean
-from tfsent.methods import (clsr, cmlm_cse, consert, cross_encoder, distill, scd, simcse,
-                            supcon)
+from tfsent.methods import (clsr, cmlm_cse, consert, cross_encoder, distill, scd,
+                            scored_pairs, simcse, supcon)
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.clsr import CLSR
 from tfsent.methods.cmlm_cse import CMLMCSE
@@ -15,15 +15,17 @@ from tfsent.methods.consert import ConSERT
 from tfsent.methods.cross_encoder import CrossEncoder
 from tfsent.methods.distill import Distill
 from tfsent.methods.scd import SCD
+from tfsent.methods.scored_pairs import ScoredPairs
 from tfsent.methods.simcse import RetrievalSimCSE, SimCSE
 from tfsent.methods.spec import MethodSpec, collect
 from tfsent.methods.supcon import SupConSBERT
 
 __all__ = ["SentenceMethod", "SimCSE", "RetrievalSimCSE", "CMLMCSE", "CLSR", "SupConSBERT",
-           "SCD", "ConSERT", "Distill", "CrossEncoder", "MethodSpec", "REGISTRY", "get_method", "help_text"]
+           "SCD", "ConSERT", "Distill", "CrossEncoder", "ScoredPairs", "MethodSpec",
+           "REGISTRY", "get_method", "help_text"]
 
 REGISTRY = collect(simcse.SPECS, cmlm_cse.SPEC, supcon.SPEC, clsr.SPEC, scd.SPEC,
-                   consert.SPECS, distill.SPEC, cross_encoder.SPEC)
+                   consert.SPECS, distill.SPEC, cross_encoder.SPEC, scored_pairs.SPEC)
 
 
 def get_method(name):
