@@ -14,30 +14,15 @@ from tfsent.errors import ConfigError
 
 from conftest import REPO
 
-CPUINFO_HT = """processor\t: 0
-model name\t: Test CPU 9000
-flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
-physical id\t: 0
-core id\t\t: 0
+def _cpuinfo(cores):
+    """/proc/cpuinfo of one socket, a processor entry per logical CPU on core `cores[i]`."""
+    return "\n".join(f"processor\t: {i}\nmodel name\t: Test CPU 9000\n"
+                     f"flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni\n"
+                     f"physical id\t: 0\ncore id\t\t: {core}\n"
+                     for i, core in enumerate(cores))
 
-processor\t: 1
-model name\t: Test CPU 9000
-flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
-physical id\t: 0
-core id\t\t: 0
 
-processor\t: 2
-model name\t: Test CPU 9000
-flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
-physical id\t: 0
-core id\t\t: 1
-
-processor\t: 3
-model name\t: Test CPU 9000
-flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni
-physical id\t: 0
-core id\t\t: 1
-"""
+CPUINFO_HT = _cpuinfo((0, 0, 1, 1))  # 2 cores, 2 hyper-threads each
 
 
 def probe(encode_graph, encode_xla, train_graph, train_xla):

@@ -94,7 +94,7 @@ def test_reader_malformed_json_and_qrels_columns(tmp_path):
     folder = write_beir(tmp_path / "c", SMALL_CORPUS, SMALL_QUERIES, {"test": [
         ("q1", "d1", 1), ("q2", "d3")]})
     with pytest.raises(InputError, match=r"test.tsv, line 3: expected 3 tab-separated "
-                                         r"columns \(query-id, corpus-id, score\), got 2"):
+                                         r"columns \(query-id, corpus-id, score\), found 2"):
         beir.read_split(folder, "test")
     folder = write_beir(tmp_path / "d", SMALL_CORPUS, SMALL_QUERIES, {"test": [
         ("q1", "d1", "high")]})

@@ -17,7 +17,7 @@ import os
 
 from absl import logging
 
-from tfsent.data.textio import read_json_lines, read_lines
+from tfsent.data.textio import read_json_lines, read_lines, tab_rows
 from tfsent.errors import InputError
 
 SPLITS = ("train", "dev", "test")
@@ -119,14 +119,8 @@ def qrel_rows(path):
     if not lines:
         raise InputError("empty qrels file (expected the header query-id, corpus-id, "
                          "score)", path=path)
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if len(parts) != 3:
-            raise InputError(f"expected 3 tab-separated columns (query-id, corpus-id, "
-                             f"score), got {len(parts)}", path=path, line=number)
-        query, doc, score = parts
+    for number, (query, doc, score) in tab_rows(path, ("query-id", "corpus-id", "score"),
+                                                lines[1:], first_number=2):
         try:
             value = int(score)
         except ValueError:

@@ -13,7 +13,7 @@ from absl import logging
 
 from tfsent.data import senteval as senteval_data
 from tfsent.data.sources import DEMO_NAMES, is_tfds, parse_source
-from tfsent.data.textio import read_lines
+from tfsent.data.textio import read_lines, tab_rows
 from tfsent.errors import ConfigError, InputError
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
@@ -39,13 +39,7 @@ def read_sentences(path):
 def read_scored_pairs(path):
     """`score<TAB>sentence1<TAB>sentence2` per line -> (sents1, sents2, scores)."""
     s1, s2, scores = [], [], []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if len(cols) != 3:
-            raise InputError(f"expected 3 tab-separated columns (score, sentence1, "
-                             f"sentence2), found {len(cols)}", path=path, line=number)
+    for number, cols in tab_rows(path, ("score", "sentence1", "sentence2")):
         try:
             score = float(cols[0])
         except ValueError:
@@ -315,13 +309,7 @@ def read_scored_pair_tsv(path):
     """`sentence1<TAB>sentence2<TAB>score` per line -> list of (sentence1, sentence2,
     score); blank lines skipped; a bad row raises InputError naming file and line."""
     rows = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if len(cols) != 3:
-            raise InputError(f"expected 3 tab-separated columns (sentence1, sentence2, "
-                             f"score), found {len(cols)}", path=path, line=number)
+    for number, cols in tab_rows(path, ("sentence1", "sentence2", "score")):
         a, b = " ".join(cols[0].split()), " ".join(cols[1].split())
         if not a or not b:
             raise InputError("empty sentence in a scored pair", path=path, line=number)

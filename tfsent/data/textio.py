@@ -7,6 +7,23 @@ import os
 from tfsent.errors import InputError
 
 
+def tab_rows(path, names, lines=None, first_number=1):
+    """Yields (1-based line number, columns) for each non-blank line of a tab-separated
+    file whose rows hold exactly the columns `names`; a row with another count raises
+    InputError naming the file, the line and the columns expected. `lines` (default: the
+    file's, `read_lines`) numbered from `first_number` (2 after a header)."""
+    lines = read_lines(path) if lines is None else lines
+    for number, line in enumerate(lines, start=first_number):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != len(names):
+            raise InputError(f"expected {len(names)} tab-separated columns "
+                             f"({', '.join(names)}), found {len(cols)}", path=path,
+                             line=number)
+        yield number, cols
+
+
 def read_lines(path, strip_newline=True, encoding="utf-8"):
     """Returns the lines of a text file (UTF-8 by default) as a list of str.
 
