@@ -29,8 +29,8 @@ def test_a_bad_method_is_one_error_line_with_did_you_mean_and_no_startup_noise()
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "error: unknown method 'simcse_unsupp' (did you mean simcse_unsup?); choose one of "
-        "clsr, cmlm_cse, consert, consert_joint, consert_sup, distill, retrieval, scd, "
-        "simcse_sup, simcse_unsup, supcon"], result.stderr
+        "clsr, cmlm_cse, consert, consert_joint, consert_sup, cross_encoder, distill, "
+        "retrieval, scd, scored_pairs, simcse_sup, simcse_unsup, supcon"], result.stderr
 
 
 def test_verbosity_keeps_the_native_notices():

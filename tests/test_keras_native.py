@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -74,6 +75,11 @@ def _layer_cases(hf_dirs):
     for family in ("roberta", "xlm-roberta"):  # ByteBPETokenizer, SentencePieceTokenizer
         tokenizer = load_encoder(hf_dirs[family], max_seq_length=12).tokenizer
         cases[type(tokenizer).__name__] = (tokenizer, tf.constant(PROBE))
+    # QwenBPETokenizer (the qwen3 family), from a tiny Qwen3-Embedding folder
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir
+    qwen_dir = make_qwen3_embedding_dir(tempfile.mkdtemp(prefix="tfsent-qwen-"))
+    tokenizer = load_encoder(qwen_dir, max_seq_length=12).tokenizer
+    cases[type(tokenizer).__name__] = (tokenizer, tf.constant(PROBE))
     del seq
     return cases
 

@@ -73,9 +73,9 @@ def configure(**settings):
             raise _config_error(f"unknown CPU setting {name!r}; known: {', '.join(SETTINGS)}")
         _OVERRIDES[name] = check_value(name, value, f"configure({name}=...)")
     if "tensorflow" in sys.modules and "onednn" in settings:
-        import logging as std_logging
-        std_logging.getLogger("absl").warning(
-            "configure(onednn=...) after TensorFlow was imported has no effect on oneDNN")
+        from absl import logging
+        logging.warning("configure(onednn=...) after TensorFlow was imported has no effect "
+                        "on oneDNN")
 
 
 def _config_error(message):
@@ -578,4 +578,4 @@ def probe_main(spec_json):
     result = {name: float(np.median(t)) for name, t in times.items()}
     result.update(onednn_enabled=bool(_pywrap_util_port.IsMklEnabled()),
                   calls=min(len(t) for t in times.values()), threads=spec["threads"])
-    print(json.dumps(result))
+    sys.stdout.write(json.dumps(result) + "\n")  # the probe's answer to its parent
