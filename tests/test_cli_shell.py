@@ -33,6 +33,13 @@ def test_a_bad_method_is_one_error_line_with_did_you_mean_and_no_startup_noise()
         "retrieval, scd, scored_pairs, simcse_sup, simcse_unsup, supcon"], result.stderr
 
 
+def test_a_bad_cpu_setting_flag_is_one_error_line():
+    result = _run(["-m", "tfsent.train", "--method=simcse_unsup", "--cpu_onednn=maybe"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: --cpu_onednn: onednn must be auto, on or off, got 'maybe'"], result.stderr
+
+
 def test_verbosity_keeps_the_native_notices():
     assert not _startup.quiet_wanted(["-m", "--verbosity=1"], {})
     assert not _startup.quiet_wanted(["-m", "-v", "1"], {})

@@ -9,6 +9,8 @@ loop, select, export, serve): docs/architecture.md.
 
 __version__ = "0.1.0"
 
+import sys  # noqa: E402
+
 from tfsent import _moved  # noqa: E402
 
 _moved.install()  # old module names (tfsent._moved.MOVED) keep importing
@@ -18,7 +20,15 @@ from tfsent import cpu_settings  # noqa: E402
 
 # oneDNN on or off, measured for this machine (or overridden), must be chosen before
 # TensorFlow is imported (TF_ENABLE_ONEDNN_OPTS); threads right after.
-cpu_settings.choose_before_tensorflow()
+try:
+    cpu_settings.choose_before_tensorflow()
+except Exception as _error:  # a bad --cpu_* flag or TFSENT_* value: a ConfigError
+    if type(_error).__name__ != "ConfigError" or sys.argv[:1] != ["-m"]:
+        raise
+    # Under `python -m tfsent.<command>`: one error line and status 2, as every command's
+    # bad input (tfsent.cli.fail), before TensorFlow is imported.
+    sys.stderr.write(f"error: {_error}\n")
+    sys.exit(2)
 
 # Under `python -m tfsent.<command>`: TensorFlow's native start-up notices filtered.
 with _startup.native_notices_filtered(_startup.quiet_wanted()):
