@@ -174,3 +174,32 @@ def test_command_usage_keeps_its_line_breaks():
         if any(line.endswith("\\") for line in lines) and not lines[0].startswith('r"""'):
             joined.append(os.path.relpath(path, REPO))
     assert not joined, joined
+
+
+_QUIET_SAVE = """
+import os, sys
+import tensorflow as tf
+from absl import app, logging
+from tfsent import cli
+
+def main(argv):
+    cli.quiet_tensorflow_info()
+    logging.info("our own line")
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": x * 2},
+                           input_signature=[tf.TensorSpec([None], tf.float32, name="Input")])
+    tf.saved_model.save(module, sys.argv[1], signatures={"serving_default": module.f})
+
+app.run(main, sys.argv[:2] + ["--verbosity=" + sys.argv[2]])
+"""
+
+
+@pytest.mark.parametrize("verbosity", ["0", "1"])
+def test_tensorflow_info_lines_of_a_save_show_only_at_verbosity_1(tmp_path, verbosity):
+    """TensorFlow logs a signature's renamed inputs through absl directly (not its own
+    logger): a command drops them, keeps its own INFO lines, and shows them on request."""
+    result = _run(["-c", _QUIET_SAVE, str(tmp_path / "saved"), verbosity])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "our own line" in result.stderr
+    renamed = "contains input name(s) Input with unsupported characters"
+    assert (renamed in result.stderr) == (verbosity == "1"), result.stderr[-3000:]

@@ -126,6 +126,8 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path, serve):
                                                               "start.json"]
     # the time left, dev evaluations included
     assert "step 50 of 150 (" in r.stderr and " left (train steps " in r.stderr
+    # TensorFlow's own INFO lines of the export are left out (issue 43, item 7)
+    assert "Assets written to" not in r.stderr and "unsupported characters" not in r.stderr
     # the closing lines: the next commands, on this run's own paths
     assert (f"  evaluate: python -m tfsent.evaluate --model={out}/export/1 "
             "--tasks=STSBenchmark,SICKRelatedness --data_dir=data") in r.stdout

@@ -7,6 +7,8 @@ bug and keeps its traceback. Ctrl-C ends it with one line (what to do next) and 
 here once (`define_model_flags`, `define_cpu_flags`).
 """
 
+import logging as std_logging
+import os
 import sys
 
 from absl import app, logging
@@ -38,10 +40,35 @@ def run_command(body, argv, required=(), interrupt_hint=""):
 def quiet_tensorflow_info():
     """TensorFlow's own INFO lines (each SavedModel save logs hundreds of renamed inputs,
     "Assets written to", fingerprints) are left out of a command's log unless
-    `--verbosity=1` or more asks for them; its warnings and errors stay."""
+    `--verbosity=1` or more asks for them; its warnings and errors stay.
+
+    Some of them go through TensorFlow's logger and some straight through absl's (e.g. the
+    signature input renames), so the filter sits on absl's handler and drops INFO records
+    whose source file is inside the `tensorflow` package, wherever they were logged."""
     if logging.get_verbosity() < 1:
         import tensorflow as tf  # every command's body imports it anyway
         tf.get_logger().setLevel("WARNING")
+        handler = logging.get_absl_handler()
+        if not any(isinstance(f, _DropTensorFlowInfo) for f in handler.filters):
+            handler.addFilter(_DropTensorFlowInfo(os.path.dirname(tf.__file__)))
+
+
+class _DropTensorFlowInfo(std_logging.Filter):
+    """Drops log records below WARNING whose source file is under `package_dir`."""
+
+    def __init__(self, package_dir):
+        super().__init__()
+        self.package_dir = os.path.realpath(package_dir) + os.sep
+        self._inside = {}  # source file -> whether it is under package_dir
+
+    def filter(self, record):
+        if record.levelno >= std_logging.WARNING:
+            return True
+        inside = self._inside.get(record.pathname)
+        if inside is None:
+            inside = os.path.realpath(record.pathname).startswith(self.package_dir)
+            self._inside[record.pathname] = inside
+        return not inside
 
 
 def fail(error):
