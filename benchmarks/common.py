@@ -95,11 +95,27 @@ def machine_description(peer_python=None):
         "keras": _package_version("keras"),
         "keras_hub": _package_version("keras-hub"),
         **tensorflow_runtime(),
+        **tfsent_workers_runtime(),
         "torch": _package_version("torch", peer_python) if peer_python else None,
         "sentence_transformers": (_package_version("sentence-transformers", peer_python)
                                   if peer_python else None),
         "date": datetime.date.today().isoformat(),
     }
+
+
+def tfsent_workers_runtime(runtimes=None):
+    """The machine record's fields as the tfsent workers ran (`WORKER_RUNTIMES`): oneDNN
+    and the thread settings when all workers agree ("mixed" when they do not), and each
+    worker's record under "tfsent_workers". {} when no tfsent worker ran (then the
+    parent's own answer stands)."""
+    runtimes = WORKER_RUNTIMES if runtimes is None else runtimes
+    if not runtimes:
+        return {}
+    fields = {}
+    for key in ("onednn", "intra_op_threads", "inter_op_threads"):
+        values = {r.get(key) for r in runtimes}
+        fields[key] = values.pop() if len(values) == 1 else "mixed"
+    return dict(fields, runtime_source="tfsent workers", tfsent_workers=list(runtimes))
 
 
 def tensorflow_runtime():
@@ -126,11 +142,15 @@ def tensorflow_runtime():
     }
 
 
+def _on_off(value):
+    return value if isinstance(value, str) else ("on" if value else "off")
+
+
 def describe_machine(machine):
     """One line for a benchmark table's title."""
     flags = ",".join(machine["isa_flags"]) or "none of " + "/".join(ISA_FLAGS[2:])
     return (f"{machine['cpu_model']} ({machine['cores']} cores; {flags}; TF "
-            f"{machine['tensorflow']}, oneDNN {'on' if machine['onednn'] else 'off'}"
+            f"{machine['tensorflow']}, oneDNN {_on_off(machine['onednn'])}"
             + (f" (TF_ENABLE_ONEDNN_OPTS={machine['onednn_env']})"
                if machine.get("onednn_env") is not None else "")
             + (f", XLA_FLAGS={machine['xla_flags']}" if machine.get("xla_flags") else "")
@@ -449,9 +469,21 @@ def load_average():
 # ---------------------------------------------------------------------------------------------
 
 def emit_result(obj):
-    """Prints a worker's result: one line, prefixed so the parent finds it among other output."""
+    """Prints a worker's result: one line, prefixed so the parent finds it among other output.
+    A worker that imported tfsent adds what its TensorFlow really ran with
+    (`tensorflow_runtime`, and tfsent's cpu-settings line) under "runtime": tfsent chooses
+    oneDNN and threads at its import, so the parent's own answer may differ."""
+    if "tfsent" in sys.modules:
+        cpu = sys.modules.get("tfsent.cpu_settings")
+        obj = dict(obj, runtime=dict(tensorflow_runtime(),
+                                     cpu_settings=cpu.active_line() if cpu else None))
     sys.stdout.flush()
     print(RESULT_PREFIX + json.dumps(obj), flush=True)
+
+
+# What each tfsent worker of this process reported it ran with (`emit_result`), in order;
+# `machine_description` takes oneDNN and threads from them.
+WORKER_RUNTIMES = []
 
 
 def run_worker(python, script, args, env=None, what="worker", timeout=None):
@@ -471,6 +503,8 @@ def run_worker(python, script, args, env=None, what="worker", timeout=None):
                            f"last stdout lines:\n{tail}")
     result = json.loads(lines[-1][len(RESULT_PREFIX):])
     result.setdefault("wall_seconds", round(time.time() - t0, 1))
+    if "runtime" in result:
+        WORKER_RUNTIMES.append(dict(result["runtime"], worker=what))
     return result
 
 

@@ -44,6 +44,12 @@ def test_train_throughput_tfsent_side(tmp_path):
     assert result["settings"]["batch_size"] == 8
     assert result["model_flops_per_step"] == common.simcse_train_flops(6, 384, 1536, 32, 8)
     assert "ratio tfsent/peer" in r.stdout  # the table was printed
+    # oneDNN and threads as the tfsent worker ran them (it chose them at `import tfsent`)
+    machine = result["machine"]
+    assert machine["runtime_source"] == "tfsent workers"
+    worker = machine["tfsent_workers"][0]
+    assert worker["cpu_settings"].startswith("cpu settings: oneDNN ")
+    assert machine["onednn"] is worker["onednn"] and isinstance(worker["onednn"], bool)
 
 
 def test_encode_throughput_tfsent_side(tmp_path):
@@ -408,6 +414,21 @@ def test_every_benchmark_result_carries_the_machine(tmp_path):
     assert machine["cores"] == os.cpu_count() and machine["tensorflow"]
     assert isinstance(machine["isa_flags"], list) and isinstance(machine["onednn"], bool)
     assert machine["date"].count("-") == 2
+
+
+def test_the_machine_record_takes_onednn_and_threads_from_the_tfsent_workers():
+    on = {"onednn": True, "intra_op_threads": 0, "inter_op_threads": 0, "worker": "a"}
+    off = dict(on, onednn=False, worker="b")
+    assert common.tfsent_workers_runtime([]) == {}
+    one = common.tfsent_workers_runtime([on, on])
+    assert (one["onednn"], one["intra_op_threads"], one["runtime_source"]) == (
+        True, 0, "tfsent workers")
+    assert one["tfsent_workers"] == [on, on]
+    assert common.tfsent_workers_runtime([on, off])["onednn"] == "mixed"
+    line = common.describe_machine(dict(
+        cpu_model="X", cores=2, isa_flags=["avx2"], tensorflow="2.21", date="2026-11-27",
+        onednn="mixed"))
+    assert "oneDNN mixed" in line
 
 
 def test_parse_cpuinfo_flags():

@@ -143,8 +143,23 @@ def test_a_runs_closing_lines_name_the_next_commands(tmp_path):
     assert lines[-1].startswith(f"  publish:  python -m tfsent.export --model={tmp_path}/encoder")
     sts = SimpleNamespace(eval_data="stsb", eval_data_dir="../shared/data")
     assert "--data_dir=../shared/data" in next_steps(sts, metrics, str(tmp_path))[1]
+    demo = SimpleNamespace(eval_data="demo", eval_data_dir=None)  # evaluate's own default
+    assert next_steps(demo, metrics, str(tmp_path))[1].endswith(
+        "--tasks=STSBenchmark,SICKRelatedness")
     (tmp_path / "encoder").rmdir()  # a run with an export head writes no encoder folder
     assert not any("publish" in line for line in next_steps(sts, metrics, str(tmp_path)))
+
+
+def test_every_export_format_names_its_next_step_with_the_path():
+    from tfsent import formats
+
+    for name, entry in formats.FORMATS.items():
+        lines = formats.next_step_lines(name, "/x/out/3")
+        assert lines[0] == "next:" and len(lines) == 1 + len(entry.next_steps) > 1, name
+        assert all(line.startswith("  ") and "/x/out/3" in line for line in lines[1:]), name
+        assert not any("{" + "path}" in line for line in lines), name
+    assert formats.next_step_lines("saved_model", "p") == formats.next_step_lines(
+        "tf_saved_model", "p")
 
 
 def test_a_misspelt_config_field_names_the_likely_one_not_sixty():

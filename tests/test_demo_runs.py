@@ -130,7 +130,7 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path, serve):
     assert "Assets written to" not in r.stderr and "unsupported characters" not in r.stderr
     # the closing lines: the next commands, on this run's own paths
     assert (f"  evaluate: python -m tfsent.evaluate --model={out}/export/1 "
-            "--tasks=STSBenchmark,SICKRelatedness --data_dir=data") in r.stdout
+            "--tasks=STSBenchmark,SICKRelatedness\n") in r.stdout
     assert (f"  publish:  python -m tfsent.export --model={out}/encoder "
             f"--format=sentence_transformers --export_dir={out}/st") in r.stdout
     metrics = _check_export(out, serve)

@@ -33,6 +33,11 @@ def minilm_export(tmp_path_factory):
                         "--pooling=mean", f"--export_dir={export_dir}"], cwd=REPO,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    # stdout is the version written; the next steps (how to load and evaluate it) on stderr
+    version = os.path.join(export_dir, "1")
+    assert r.stdout.splitlines() == [version]
+    assert f'  load:     tf.saved_model.load("{version}")' in r.stderr
+    assert f"  evaluate: python -m tfsent.evaluate --model={version} " in r.stderr
     return export_dir
 
 

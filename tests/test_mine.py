@@ -228,6 +228,8 @@ def test_cli_on_a_tiny_encoder_writes_triplets_training_reads(tmp_path, tiny_enc
         env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"wrote 10 triplet rows to {out}" in r.stdout
+    assert "  train: python -m tfsent.train --method=retrieval " in r.stderr
+    assert "--config.eval_data" not in r.stderr  # no BEIR folder, no dev split to name
     triplets = read_nli_triplets(str(out))
     assert len(triplets) == 10
     assert [t[:2] for t in triplets[::2]] == pairs

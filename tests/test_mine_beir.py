@@ -259,6 +259,9 @@ def test_cli_writes_jsonl_n_tuples(tmp_path, beir_dir, tiny_encoder_dir):
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"wrote 4 n-tuple rows to {out}" in r.stdout
     assert "cosine to the anchor: positives mean" in r.stderr
+    # the next step, on stderr: training on the rows, selected on the folder's dev split
+    assert (f"--config.train_data={out} --config.eval_data=beir:{beir_dir}:dev "
+            "--output_dir=runs/search") in r.stderr
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [(row["anchor"], row["positive"]) for row in rows] == [
         (QUERIES["q1"], _text("d01")), (QUERIES["q2"], _text("d02")),

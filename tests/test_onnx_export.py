@@ -78,6 +78,7 @@ def exports(hf_checkpoint_dirs, tmp_path_factory):
                                cwd=REPO, capture_output=True, text=True, timeout=600)
             assert r.returncode == 0, r.stderr[-3000:]
             assert r.stdout.strip().endswith(target)
+            assert f'onnxruntime.InferenceSession("{target}/model.onnx")' in r.stderr
         encoder = load_encoder(checkpoint, pooling="mean")
         if family != "bert":
             onnx_format.export_onnx(encoder, target, quantize=("int8",))

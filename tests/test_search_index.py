@@ -153,6 +153,7 @@ def tiny_float_export(tmp_path_factory, tiny_encoder_dir, tiny_corpus):
     assert r.returncode == 0, r.stderr[-3000:]
     path = r.stdout.strip().splitlines()[-1]
     assert path == os.path.join(export_dir, "1") and list_versions(export_dir) == [1]
+    assert f'  query:    tf.saved_model.load("{path}").signatures["search"]' in r.stderr
     assert sorted(os.listdir(export_dir)) == ["1"]  # no staging folder left
     return path
 

@@ -79,6 +79,13 @@ def fail(error):
     sys.exit(2)
 
 
+def print_next_steps(lines):
+    """A command's closing "next:" lines, on stderr: stdout keeps only the command's result
+    (e.g. the path written), for scripts that read it."""
+    if lines:
+        print("\n".join(lines), file=sys.stderr)
+
+
 def interrupted(hint=""):
     """Ctrl-C: one line on stderr (`interrupted` and `hint`, what to do next) and exit
     status 130, instead of TensorFlow's traceback."""

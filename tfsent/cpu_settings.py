@@ -454,6 +454,12 @@ def log_once():
         _ACTIVE["_logged"] = True
 
 
+def active_line():
+    """The "cpu settings: ..." line of this process (what runs, and why); None before
+    TensorFlow was set up through tfsent."""
+    return _ACTIVE.get("_line")
+
+
 def describe(onednn_running, threads_running, threads_note=""):
     """The one line: what runs, and why."""
     choice = _ACTIVE.get("_choice", {})

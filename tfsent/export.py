@@ -35,7 +35,9 @@ OPTION_FLAGS = {"onnx": "--with_onnx", "calibration_sentences": "--calibration_f
 def main(argv):
     """CLI entry point: load an encoder and export it in --format (a bad flag or input:
     `error: ...` on stderr, exit status 2)."""
-    print(cli.run_command(_export_from_flags, argv))
+    path = cli.run_command(_export_from_flags, argv)
+    print(path)
+    cli.print_next_steps(formats.next_step_lines(flags.FLAGS.format, path))
 
 
 def _export_from_flags():

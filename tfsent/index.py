@@ -24,7 +24,9 @@ from tfsent.formats.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_
 
 def main(argv):
     """CLI entry point: index --corpus with --model into --export_dir; prints the path."""
-    print(cli.run_command(_index_from_flags, argv))
+    path = cli.run_command(_index_from_flags, argv)
+    print(path)
+    cli.print_next_steps(formats.next_step_lines("search_index", path))
 
 
 def _index_from_flags():

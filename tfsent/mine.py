@@ -19,6 +19,7 @@ the checks made before the model loads and the output rows:
 from absl import flags
 
 from tfsent import cli
+from tfsent.data.sources import parse_beir
 from tfsent.search.mined_files import mine_to_file
 from tfsent.search.mining import OUTPUT_FORMATS
 from tfsent.serving import load_any
@@ -42,7 +43,16 @@ def main(argv):
     """CLI entry point: mine, write --out, print a one-line summary (a bad flag or input:
     `error: ...` on stderr, exit status 2)."""
     rows = cli.run_command(_mine_from_flags, argv)
-    print(f"wrote {len(rows)} {flags.FLAGS.output_format} rows to {flags.FLAGS.out}")
+    FLAGS = flags.FLAGS
+    print(f"wrote {len(rows)} {FLAGS.output_format} rows to {FLAGS.out}")
+    dev = ""
+    if FLAGS.beir:  # the folder's dev split selects, when it has one
+        directory, _ = parse_beir(FLAGS.beir, "train", bare=True)
+        dev = f" --config.eval_data=beir:{directory}:dev"
+    cli.print_next_steps([
+        "next:", "  train: python -m tfsent.train --method=retrieval "
+        f"--config=configs/retrieval_beir_minilm_cpu.py --config.train_data={FLAGS.out}"
+        f"{dev} --output_dir=runs/search  (README: Search)"])
 
 
 def _define_flags(flag_values=None):

@@ -69,7 +69,8 @@ __all__ = ["ExportFormat", "FORMATS", "ALIASES", "get_format", "check_export", "
            "keras_export", "export_formats", "export_run_formats", "export_encoder_as",
            "check_sentence_transformers_pooling", "ST_POOLINGS", "METADATA_FILE",
            "EXPORT_INFO_FILE", "read_metadata", "write_metadata", "write_hf_model",
-           "write_tokenizer_files", "next_version", "help_text", "quantize_tuple"]
+           "write_tokenizer_files", "next_version", "next_step_lines", "help_text",
+           "quantize_tuple"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,9 @@ class ExportFormat:
         needs_corpus: the writer indexes a corpus (the `corpus` option is required).
         requires: "module:function" called before the model loads to check the format's
             optional dependency (raises ConfigError naming the extra); "" for none.
+        next_steps: lines telling the user what to do with the export ("{path}" is
+            replaced by its path); a command prints them after the path
+            (`next_step_lines`).
     """
 
     name: str
@@ -102,6 +106,7 @@ class ExportFormat:
     carries_head: bool = True
     needs_corpus: bool = False
     requires: str = ""
+    next_steps: tuple = ()
 
     def load_writer(self):
         """The writer function; ConfigError naming the module when it is not there."""
@@ -145,31 +150,51 @@ FORMATS = {entry.name: entry for entry in (
     ExportFormat("tf_saved_model", "tfsent.formats.saved_model:export_encoder",
                  "versioned SavedModels for TF Serving under the target (strings in)",
                  quantize_modes=("int8", "binary"), quantize_kwarg="quantize_outputs",
-                 versioned=True),
+                 versioned=True, next_steps=(
+                     'load:     tf.saved_model.load("{path}").signatures["serving_default"]'
+                     '(sentences=tf.constant([...]))  (README: serving it with TF Serving)',
+                     "evaluate: python -m tfsent.evaluate --model={path} "
+                     "--tasks=STSBenchmark,SICKRelatedness")),
     ExportFormat("onnx", "tfsent.formats.onnx:export_onnx",
                  "ONNX Runtime model (token ids in) in a new directory",
-                 quantize_modes=("int8",), requires="tfsent.formats.onnx:require_onnx"),
+                 quantize_modes=("int8",), requires="tfsent.formats.onnx:require_onnx",
+                 next_steps=('run:      onnxruntime.InferenceSession("{path}/model.onnx") on '
+                             "the ids of the tokenizer in {path} (docs/export.md, "
+                             '"ONNX Runtime")',)),
     ExportFormat("litert", "tfsent.formats.litert:export_litert",
                  "LiteRT .tflite model (token ids in) in a new directory",
                  quantize_modes=("int8",),
-                 requires="tfsent.formats.litert:interpreter_class"),
+                 requires="tfsent.formats.litert:interpreter_class",
+                 next_steps=('run:      ai_edge_litert Interpreter("{path}/model.tflite") on the '
+                             "ids of the tokenizer in {path} (docs/export.md, LiteRT)",)),
     ExportFormat("sentence_transformers",
                  "tfsent.formats.sentence_transformers:export_sentence_transformers",
                  "a SentenceTransformer(DIR) folder (Pooling / Dense / Normalize modules) "
-                 "in a new directory"),
+                 "in a new directory",
+                 next_steps=('load:     SentenceTransformer("{path}") (sentence-transformers, '
+                             "in a PyTorch environment)",)),
     ExportFormat("huggingface", "tfsent.formats.huggingface:export_huggingface",
                  "the bare transformer for AutoModel + its tokenizer, in a new directory",
-                 carries_head=False),
+                 carries_head=False,
+                 next_steps=('load:     transformers.AutoModel.from_pretrained("{path}") and '
+                             'AutoTokenizer.from_pretrained("{path}")',)),
     ExportFormat("keras_hub", "tfsent.formats.keras_hub_preset:export_keras_hub",
                  "a keras-hub preset (Backbone, tokenizer, TextEmbedder where it has one) "
-                 "in a new directory", carries_head=False),
+                 "in a new directory", carries_head=False,
+                 next_steps=('load:     keras_hub.models.Backbone.from_preset("{path}") '
+                             "(docs/export.md, keras-hub)",)),
     ExportFormat("cross_encoder", "tfsent.formats.cross_encoder:export_cross_encoder",
                  "a cross-encoder's score(queries, passages) SavedModel for TF Serving "
-                 "(strings in), as the next version under the target", versioned=True),
+                 "(strings in), as the next version under the target", versioned=True,
+                 next_steps=('load:     tf.saved_model.load("{path}").signatures["score"]'
+                             "(queries=tf.constant([...]), passages=tf.constant([...]))",)),
     ExportFormat("search_index", "tfsent.formats.search_index:write_search_index",
                  "a top-k search SavedModel of a corpus, as the next version under the "
                  "target", quantize_modes=("int8", "binary"), versioned=True,
-                 carries_head=False, needs_corpus=True),
+                 carries_head=False, needs_corpus=True,
+                 next_steps=('query:    tf.saved_model.load("{path}").signatures["search"]'
+                             "(queries=tf.constant([...]), k=tf.constant(10, tf.int32))  "
+                             '(docs/search.md, "Querying it from Python")',)),
 )}
 # Older names still accepted (`--format=saved_model` predates the registry).
 ALIASES = {"saved_model": "tf_saved_model"}
@@ -183,6 +208,13 @@ def get_format(name, option="--format"):
         raise ConfigError(f"{option}={name}: unknown format; valid: {', '.join(FORMATS)} "
                           f"({', '.join(f'{a} = {b}' for a, b in ALIASES.items())})")
     return entry
+
+
+def next_step_lines(name, path):
+    """The lines a command prints after writing `path` in format `name`: "next:" and what
+    to do with it (the record's `next_steps`); [] when the format has none."""
+    steps = get_format(name).next_steps
+    return ["next:", *(f"  {step.format(path=path)}" for step in steps)] if steps else []
 
 
 def help_text():

@@ -224,8 +224,9 @@ def next_steps(config, metrics, output_dir):
         directory, _ = parse_beir(config.eval_data, "dev")
         tasks = f"--tasks=beir:{directory}:test"
     else:
-        data_dir = config.eval_data_dir or "data"  # tools/download_data.py's default
-        tasks = f"--tasks=STSBenchmark,SICKRelatedness --data_dir={data_dir}"
+        tasks = "--tasks=STSBenchmark,SICKRelatedness"
+        if config.eval_data_dir:  # else evaluate's own default, ../shared/data
+            tasks += f" --data_dir={config.eval_data_dir}"
     lines = ["next:",
              f"  evaluate: python -m tfsent.evaluate --model={export} {tasks}",
              f"  load:     tf.saved_model.load(\"{export}\").signatures[\"serving_default\"]"
