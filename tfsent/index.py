@@ -4,7 +4,7 @@
     python -m tfsent.index --model=NAME_OR_DIR --corpus=BEIR_DIR_or_corpus.jsonl
         --export_dir=DIR [--quantize=int8|binary] [--truncate_dim=N] [--batch_size=64]
         [--max_seq_length=N] [--pooling=mean] [--query_prompt=...] [--document_prompt=...]
-        [--rescore_multiplier=4]
+        [--rescore_multiplier=4] [--reranker=CROSS_ENCODER_EXPORT]
 
 Writes the next integer version under --export_dir (atomically: nothing half-written).
 The corpus, --quantize, --truncate_dim and the numbers are checked before the model is
@@ -19,6 +19,7 @@ from tfsent import cli, formats
 from tfsent.data import beir
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
+from tfsent.formats.cross_encoder import cross_encoder_export_path
 from tfsent.formats.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_kind
 
 
@@ -44,7 +45,9 @@ def _index_from_flags():
     options = {"pooling": FLAGS.pooling, "truncate_dim": FLAGS.truncate_dim,
                "max_seq_length": FLAGS.max_seq_length, "query_prompt": FLAGS.query_prompt,
                "document_prompt": FLAGS.document_prompt, "batch_size": FLAGS.batch_size,
-               "rescore_multiplier": FLAGS.rescore_multiplier}
+               "rescore_multiplier": FLAGS.rescore_multiplier, "reranker": FLAGS.reranker}
+    if FLAGS.reranker:  # a cross-encoder export, refused before anything loads otherwise
+        cross_encoder_export_path(FLAGS.reranker, "--reranker")
     formats.check_export("search_index", FLAGS.export_dir, quantize,
                          {"corpus": FLAGS.corpus, **options})
     corpus = beir.read_corpus(FLAGS.corpus)  # missing, empty, malformed, duplicate ids
@@ -74,6 +77,9 @@ def _define_flags():
     flags.DEFINE_integer("rescore_multiplier", DEFAULT_RESCORE_MULTIPLIER,
                          "--quantize=binary: rescore rescore_multiplier * k Hamming "
                          "candidates with the float query.")
+    flags.DEFINE_string("reranker", None, "A cross-encoder's export (format "
+                        "cross_encoder): stored with the index, adds the signature "
+                        "search_reranked(queries, k, rerank_top) (two stages in one call).")
     flags.mark_flag_as_required("corpus")
     flags.mark_flag_as_required("export_dir")
 

@@ -11,12 +11,14 @@ encoder's first-token representation (`cls` pooling), the score head Dense(1). L
 needs tensorflow and tensorflow_text only, like the encoder's SavedModel.
 """
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.formats import tf_serving
-from tfsent.formats.metadata import export_metadata
+from tfsent.formats.metadata import export_metadata, list_versions, read_metadata
 from tfsent.formats.saved_model import tf_variables, write_version
 from tfsent.formats.staging import new_version_path
 
@@ -66,3 +68,34 @@ def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=
                   {**meta, **(metadata or {})}, warmup=warmup)
     tf_serving.write_batching_parameters(export_dir)
     return final
+
+
+def cross_encoder_export_path(path, option="reranker"):
+    """The version directory of a `cross_encoder` export at `path` (a version directory,
+    or the export directory: its newest version); an error naming `option` when there is
+    no SavedModel or it is another kind of export (a bi-encoder's)."""
+    resolved = os.fspath(path)
+    if not os.path.exists(os.path.join(resolved, "saved_model.pb")):
+        versions = list_versions(resolved)
+        if not versions:
+            raise InputError(f"{option}: no SavedModel here (expected saved_model.pb or "
+                             "integer version subdirectories)", path=resolved)
+        resolved = os.path.join(resolved, str(versions[-1]))
+    kind = read_metadata(resolved).get("format")
+    if kind != "cross_encoder":
+        raise ConfigError(f"{option}={path}: a {kind or 'non-tfsent'} export, not a "
+                          "cross-encoder (export a tfsent.methods.CrossEncoder with "
+                          "format='cross_encoder')")
+    return resolved
+
+
+def scoring_module(reranker, max_seq_length=None, option="reranker"):
+    """A tf.Module whose `score(queries, passages)` returns {"score": logits}: built from a
+    `tfsent.methods.CrossEncoder`, or loaded from the path of its `cross_encoder` export
+    (`cross_encoder_export_path`). Anything else is a ConfigError naming `option`."""
+    if isinstance(reranker, (str, os.PathLike)):
+        return tf.saved_model.load(cross_encoder_export_path(reranker, option))
+    if hasattr(reranker, "score_head") and hasattr(reranker, "encoder"):
+        return ScoringModule(reranker.encoder, reranker.score_head, max_seq_length)
+    raise ConfigError(f"{option}: expected a tfsent.methods.CrossEncoder or the path of its "
+                      f"cross_encoder export, got {type(reranker).__name__}")

@@ -18,6 +18,14 @@ Signatures:
       vectors computed elsewhere (normalised in the graph; no encoder run): what
       benchmarks/retrieval_scale.py times.
   serving_default, encode_ids: the encoder export's signatures, unchanged (no prompt).
+  search_reranked(queries: string[N], k: int32, rerank_top: int32) -> {ids: string[N, k],
+      scores: float32[N, k] (the reranker's), retriever_scores: float32[N, k],
+      embeddings} (only with a reranker): the `search` of the top `rerank_top`, each
+      (query, document text) pair scored by the cross-encoder stored in the same
+      SavedModel, the k best by that score (ties: the retriever's order). The query
+      prompt goes to the retriever only; the reranker reads the raw query and the
+      document's text (title and text as indexed, without the document prompt). Needs
+      1 <= k <= rerank_top <= corpus size.
 `search` prepends the query prompt (given at export) to each query in the graph, then
 embeds through the same tokenizer + forward as `serving_default` (one forward pass).
 Each version carries TF Serving warm-up requests (`serving_default` at batch 1 and 8, one
@@ -61,6 +69,7 @@ import tensorflow as tf
 from tfsent.data import beir
 from tfsent.encoders import check_pooling
 from tfsent.formats import quantize, tf_serving
+from tfsent.formats.cross_encoder import scoring_module
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
 from tfsent.formats.saved_model import (ServingModule, embedding_width, encoder_metadata,
@@ -90,8 +99,12 @@ class SearchModule(ServingModule):
 
     def __init__(self, encoder, pooling, ids, vectors, kind="float32", max_seq_length=None,
                  truncate_dim=None, query_prompt="", rescore_multiplier=4,
-                 chunk_rows=DEFAULT_CHUNK_ROWS):
+                 chunk_rows=DEFAULT_CHUNK_ROWS, reranker=None, texts=None):
         super().__init__(encoder, pooling, max_seq_length, truncate_dim=truncate_dim)
+        if reranker is not None:  # tracked: its variables are saved with the index
+            self.reranker = reranker
+            self.index_texts = tf.Variable(tf.constant(list(texts), tf.string),
+                                           trainable=False, name="index_texts")
         vectors = np.asarray(vectors, np.float32)
         self.kind = kind
         self.query_prompt = query_prompt
@@ -130,7 +143,7 @@ class SearchModule(ServingModule):
         if self.query_prompt:
             queries = tf.strings.join([self.query_prompt, queries])
         normalized = self.embed_sentences(queries)["embedding_normalized"]
-        return self._search(normalized, k)
+        return _public(self._search(normalized, k))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32,
                                                 name="query_embeddings"),
@@ -139,7 +152,32 @@ class SearchModule(ServingModule):
         """Signature `search_embeddings`: query vectors (normalised here) and k -> ids,
         scores, embeddings."""
         query_embeddings = tf.ensure_shape(query_embeddings, [None, self.dim])
-        return self._search(tf.math.l2_normalize(query_embeddings, axis=-1), k)
+        return _public(self._search(tf.math.l2_normalize(query_embeddings, axis=-1), k))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="queries"),
+                                  tf.TensorSpec([], tf.int32, name="k"),
+                                  tf.TensorSpec([], tf.int32, name="rerank_top")])
+    def search_reranked(self, queries, k, rerank_top):
+        """Signature `search_reranked`: retrieve the top `rerank_top`, rerank them with
+        the stored cross-encoder, return the k best."""
+        message = tf.strings.format("k={} is out of range: k must be between 1 and "
+                                    "rerank_top={}", [k, rerank_top])
+        check = tf.debugging.Assert(tf.logical_and(k >= 1, k <= rerank_top), [message])
+        with tf.control_dependencies([check]):
+            k = tf.identity(k)
+        prompted = tf.strings.join([self.query_prompt, queries]) if self.query_prompt \
+            else queries
+        normalized = self.embed_sentences(prompted)["embedding_normalized"]
+        first = self._search(normalized, rerank_top)
+        shape = tf.shape(first["positions"])
+        passages = tf.reshape(tf.gather(self.index_texts, first["positions"]), [-1])
+        pair_queries = tf.repeat(queries, shape[1])
+        scores = tf.reshape(self.reranker.score(pair_queries, passages)["score"], shape)
+        best = tf.math.top_k(scores, k)  # ties: lower position = the retriever's order
+        return {"ids": tf.gather(first["ids"], best.indices, batch_dims=1),
+                "scores": best.values,
+                "retriever_scores": tf.gather(first["scores"], best.indices, batch_dims=1),
+                "embeddings": normalized}
 
     # -- search -------------------------------------------------------------------------
     def _checked_k(self, k):
@@ -172,7 +210,7 @@ class SearchModule(ServingModule):
         scores, positions = self._chunked_top_k(score, k, tf.shape(queries)[0],
                                                 float("-inf"))
         return {"ids": tf.gather(self.index_ids, positions), "scores": scores,
-                "embeddings": queries}
+                "embeddings": queries, "positions": positions}
 
     def _search_binary(self, queries, k):
         codes = self.index_binary.read_value()
@@ -191,8 +229,8 @@ class SearchModule(ServingModule):
         signs = _unpack_signs(tf.gather(codes, positions), self.dim)
         rescored = tf.einsum("nd,ncd->nc", queries, signs) / math.sqrt(self.dim)
         best = tf.math.top_k(rescored, k)
-        return {"ids": tf.gather(self.index_ids, tf.gather(positions, best.indices,
-                                                           batch_dims=1)),
+        final = tf.gather(positions, best.indices, batch_dims=1)
+        return {"ids": tf.gather(self.index_ids, final), "positions": final,
                 "scores": best.values, "embeddings": queries,
                 "candidate_ids": tf.gather(self.index_ids, positions),
                 "candidate_hamming": -negative}
@@ -222,6 +260,11 @@ class SearchModule(ServingModule):
                 lambda i, *_: i < -(-rows // chunk_rows), merge, start,
                 parallel_iterations=2)
         return best, best_positions
+
+
+def _public(found):
+    """A search's outputs without the corpus row positions (internal)."""
+    return {name: value for name, value in found.items() if name != "positions"}
 
 
 def _word_dtype(num_bytes):
@@ -274,7 +317,7 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
                         document_prompt="", batch_size=64,
                         rescore_multiplier=DEFAULT_RESCORE_MULTIPLIER,
                         chunk_rows=DEFAULT_CHUNK_ROWS, version=None, metadata=None,
-                        embeddings=None, verbose=1):
+                        embeddings=None, reranker=None, verbose=1):
     """Embeds `corpus` (a `tfsent.data.beir.Corpus`) with `encoder` and writes the search
     SavedModel as version `version` (default: the next) under `export_dir`.
 
@@ -287,6 +330,9 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
         chunk_rows: corpus rows scored at a time per request (memory bound).
         embeddings: precomputed [M, H] document embeddings from this encoder (skips the
             encoding; truncation and normalisation still apply), e.g. for benchmarks.
+        reranker: a `tfsent.methods.CrossEncoder` or the path of its `cross_encoder`
+            export: stored in the SavedModel with the corpus texts, for the
+            `search_reranked` signature.
     Returns the path of the new version directory.
     """
     kind = check_index_kind(quantize_index, "quantize_index")
@@ -310,6 +356,7 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
         if embeddings.shape != (len(corpus), width):
             raise InputError(f"embeddings have shape {embeddings.shape}, expected "
                              f"({len(corpus)}, {width}) (one row per document)")
+    scorer = scoring_module(reranker) if reranker is not None else None
     final = new_version_path(export_dir, version)
     if embeddings is None:
         module = ServingModule(encoder, pooling, max_seq_length, truncate_dim=truncate_dim)
@@ -318,7 +365,8 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
     else:
         vectors = quantize.l2_normalize(embeddings[:, :truncate_dim or width])
     search = SearchModule(encoder, pooling, corpus.ids, vectors, kind, max_seq_length,
-                          truncate_dim, query_prompt, rescore_multiplier, chunk_rows)
+                          truncate_dim, query_prompt, rescore_multiplier, chunk_rows,
+                          reranker=scorer, texts=corpus.texts)
     del vectors
     index = {"kind": kind, "documents": len(corpus), "dim": search.dim,
              "query_prompt": query_prompt, "document_prompt": document_prompt,
@@ -328,6 +376,9 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
                      int8_lo=search.int8_lo.tolist(), int8_hi=search.int8_hi.tolist())
     if kind == "binary":
         index["rescore_multiplier"] = int(rescore_multiplier)
+    if scorer is not None:
+        index["reranker"] = (os.fspath(reranker) if isinstance(reranker, (str, os.PathLike))
+                             else type(reranker).__name__)
     meta = {**encoder_metadata("search_index", search, encoder, width, quantize=[],
                                search_index=index), **(metadata or {})}
     signatures = {"serving_default": search.serve, "encode_ids": search.encode_ids,
@@ -336,6 +387,11 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
     # TF Serving's batching needs a batch dimension on every input, and `k` is a scalar.
     warmup = tf_serving.warmup_requests() + tf_serving.warmup_requests(
         "search", "queries", batch_sizes=(1,), extra_inputs={"k": np.int32(1)})
+    if scorer is not None:
+        signatures["search_reranked"] = search.search_reranked
+        warmup += tf_serving.warmup_requests(
+            "search_reranked", "queries", batch_sizes=(1,),
+            extra_inputs={"k": np.int32(1), "rerank_top": np.int32(min(10, len(corpus)))})
     write_version(final, search, signatures, meta, warmup=warmup)
     return final
 
@@ -344,11 +400,12 @@ def write_search_index(encoder, export_dir, corpus, quantize=(), pooling=None,
                        truncate_dim=None, max_seq_length=None, query_prompt="",
                        document_prompt="", batch_size=64,
                        rescore_multiplier=DEFAULT_RESCORE_MULTIPLIER, metadata=None,
-                       verbose=1):
+                       reranker=None, verbose=1):
     """The registry's writer of `search_index` (`tfsent.formats.export(encoder, DIR,
     format="search_index", corpus=..., quantize="binary")`): `export_search_index` with
     `corpus` a `tfsent.data.beir.Corpus` or the path of one (a BEIR folder or its
-    corpus.jsonl) and `quantize` () or a tuple of one index kind."""
+    corpus.jsonl), `quantize` () or a tuple of one index kind, and `reranker` a
+    CrossEncoder or the path of its export (adds `search_reranked`)."""
     if len(quantize) > 1:
         raise ConfigError(f"quantize={','.join(quantize)}: a search index is of one kind "
                           "(int8 or binary; none for float32)")
@@ -358,7 +415,8 @@ def write_search_index(encoder, export_dir, corpus, quantize=(), pooling=None,
         encoder, corpus, export_dir, quantize_index=quantize[0] if quantize else None,
         pooling=pooling, truncate_dim=truncate_dim, max_seq_length=max_seq_length,
         query_prompt=query_prompt, document_prompt=document_prompt, batch_size=batch_size,
-        rescore_multiplier=rescore_multiplier, metadata=metadata, verbose=verbose)
+        rescore_multiplier=rescore_multiplier, metadata=metadata, reranker=reranker,
+        verbose=verbose)
 
 
 def saved_model_size(path):
