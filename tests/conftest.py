@@ -92,6 +92,42 @@ def minilm_or_skip():
 
 
 @pytest.fixture(scope="session")
+def climate_fever_minilm_corpus(tmp_path_factory):
+    """(Climate-FEVER's corpus, minilm-l6's unnormalised mean-pooled embeddings of its texts
+    at length 256), computed once per test run: the array is kept in the run's temporary
+    root, which both xdist workers share, written under a file lock, so the file that
+    needs it second reads it instead of encoding the 5,240 documents again."""
+    import fcntl
+
+    import numpy as np
+
+    minilm_or_skip()
+    folder = shared_data_or_skip("retrieval", "climate-fever")
+    from tfsent.data import beir
+
+    corpus = beir.read_corpus(folder)
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # popen-gwN's parent: the same folder for every worker
+    path = root / "climate_fever_minilm_256.npy"
+    with open(root / "climate_fever_minilm_256.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            from tfsent.encoders import load_encoder
+
+            encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=256,
+                                   pad_to_max_length=False)
+            embeddings = encoder.encode(corpus.texts, batch_size=64, normalize=False,
+                                        verbose=0)
+            partial = root / f"climate_fever_minilm_256.{os.getpid()}.npy"
+            np.save(partial, embeddings)
+            os.replace(partial, path)
+    embeddings = np.load(path)
+    assert embeddings.shape == (len(corpus), 384)
+    return corpus, embeddings
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory):
     """A tiny random BERT saved as a tfsent encoder directory (format (c))."""
     from tfsent.testing import tiny_encoder

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY_VOCAB, minilm_or_skip, shared_data_or_skip
+from conftest import REPO, TINY_VOCAB, shared_data_or_skip
 from tfsent.data import beir, readers, sources
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
@@ -468,9 +468,9 @@ TOLERANCE = 0.05
 
 
 @pytest.fixture(scope="module")
-def climate_fever_results():
-    """minilm-l6 on Climate-FEVER dev and test, the corpus encoded once for both."""
-    minilm_or_skip()
+def climate_fever_results(climate_fever_minilm_corpus):
+    """minilm-l6 on Climate-FEVER dev and test, the corpus encoded once for both (and for
+    test_search_index.py: conftest's `climate_fever_minilm_corpus`)."""
     folder = shared_data_or_skip("retrieval", "climate-fever")
     from tfsent.evaluation.runner import MemoEncoder
     from tfsent.serving import load_any
@@ -478,6 +478,8 @@ def climate_fever_results():
     start = time.perf_counter()
     encoder = MemoEncoder(load_any("minilm-l6", "mean", 256), batch_size=64,
                           max_seq_length=256)
+    corpus, embeddings = climate_fever_minilm_corpus
+    encoder.memo.update(zip(corpus.texts, embeddings))  # only the queries are encoded here
     dev = beir.read_split(folder, "dev")
     test = beir.read_split(folder, "test", corpus=dev.corpus)
     results = {name: retrieval.evaluate_retrieval(encoder, split, batch_size=64,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TF_SERVING_LOADER, TINY_WORDS, minilm_or_skip, shared_data_or_skip
+from conftest import REPO, TF_SERVING_LOADER, TINY_WORDS, shared_data_or_skip
 from tfsent.formats import quantize
 from tfsent.data import beir
 from tfsent.encoders import load_encoder
@@ -375,15 +375,18 @@ def test_library_refuses_an_existing_version_and_bad_embeddings(
 # ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def climate_fever_export(tmp_path_factory):
-    """A float32 minilm-l6 index of climate-fever's 5,240 sentences (the corpus encoded
-    once), its stored matrix, the test split and the encoder."""
-    minilm_or_skip()
+def climate_fever_export(tmp_path_factory, climate_fever_minilm_corpus):
+    """A float32 minilm-l6 index of climate-fever's 5,240 sentences, its stored matrix, the
+    test split and the encoder. The corpus embeddings are conftest's, computed once per
+    test run for this file and test_retrieval.py (the export's own encoding of documents
+    is tested on the tiny corpus above)."""
     directory = shared_data_or_skip("retrieval", "climate-fever")
-    split = beir.read_split(directory, "test")
+    corpus, embeddings = climate_fever_minilm_corpus
+    split = beir.read_split(directory, "test", corpus=corpus)
     encoder = load_encoder("minilm-l6")
     path = export_search_index(encoder, split.corpus,
-                               str(tmp_path_factory.mktemp("climate_fever")), verbose=0)
+                               str(tmp_path_factory.mktemp("climate_fever")),
+                               embeddings=embeddings, verbose=0)
     return split, path, read_index(path, "index_vectors"), encoder
 
 

@@ -105,6 +105,10 @@ class SearchModule(ServingModule):
             self.reranker = reranker
             self.index_texts = tf.Variable(tf.constant(list(texts), tf.string),
                                            trainable=False, name="index_texts")
+            self.search_reranked = tf.function(self._search_reranked, input_signature=[
+                tf.TensorSpec([None], tf.string, name="queries"),
+                tf.TensorSpec([], tf.int32, name="k"),
+                tf.TensorSpec([], tf.int32, name="rerank_top")])
         vectors = np.asarray(vectors, np.float32)
         self.kind = kind
         self.query_prompt = query_prompt
@@ -154,12 +158,10 @@ class SearchModule(ServingModule):
         query_embeddings = tf.ensure_shape(query_embeddings, [None, self.dim])
         return _public(self._search(tf.math.l2_normalize(query_embeddings, axis=-1), k))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="queries"),
-                                  tf.TensorSpec([], tf.int32, name="k"),
-                                  tf.TensorSpec([], tf.int32, name="rerank_top")])
-    def search_reranked(self, queries, k, rerank_top):
-        """Signature `search_reranked`: retrieve the top `rerank_top`, rerank them with
-        the stored cross-encoder, return the k best."""
+    def _search_reranked(self, queries, k, rerank_top):
+        """Signature `search_reranked` (made in __init__ only with a reranker: a saved
+        module traces each of its functions): retrieve the top `rerank_top`, rerank them
+        with the stored cross-encoder, return the k best."""
         message = tf.strings.format("k={} is out of range: k must be between 1 and "
                                     "rerank_top={}", [k, rerank_top])
         check = tf.debugging.Assert(tf.logical_and(k >= 1, k <= rerank_top), [message])
