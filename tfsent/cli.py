@@ -7,11 +7,11 @@ bug and keeps its traceback. Ctrl-C ends it with one line (what to do next) and 
 here once (`define_model_flags`, `define_cpu_flags`).
 """
 
-import logging as std_logging
 import os
 import sys
 
 from absl import app, logging
+from absl.logging import converter
 
 from tfsent import cpu_settings
 from tfsent.encoders import DEFAULT_ENCODER
@@ -53,16 +53,16 @@ def quiet_tensorflow_info():
             handler.addFilter(_DropTensorFlowInfo(os.path.dirname(tf.__file__)))
 
 
-class _DropTensorFlowInfo(std_logging.Filter):
-    """Drops log records below WARNING whose source file is under `package_dir`."""
+class _DropTensorFlowInfo:
+    """A log-record filter (Python logging takes any object with `filter(record)`): drops
+    records below WARNING whose source file is under `package_dir`."""
 
     def __init__(self, package_dir):
-        super().__init__()
         self.package_dir = os.path.realpath(package_dir) + os.sep
         self._inside = {}  # source file -> whether it is under package_dir
 
     def filter(self, record):
-        if record.levelno >= std_logging.WARNING:
+        if record.levelno >= converter.STANDARD_WARNING:
             return True
         inside = self._inside.get(record.pathname)
         if inside is None:
@@ -83,7 +83,7 @@ def print_next_steps(lines):
     """A command's closing "next:" lines, on stderr: stdout keeps only the command's result
     (e.g. the path written), for scripts that read it."""
     if lines:
-        print("\n".join(lines), file=sys.stderr)
+        sys.stderr.write("\n".join(lines) + "\n")
 
 
 def interrupted(hint=""):
