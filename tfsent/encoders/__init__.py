@@ -26,7 +26,8 @@ One module per concern:
                        file kind (config.json, model.safetensors, tokenizer files,
                        modules.json): reading (checked), and a backbone's config and
                        weights under Hugging Face's names
-  loading.py           `load_encoder`
+  loading.py           `load_encoder`; `own_settings` (what a folder declares: pooling,
+                       prompts; read without loading it)
   encoder_dir.py       tfsent encoder directories: `save_encoder_dir`, crash recovery
   keras_hub_adapter.py every access to keras-hub internals (classes, private attributes)
 """
@@ -36,14 +37,15 @@ from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, save_encoder_dir
 from tfsent.encoders.families import FAMILIES
 from tfsent.encoders.huggingface import hf_config, hf_state_dict
 from tfsent.encoders.loading import (DEFAULT_ENCODER, MINILM_PIP_LINE, SHORT_NAMES,
-                                     load_encoder, resolve_short_name)
+                                     load_encoder, own_settings, resolve_short_name)
 from tfsent.encoders.model import DROPOUT_SITES, SentenceEncoder, resolve_dropout_rates
 from tfsent.encoders.pooling import POOLINGS, check_pooling, masked_mean, pool
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 
 __all__ = ["WIDTH_BUCKETS", "call_in_buckets", "ENCODER_CONFIG_FILE", "DEFAULT_ENCODER",
-           "MINILM_PIP_LINE", "SHORT_NAMES", "load_encoder", "resolve_short_name",
+           "MINILM_PIP_LINE", "SHORT_NAMES", "load_encoder", "own_settings",
+           "resolve_short_name",
            "save_encoder_dir",
            "DROPOUT_SITES", "SentenceEncoder", "resolve_dropout_rates", "POOLINGS",
            "check_pooling", "masked_mean", "pool", "SentenceTokenizer", "ByteBPETokenizer",

@@ -79,7 +79,12 @@ class _Settings:
         for key, given in self.given.items():
             if given is not None:
                 out[key] = given
-                if key in declared and declared[key] != given:
+                if key == "pooling" and key in declared:
+                    out["pooling_declared"] = True  # the folder's pooling was weighed here
+                    if declared[key] != given:
+                        logging.warning("pooling %r (the caller's) is used, not the %r that "
+                                        "%s declares", given, declared[key], where)
+                elif key in declared and declared[key] != given:
                     notes.append(f"{key}={given!r} (caller; {where} says {declared[key]!r})")
             elif key in declared:
                 out[key] = declared[key]
@@ -138,6 +143,59 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
     return _load_preset(name, settings, pad_to_max_length, dtype, seed)
 
 
+def own_settings(name_or_path):
+    """What an encoder declares for itself, read from its files without loading it (what a
+    training run takes for the fields it leaves unset, `tfsent.training.config`):
+    {"pooling": a tfsent pooling (None: a Pooling module tfsent cannot run, which
+     `load_encoder` refuses), "declared": False when the pooling is only tfsent's default,
+     "where": where it came from (for logs), "prompts": {"query_prompt",
+     "document_prompt"} or None}.
+
+    The pooling is a sentence-transformers folder's Pooling module (or a Dense that is the
+    checkpoint's pooler: `cls`), a tfsent encoder directory's, the family's pooling for a
+    bare Hugging Face folder (`families.Family.default_pooling`: `last_token` for qwen3,
+    else tfsent's `mean`), and `mean` for a keras-hub preset. A name that is no folder
+    (a preset name, a path that does not exist) gets the defaults: loading it says more."""
+    name = os.fspath(name_or_path)
+    default = {"pooling": DEFAULT_POOLING, "declared": False, "where": "tfsent's default",
+               "prompts": None}
+    if name in SHORT_NAMES:
+        try:
+            name = resolve_short_name(name)
+        except ConfigError:
+            return default  # the missing package is reported when the encoder loads
+    if not os.path.isdir(name):
+        return default
+    if os.path.exists(os.path.join(name, ENCODER_CONFIG_FILE)):
+        meta = huggingface.read_json(os.path.join(name, ENCODER_CONFIG_FILE))
+        return {"pooling": meta.get("pooling", DEFAULT_POOLING), "declared": True,
+                "where": f"tfsent encoder directory {name}", "prompts": meta.get("prompts")}
+    if os.path.exists(os.path.join(name, "modules.json")):
+        st = huggingface.read_sentence_transformers(name)
+        if "pooling" in st:
+            own = {"pooling": st["pooling"], "declared": True,
+                   "where": f"the Pooling module of {name}"}
+        else:
+            own = _hf_dir_pooling(st["transformer_dir"])
+        return dict(own, prompts=st.get("prompts"))
+    config_path = os.path.join(name, "config.json")
+    if not os.path.exists(config_path):
+        return default
+    config = huggingface.read_json(config_path)
+    if isinstance(config, dict) and "class_name" in config and "model_type" not in config:
+        return default  # a keras-hub preset directory
+    return dict(_hf_dir_pooling(name), prompts=None)
+
+
+def _hf_dir_pooling(directory):
+    """The pooling of a bare Hugging Face folder: its family's (`default_pooling`);
+    declared when it is not tfsent's generic default."""
+    family = huggingface.read_hf_config(directory)[0]
+    pooling = families.TABLE[family].default_pooling
+    return {"pooling": pooling, "declared": pooling != DEFAULT_POOLING,
+            "where": f"{family} releases ({directory})"}
+
+
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     """A Hugging Face checkpoint directory (config.json + model.safetensors + tokenizer)."""
     family, config = huggingface.read_hf_config(directory)
@@ -173,10 +231,9 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     native = families.TABLE[family].default_pooling
     if values.get("pooling_from_default"):
         pooling = native
-    elif pooling != native:
-        logging.warning("%s: pooled with %r (the caller's); %s releases are pooled with %r "
-                        "(tfsent.train: --config.pooling=%s trains what the folder serves)",
-                        directory, pooling, family, native, native)
+    elif pooling != native and not values.get("pooling_declared"):
+        logging.warning("pooling %r (the caller's) is used, not the %r that %s releases "
+                        "are pooled with (%s)", pooling, native, family, directory)
     return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
                            seed, normalize=values["normalize"])
 

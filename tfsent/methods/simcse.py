@@ -4,7 +4,7 @@
 import tensorflow as tf
 from absl import logging
 
-from tfsent import checks, losses, matryoshka
+from tfsent import checks, formats, losses, matryoshka
 from tfsent.checks import Field
 from tfsent.methods.replicas import gather_with_local_grad
 from tfsent.encoders.model import resolve_dropout_rates
@@ -143,18 +143,34 @@ class RetrievalSimCSE(SimCSE):
 
     Args:
         encoder: a SentenceEncoder.
-        query_prompt, document_prompt: text put before queries / documents ("").
+        query_prompt, document_prompt: text put before queries / documents; None: the
+            encoder's own (`encoder.prompts`, a sentence-transformers folder's), else
+            none; "": none.
         **kwargs: SimCSE's (temperature, hard_negative_weight, encoder_dropout,
             duplicate_free_batches, pooling, Matryoshka).
     """
 
     input_kind = "pairs"
 
-    def __init__(self, encoder, query_prompt="", document_prompt="", **kwargs):
+    def __init__(self, encoder, query_prompt=None, document_prompt=None, **kwargs):
         kwargs.pop("supervised", None)  # always supervised (a saved config names it)
         super().__init__(encoder, supervised=True, **kwargs)
-        self.query_prompt = str(query_prompt or "")
-        self.document_prompt = str(document_prompt or "")
+        own = getattr(encoder, "prompts", None) or {}
+        self.query_prompt = str(own.get("query_prompt") or "" if query_prompt is None
+                                else query_prompt)
+        self.document_prompt = str(own.get("document_prompt") or "" if document_prompt is None
+                                   else document_prompt)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`SentenceMethod.export`, with the prompts the model trains with as the export's
+        (a format that carries prompts; others record none) unless `kwargs` give them."""
+        entry = formats.get_format(format)
+        entry.check_dependency()  # (options() imports the writer)
+        if "query_prompt" in entry.options():
+            kwargs.setdefault("query_prompt", self.query_prompt)
+            kwargs.setdefault("document_prompt", self.document_prompt)
+        return super().export(filepath, format, verbose, input_signature, **kwargs)
 
     def get_config(self):
         config = super().get_config()

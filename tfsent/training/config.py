@@ -2,8 +2,10 @@
 
 A recipe is a Python file defining `get_config()` that returns a dict of fields to set
 (it is executed: only run recipes you trust). The final config is
-  base defaults  <  the method's defaults  <  the recipe  <  command-line overrides.
-Overrides are parsed to the type of the field they replace; unknown fields are errors.
+  base defaults  <  the method's defaults  <  the recipe  <  command-line overrides,
+and the fields left unset there (None: `pooling`, `query_prompt`, `document_prompt`) take
+the encoder's own (`resolve_encoder_fields`). Overrides are parsed to the type of the field
+they replace; unknown fields are errors.
 """
 
 import ast
@@ -15,7 +17,7 @@ from absl import logging
 from tfsent import checks
 from tfsent.checks import Field
 from tfsent.data import mixture
-from tfsent.encoders.loading import DEFAULT_ENCODER
+from tfsent.encoders.loading import DEFAULT_ENCODER, own_settings
 from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError, did_you_mean
 from tfsent.methods import REGISTRY, get_method
@@ -43,7 +45,9 @@ RUN_FIELDS = [
     # Encoder and pooling.
     Field("encoder", DEFAULT_ENCODER, types=(str,),
           doc=f"preset name, checkpoint dir, tfsent dir or {DEFAULT_ENCODER}"),
-    Field("pooling", "mean", _POOLING, doc="pooling inside the loss"),
+    Field("pooling", None, _POOLING,
+          doc="pooling inside the loss (None: the encoder's own: a sentence-transformers "
+              "Pooling module's, a tfsent encoder directory's, the family's; else mean)"),
     Field("export_pooling", None, _POOLING, types=(str,),
           doc="pooling of the exported model (None: = pooling)"),
     Field("max_seq_length", 32, checks.Range(4, integer=True), doc="training truncation length"),
@@ -84,10 +88,12 @@ RUN_FIELDS = [
     # Model selection on a dev set.
     Field("eval_data", "demo", types=(str,),
           doc="demo | stsb | sickr | scored-pair .tsv | beir:DIR[:SPLIT] (nDCG@10, split dev)"),
-    Field("query_prompt", "", types=(str,),
-          doc="text put before each query (retrieval dev; the export's encode_query)"),
-    Field("document_prompt", "", types=(str,),
-          doc="text put before each document (retrieval dev; the export's encode_document)"),
+    Field("query_prompt", None, types=(str,),
+          doc="text put before each query (retrieval training and dev; the export's "
+              "encode_query). None: the encoder folder's query prompt, else none; \"\": none"),
+    Field("document_prompt", None, types=(str,),
+          doc="text put before each document (retrieval training and dev; the export's "
+              "encode_document). None: the encoder folder's, else none; \"\": none"),
     Field("eval_data_dir", "", types=(str,),
           doc="SentEval layout dir (needed by stsb / sickr / test_tasks)"),
     Field("eval_every", 50, checks.SIZE, doc="steps between dev evaluations and checkpoints"),
@@ -246,7 +252,41 @@ def build_config(method_defaults, recipe=None, overrides=(), method=None):
         config[field] = _parse_value(field, text, config[field], types)
         if field in fields:
             fields[field].check_type(config[field], f"--config.{field}")
+    resolve_encoder_fields(config)
     validate(config, method)
+    return config
+
+
+# The run fields that, left unset (None), take what the encoder declares for itself.
+ENCODER_FIELDS = ("pooling", "query_prompt", "document_prompt")
+
+
+def resolve_encoder_fields(config):
+    """Sets the ENCODER_FIELDS left at None to the encoder's own, in place (and returns
+    `config`): `tfsent.encoders.own_settings(config.encoder)`, read from its files
+    without loading it: the pooling a sentence-transformers Pooling module, a tfsent
+    encoder directory or the family declares (else mean), the query / document prompts of
+    config_sentence_transformers.json or a tfsent encoder directory (else ""). A value set
+    by the method's defaults, a recipe or an override stays (an explicit "" prompt: none);
+    a pooling that differs from a declared one is warned about when the encoder loads.
+    Runs in `build_config`, so the run folder's config.json records the resolved values and
+    a rerun of the same command compares equal; calling it again changes nothing."""
+    if all(config.get(key, "") is not None for key in ENCODER_FIELDS):
+        return config
+    own = own_settings(config.encoder)
+    taken = []
+    if config.get("pooling", "") is None and own["pooling"] is not None:
+        config.pooling = own["pooling"]
+        taken.append(f"pooling {own['pooling']!r} ({own['where']})")
+    prompts = own["prompts"] or {}
+    for key in ("query_prompt", "document_prompt"):
+        if config.get(key, "") is None:
+            config[key] = str(prompts.get(key) or "")
+            if config[key]:
+                taken.append(f"{key} {config[key]!r}")
+    if taken:
+        logging.info("the encoder's own settings (--config.FIELD overrides them): %s",
+                     "; ".join(taken))
     return config
 
 
@@ -269,8 +309,10 @@ def validate(config, method=None):
     _validate_mixture(config, method)
     from tfsent import formats
 
-    if "sentence_transformers" in formats.export_formats(config.export_formats):
-        formats.check_sentence_transformers_pooling(config.export_pooling or config.pooling)
+    export_pooling = config.export_pooling or config.pooling
+    if export_pooling is not None and \
+            "sentence_transformers" in formats.export_formats(config.export_formats):
+        formats.check_sentence_transformers_pooling(export_pooling)
     if method is not None:
         get_method(method).validate(config)  # its fields, then its validation hook
 

@@ -30,6 +30,7 @@ from tfsent.training import distribute
 from tfsent.training.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck,
                                        NanGuard, RetrievalDevEvaluation, RunCheckpoint, RunClock,
                                        STSDevEvaluation, Throughput)
+from tfsent.training.config import resolve_encoder_fields
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (RunState, prepare_run_dir, read_json, run_finished,
                                      size_summary, write_json_atomic)
@@ -242,7 +243,7 @@ def resolve_run(r):
     """Strategy, mixed precision, the worker's role and directory, the data and the steps.
     Everything that can be refused (bad data, an output folder holding something else) is
     refused here, before the run writes a file or loads a model."""
-    config = r.config
+    config = resolve_encoder_fields(r.config)  # (a config built without build_config)
     r.spec = get_method(r.method)
     if not getattr(r.spec.cls, "runs_in_train_cli", True):
         raise ConfigError(f"--method={r.method}: {r.spec.cls.__name__} trains through its "
@@ -431,6 +432,10 @@ def finalize_run(r, nan_guard, guard):
         metrics["exports"] = others
     if head is None:  # a head on top has no place in an encoder directory
         r.encoder.pooling = r.model.export_pooling
+        # The run's prompts (the folder's unless the config set others), as the export's.
+        prompts = {"query_prompt": config.query_prompt or "",
+                   "document_prompt": config.document_prompt or ""}
+        r.encoder.prompts = prompts if any(prompts.values()) else None
         r.encoder.save_encoder_dir(os.path.join(r.output_dir, "encoder"))
     if config.test_tasks:
         metrics["test"] = _evaluate_tasks(r.model, config)
