@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus", os.path.join(common.SHARED_DATA, "retrieval", "climate-fever"),
+flags.DEFINE_string("corpus", os.path.join(os.path.dirname(common.REPO_DIR), "shared", "data",
+                                           "retrieval", "climate-fever"),
                     "A BEIR folder: its corpus is indexed, its --split queries sent.")
 flags.DEFINE_string("split", "test", "The split whose queries are sent.")
 flags.DEFINE_string("model", "minilm-l6", "The retriever (anything load_encoder takes).")
