@@ -178,6 +178,8 @@ def test_a_cross_encoder_is_refused_where_a_bi_encoder_is_expected(case):
 
 
 def test_a_cross_encoder_keras_file_reranks_as_its_export(case):
+    import keras
+
     path = str(case["root"] / "ce.keras")
     case["model"].save(path)
     tasks = [f"beir:{case['folder']}"]
@@ -187,3 +189,8 @@ def test_a_cross_encoder_keras_file_reranks_as_its_export(case):
     np.testing.assert_allclose(loaded.score(queries, passages),
                                ServedCrossEncoder(case["version"]).score(queries, passages),
                                atol=1e-4)
+    other = str(case["root"] / "dense.keras")
+    keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]).save(other)
+    with pytest.raises(ConfigError, match="dense.keras holds a Sequential model, not a "
+                                          "CrossEncoder"):
+        rerank_eval.check_rerank(other, TOP, tasks, check_tasks(tasks))
