@@ -61,7 +61,8 @@ def _evaluate_from_flags():
     check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
                  FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize))
     run_files = check_run_files(FLAGS.run_file, retrieval,
-                                [FLAGS.model, FLAGS.compare_model], FLAGS.output_json)
+                                [FLAGS.model, FLAGS.compare_model, FLAGS.rerank],
+                                FLAGS.output_json)
     if FLAGS.plots_dir:
         plots.require_matplotlib()  # fail before any encoding when the extra is missing
     if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
