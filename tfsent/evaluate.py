@@ -14,6 +14,11 @@ the top 100 of each query as a TREC run, or JSON when it ends with .json). Print
 like the papers' (with Avg.) and writes JSON mapping each task to an object whose
 "spearman" (x100), "acc" or "ndcg@10" is the reported figure.
 
+--rerank=CE --rerank_top=N (beir: tasks only): the top N of the retriever's search
+reordered by a cross-encoder (an export folder, as --model takes, or a CrossEncoder .keras
+file); one more table row per task and its measures under "reranked" in the JSON; the
+--run_file is the reranked run.
+
 Smaller and quantized embeddings, one table row each, and in the JSON an object per variant
 with its figure and its "retention" (% of the full float figure): --truncate_dim=64 (the
 first 64 dimensions, before normalisation), --dims=384,128,64,32, --quantize=int8,binary
@@ -33,6 +38,8 @@ from absl import flags
 from tfsent import cli, fsio, plots
 from tfsent.errors import ConfigError
 from tfsent.evaluation import resolve_tasks
+from tfsent.evaluation.rerank import (check_rerank, check_retriever, evaluate_reranked_tasks,
+                                      load_reranker)
 from tfsent.evaluation.retrieval import check_tasks
 from tfsent.evaluation.runner import (MemoEncoder, check_run_files, evaluate_encoder,
                                       evaluation_prompts, model_label, parse_variants)
@@ -51,8 +58,11 @@ def _evaluate_from_flags():
     # Everything that can be refused is refused before any model is loaded.
     tasks = resolve_tasks(FLAGS.tasks)
     retrieval = check_tasks(tasks)
+    check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
+                 FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize))
     run_files = check_run_files(FLAGS.run_file, retrieval,
-                                [FLAGS.model, FLAGS.compare_model], FLAGS.output_json)
+                                [FLAGS.model, FLAGS.compare_model, FLAGS.rerank],
+                                FLAGS.output_json)
     if FLAGS.plots_dir:
         plots.require_matplotlib()  # fail before any encoding when the extra is missing
     if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
@@ -62,8 +72,10 @@ def _evaluate_from_flags():
         FLAGS.truncate_dim, FLAGS.dims, FLAGS.quantize, FLAGS.calibration_file)
     if FLAGS.output_json:
         fsio.check_new_file(FLAGS.output_json, "--output_json", overwrite=True,
-                            inputs=[FLAGS.model, FLAGS.compare_model])
+                            inputs=[FLAGS.model, FLAGS.compare_model, FLAGS.rerank])
     models = [FLAGS.model] + ([FLAGS.compare_model] if FLAGS.compare_model else [])
+    for name, flag in zip(models, ("--model", "--compare_model")):
+        check_retriever(name, flag)
     encoders = {}
     for i, name in enumerate(models):
         pooling = FLAGS.compare_pooling if i and FLAGS.compare_pooling else FLAGS.pooling
@@ -71,10 +83,16 @@ def _evaluate_from_flags():
         label = label if label not in encoders else f"{label} ({i})"
         encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
                                       FLAGS.batch_size)
+    reranker = load_reranker(FLAGS.rerank) if FLAGS.rerank else None
     all_results, tables = {}, {}
     for i, (label, memo) in enumerate(encoders.items()):
         prompts = evaluation_prompts(memo.encoder, label, bool(retrieval),
                                      FLAGS.query_prompt, FLAGS.document_prompt)
+        if reranker is not None:
+            all_results[label], tables[label] = evaluate_reranked_tasks(
+                memo, retrieval, reranker, FLAGS.rerank_top, prompts,
+                run_files if i == 0 else None)
+            continue
         all_results[label], tables[label] = evaluate_encoder(
             memo, FLAGS.data_dir, tasks, FLAGS.mode, FLAGS.skip_missing,
             run_files if i == 0 else None,  # --run_file: --model's (first variant's) run
@@ -118,6 +136,10 @@ def _define_flags():
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges (not needed for an export made with "
                         "--quantize=int8).")
+    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder or "
+                        "a CrossEncoder .keras file) that reorders each beir: task's top "
+                        "--rerank_top: measures before and after.")
+    flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.")
 
 
 if __name__ == "__main__":

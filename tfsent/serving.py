@@ -4,7 +4,8 @@
 version directory, or an export directory whose newest version is used) or anything
 `tfsent.encoders.load_encoder` takes. `SavedModelEncoder` runs an export in this process
 with the `encode(sentences)` interface of a SentenceEncoder; `ServedQuantizedEncoder`
-exposes an export's own int8 / binary codes. Writing exports: `tfsent.formats.saved_model`.
+exposes an export's own int8 / binary codes; `ServedCrossEncoder` runs a cross-encoder
+export's `score(queries, passages)`. Writing exports: `tfsent.formats.saved_model`.
 """
 
 import os
@@ -51,6 +52,13 @@ class SavedModelEncoder:
         self.path = resolved
         self._loaded = tf.saved_model.load(resolved)
         self._serve = self._loaded.signatures["serving_default"]
+        outputs = sorted(self._serve.structured_outputs)
+        if "embedding" not in outputs:
+            what = (" (a cross-encoder's score(queries, passages): rerank with it, e.g. "
+                    "python -m tfsent.evaluate --rerank)"
+                    if "score" in self._loaded.signatures else "")
+            raise InputError(f"not a sentence-embedding export: its serving_default "
+                             f"returns {', '.join(outputs)}{what}", path=resolved)
         self.embedding_dim = self._read_embedding_dim()
 
     def _read_embedding_dim(self):
@@ -158,3 +166,40 @@ class ServedQuantizedEncoder:
         if self.quantization == "binary":
             return quantize.binary_as_signs(codes, self.model.embedding_dim)
         return codes.astype(np.float32)
+
+
+class ServedCrossEncoder:
+    """A cross-encoder export (`tfsent.formats.cross_encoder`: a SavedModel with a
+    `score(queries, passages)` signature) run in this process, with the `score` interface
+    of `tfsent.methods.CrossEncoder`."""
+
+    def __init__(self, path):
+        resolved = resolve_savedmodel_dir(path)
+        if resolved is None:
+            raise InputError("no SavedModel here (expected saved_model.pb or integer "
+                             "version subdirectories)", path=path)
+        self.path = resolved
+        self._loaded = tf.saved_model.load(resolved)
+        if "score" not in self._loaded.signatures:
+            raise InputError(f"not a cross-encoder export: it has no score signature "
+                             f"(signatures: {', '.join(sorted(self._loaded.signatures))}; "
+                             f"CrossEncoder.export writes one)", path=resolved)
+        self._score = self._loaded.signatures["score"]
+
+    def score(self, queries, passages, batch_size=64, max_seq_length=None):
+        """Relevance logits (float32 (N,)) of (query, passage) string pairs, in input order
+        (longest pairs first in batches; the export's own truncation length applies,
+        `max_seq_length` is accepted and ignored)."""
+        del max_seq_length
+        queries, passages = list(queries), list(passages)
+        if len(queries) != len(passages):
+            raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
+        out = np.zeros(len(queries), np.float32)
+        order = np.argsort([len(q) + len(p) for q, p in zip(queries, passages)],
+                           kind="stable")[::-1]
+        for start in range(0, len(queries), batch_size):
+            idx = order[start:start + batch_size]
+            batch = [tf.constant([texts[i].encode("utf-8", "replace") for i in idx])
+                     for texts in (queries, passages)]
+            out[idx] = self._score(queries=batch[0], passages=batch[1])["score"].numpy()
+        return out

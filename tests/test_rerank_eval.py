@@ -1,0 +1,196 @@
+"""`python -m tfsent.evaluate --rerank`: a retriever's top N reranked by a cross-encoder
+export, against a brute-force rerank through the export's own `score` signature and an
+independent nDCG@10 / MRR@10; the command end to end; bad input refused before any model
+loads."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, TINY_VOCAB
+from test_retrieval import tiny_beir
+from tfsent.data import beir
+from tfsent.errors import ConfigError, InputError
+from tfsent.evaluation import RETRIEVAL_MEASURES, rerank as rerank_eval
+from tfsent.evaluation.retrieval import check_tasks, evaluate_ranking, search_split
+from tfsent.evaluation.runner import MemoEncoder
+from tfsent.serving import SavedModelEncoder, ServedCrossEncoder, load_any
+
+TOP = 10
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory, tiny_encoder_dir):
+    """A tiny BEIR folder (60 documents, 6 test queries), a tiny random cross-encoder and its
+    export folder, a tiny bi-encoder export, and the library's reranked evaluation of
+    `tiny_encoder_dir` (loaded as the command loads --model)."""
+    import keras
+
+    from tfsent.formats.saved_model import export_encoder
+    from tfsent.methods import CrossEncoder
+    from tfsent.testing import tiny_encoder
+
+    root = tmp_path_factory.mktemp("rerank")
+    folder = tiny_beir(root / "tiny")
+    keras.utils.set_random_seed(0)
+    model = CrossEncoder(tiny_encoder(TINY_VOCAB, max_seq_length=32, pooling="cls"), seed=0)
+    version = model.export(str(root / "ce"))
+    bi_export = export_encoder(load_any(tiny_encoder_dir, None, None), str(root / "bi"))
+    split = beir.read_split(folder, "test")
+    memo = MemoEncoder(load_any(tiny_encoder_dir, None, None), 64)
+    result = rerank_eval.evaluate_reranked(memo, split, ServedCrossEncoder(version), TOP,
+                                           verbose=0)
+    return dict(root=root, folder=folder, model=model, version=version,
+                ce_dir=str(root / "ce"), bi_export=bi_export, split=split, memo=memo,
+                result=result)
+
+
+def _ndcg10(ranked, judged):
+    """trec_eval's ndcg_cut.10 of one query, written out here (not the library's)."""
+    dcg = sum(max(judged.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(ranked[:10]))
+    ideal = sorted((g for g in judged.values() if g > 0), reverse=True)[:10]
+    return dcg / sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+
+
+def _mrr10(ranked, judged):
+    return next((1 / (i + 1) for i, d in enumerate(ranked[:10]) if judged.get(d, 0) >= 1), 0)
+
+
+def test_reranked_measures_equal_a_brute_force_rerank(case):
+    split, result = case["split"], case["result"]
+    first = search_split(case["memo"], split, verbose=0)
+    before = evaluate_ranking(first.as_dict(), split.qrels, split.query_ids)
+    for m in RETRIEVAL_MEASURES:
+        assert result[m] == before[m]
+    # Each (query, top-10 document) pair scored alone through the export's signature.
+    signature = tf.saved_model.load(case["version"]).signatures["score"]
+    texts = dict(zip(split.corpus.ids, split.corpus.texts))
+    brute, changed = {}, 0
+    for qid, query, docs in zip(first.query_ids, split.query_texts, first.doc_ids):
+        scores = {d: float(signature(queries=tf.constant([query]),
+                                     passages=tf.constant([texts[d]]))["score"][0])
+                  for d in docs[:TOP]}
+        head = sorted(scores, key=lambda d: (scores[d], d), reverse=True)
+        brute[qid] = head + docs[TOP:]
+        changed += head != docs[:TOP]
+    assert changed >= 3  # the reranker did reorder: the comparison below is not vacuous
+    reranked = result[rerank_eval.RERANKED]
+    ndcg = 100 * np.mean([_ndcg10(brute[q], split.qrels[q]) for q in split.query_ids])
+    mrr = 100 * np.mean([_mrr10(brute[q], split.qrels[q]) for q in split.query_ids])
+    assert reranked["ndcg@10"] == pytest.approx(ndcg, abs=1e-9)
+    assert reranked["mrr@10"] == pytest.approx(mrr, abs=1e-9)
+    assert reranked["ndcg@10"] != pytest.approx(result["ndcg@10"])  # before != after
+    for q in split.query_ids:
+        assert reranked["per_query"][q]["ndcg@10"] == pytest.approx(
+            100 * _ndcg10(brute[q], split.qrels[q]), abs=1e-9)
+    assert reranked["recall@100"] == result["recall@100"]  # only the top 10 moved
+    assert reranked["rerank_top"] == TOP and reranked["queries"] == 6
+
+
+def test_served_scores_equal_the_keras_model_in_input_order(case):
+    queries = ["tiny query words", "a", "dog " * 30, ""]
+    passages = ["x", "a much longer passage " * 8, "cat", "empty query"]
+    served = ServedCrossEncoder(case["ce_dir"])  # the folder of versions: its newest
+    np.testing.assert_allclose(served.score(queries, passages, batch_size=2),
+                               case["model"].score(queries, passages), atol=1e-4)
+
+
+def test_cli_end_to_end(case, tiny_encoder_dir):
+    out, run = case["root"] / "r.json", case["root"] / "run.trec"
+    r = subprocess.run(
+        [sys.executable, "-m", "tfsent.evaluate", f"--model={tiny_encoder_dir}",
+         f"--tasks=beir:{case['folder']}", f"--rerank={case['ce_dir']}",
+         f"--rerank_top={TOP}", f"--output_json={out}", f"--run_file={run}",
+         f"--data_dir={case['root'] / 'none'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.load(open(out))["beir:tiny:test"]
+    want = case["result"]
+    for m in RETRIEVAL_MEASURES:
+        assert got[m] == pytest.approx(want[m], abs=1e-6)
+        assert got["reranked"][m] == pytest.approx(want["reranked"][m], abs=1e-6)
+    lines = r.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("beir:tiny:test reranked@10"))
+    assert f"{want['reranked']['ndcg@10']:.2f}" in row
+    assert any(line.startswith("beir:tiny:test ") and "reranked" not in line
+               for line in lines)
+    assert "reranked the top 10 of 6 queries (60 pairs)" in r.stderr
+    with open(run) as f:  # the run file is the reranked run
+        rows = [line.split() for line in f]
+    assert len(rows) == 6 * 60
+    by_query = {}
+    for qid, _, doc, rank, score, _ in rows:
+        by_query.setdefault(qid, []).append((int(rank), float(score)))
+    scores = [s for _, s in sorted(by_query["q1"])][:TOP]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_cli_bad_input_is_one_error_line(case):
+    r = subprocess.run(
+        [sys.executable, "-m", "tfsent.evaluate", "--model=/no/such/model", "--tasks=STS12",
+         f"--rerank={case['ce_dir']}"], cwd=REPO, capture_output=True, text=True,
+        timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "--rerank reorders retrieval results: --tasks has STS12" in r.stderr
+    assert "Traceback" not in r.stderr and "/no/such/model" not in r.stderr
+
+
+@pytest.mark.parametrize("rerank, top, tasks, message", [
+    ("CE", 0, "beir:FOLDER", "--rerank_top must be >= 1, got 0"),
+    ("CE", 61, "beir:FOLDER", "--rerank_top=61 is above the corpus size of beir:FOLDER "
+                              "(60 documents)"),
+    ("CE", 10, "beir:FOLDER,STSBenchmark", "--tasks has STSBenchmark, not beir"),
+    ("BI", 10, "beir:FOLDER", "is a tf_saved_model export (sentence embeddings, no score "
+                              "signature)"),
+    ("FOLDER", 10, "beir:FOLDER", "is neither a SavedModel export"),
+])
+def test_bad_rerank_settings_are_refused_before_loading(case, rerank, top, tasks, message):
+    subs = {"CE": case["ce_dir"], "BI": case["bi_export"], "FOLDER": case["folder"]}
+    rerank = subs[rerank]
+    tasks = [t.replace("FOLDER", case["folder"]) for t in tasks.split(",")]
+    message = message.replace("FOLDER", case["folder"])
+    with pytest.raises(ConfigError) as error:
+        rerank_eval.check_rerank(rerank, top, tasks, check_tasks(tasks))
+    assert message in str(error.value)
+    with pytest.raises(ConfigError, match="does not combine with --truncate_dim"):
+        rerank_eval.check_rerank(case["ce_dir"], 10, [f"beir:{case['folder']}"], [], True)
+
+
+def test_a_cross_encoder_is_refused_where_a_bi_encoder_is_expected(case):
+    with pytest.raises(ConfigError, match="--model=.* is a cross-encoder export .* give it "
+                                          "to --rerank"):
+        rerank_eval.check_retriever(case["ce_dir"])
+    rerank_eval.check_retriever(case["bi_export"])  # a bi-encoder passes
+    # Without metadata to read, loading says what each export is.
+    with pytest.raises(InputError, match="not a sentence-embedding export: its "
+                                         "serving_default returns score .*cross-encoder"):
+        SavedModelEncoder(case["version"])
+    with pytest.raises(InputError, match="not a cross-encoder export: it has no score "
+                                         "signature"):
+        ServedCrossEncoder(case["bi_export"])
+
+
+def test_a_cross_encoder_keras_file_reranks_as_its_export(case):
+    import keras
+
+    path = str(case["root"] / "ce.keras")
+    case["model"].save(path)
+    tasks = [f"beir:{case['folder']}"]
+    rerank_eval.check_rerank(path, TOP, tasks, check_tasks(tasks))
+    loaded = rerank_eval.load_reranker(path)
+    queries, passages = ["tiny query words", "dog"], ["x", "a cat " * 5]
+    np.testing.assert_allclose(loaded.score(queries, passages),
+                               ServedCrossEncoder(case["version"]).score(queries, passages),
+                               atol=1e-4)
+    other = str(case["root"] / "dense.keras")
+    keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]).save(other)
+    with pytest.raises(ConfigError, match="dense.keras holds a Sequential model, not a "
+                                          "CrossEncoder"):
+        rerank_eval.check_rerank(other, TOP, tasks, check_tasks(tasks))

@@ -1,0 +1,177 @@
+"""Retrieval measures before and after a cross-encoder reranks a retriever's top hits: the
+library behind `python -m tfsent.evaluate --rerank=CE --rerank_top=N` (docs/search.md,
+"Reranking with a cross-encoder").
+
+`check_rerank` refuses bad settings before any model is loaded; `check_retriever` refuses
+a cross-encoder where a bi-encoder is expected; `load_reranker` opens a cross-encoder
+export (or a CrossEncoder `.keras` file); `evaluate_reranked` scores one BEIR split before
+and after, `evaluate_reranked_tasks` every task of a command with its printed table.
+"""
+
+import json
+import os
+import time
+import zipfile
+
+import keras
+from absl import logging
+
+from tfsent.errors import ConfigError, InputError
+from tfsent.evaluation import retrieval_table
+from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
+                                         is_retrieval_task, rerank, search_split, write_run)
+from tfsent.data import beir
+from tfsent.formats.metadata import SAVED_MODEL_FILE, list_versions, read_metadata
+from tfsent.serving import ServedCrossEncoder
+
+RERANKED = "reranked"  # the key of the reranked measures inside a task's result
+CROSS_ENCODER_FORMAT = "cross_encoder"  # the export format whose metadata marks one
+
+
+def _export_format(path):
+    """The `format` in the metadata of the SavedModel export at `path` ("" when `path` is
+    no SavedModel export or its metadata is missing), or None when `path` is no export."""
+    if not os.path.isdir(path) or not (
+            os.path.exists(os.path.join(path, SAVED_MODEL_FILE)) or list_versions(path)):
+        return None
+    return str(read_metadata(path, required=False).get("format") or "")
+
+
+def _keras_class_name(path):
+    """The class name a `.keras` file's config.json records ("" when it cannot be read)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return str(json.loads(archive.read("config.json")).get("class_name") or "")
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return ""
+
+
+def check_retriever(model, flag="--model"):
+    """Refuses (ConfigError) a cross-encoder export given as the retriever `flag`: it has
+    no sentence embeddings to search with (cheap: reads the export's metadata only)."""
+    if model and _export_format(model) == CROSS_ENCODER_FORMAT:
+        raise ConfigError(f"{flag}={model} is a cross-encoder export (it scores (query, "
+                          f"passage) pairs, it has no sentence embeddings): give it to "
+                          f"--rerank and a bi-encoder to {flag}")
+
+
+def check_rerank(reranker, top, tasks, retrieval, variants=False):
+    """Checks `--rerank=reranker --rerank_top=top` against the resolved `tasks` (names;
+    `retrieval`: their checked RetrievalTasks), before any
+    model is loaded: every task a `beir:` one, no size / quantization `variants`,
+    1 <= top <= each task's corpus size (its non-blank corpus.jsonl lines), `reranker` a
+    cross-encoder export folder (a version, or a folder of versions: the newest) or a
+    CrossEncoder `.keras` file. ConfigError / InputError naming the flag otherwise."""
+    if not reranker:
+        return
+    other = [t for t in tasks if not is_retrieval_task(t)]
+    if other:
+        raise ConfigError(f"--rerank reorders retrieval results: --tasks has "
+                          f"{', '.join(other)}, not beir:DIR[:SPLIT]; evaluate it in a run "
+                          f"without --rerank")
+    if variants:
+        raise ConfigError("--rerank does not combine with --truncate_dim, --dims or "
+                          "--quantize: evaluate those in a run without --rerank")
+    if top < 1:
+        raise ConfigError(f"--rerank_top must be >= 1, got {top}")
+    for task in retrieval:
+        size = count_documents(task.directory)
+        if top > size:
+            raise ConfigError(f"--rerank_top={top} is above the corpus size of "
+                              f"{task.source} ({size} documents)")
+    if os.path.isfile(reranker) and reranker.endswith(".keras"):
+        name = _keras_class_name(reranker)
+        if name != "CrossEncoder":
+            raise ConfigError(f"--rerank={reranker} holds a {name or 'unreadable'} model, "
+                              f"not a CrossEncoder")
+        return
+    found = _export_format(reranker)
+    if found is None:
+        raise ConfigError(f"--rerank={reranker} is neither a SavedModel export (a folder "
+                          f"with saved_model.pb or version subfolders) nor a .keras file")
+    if found and found != CROSS_ENCODER_FORMAT:
+        raise ConfigError(f"--rerank={reranker} is a {found} export (sentence embeddings, no "
+                          f"score signature): give a cross-encoder export "
+                          f"(CrossEncoder.export)")
+
+
+def count_documents(directory):
+    """The number of non-blank lines of a BEIR folder's corpus.jsonl (its documents,
+    without parsing them)."""
+    path = os.path.join(directory, "corpus.jsonl")
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def load_reranker(path):
+    """An object with `score(queries, passages, batch_size)`: a ServedCrossEncoder for a
+    cross-encoder export, or the CrossEncoder of a `.keras` file."""
+    if os.path.isfile(path) and path.endswith(".keras"):
+        model = keras.saving.load_model(path)
+        if not callable(getattr(model, "score", None)):
+            raise InputError(f"a {type(model).__name__}, not a CrossEncoder", path=path)
+        return model
+    return ServedCrossEncoder(path)
+
+
+def _scorer(reranker, total, batch_size, verbose):
+    """`score(queries, passages)` of `reranker` with a progress bar over `total` pairs."""
+    bar = keras.utils.Progbar(total, unit_name="pair") if verbose and total else None
+
+    def score(queries, passages):
+        out = reranker.score(queries, passages, batch_size=batch_size)
+        if bar is not None:
+            bar.add(len(queries))
+        return out
+    return score
+
+
+def evaluate_reranked(encoder, split, reranker, top=100, batch_size=64, max_seq_length=None,
+                      query_prompt="", document_prompt="", run_file=None, verbose=1):
+    """The measures of `encoder`'s exact cosine search over the BEIR `split` (a
+    RetrievalSplit), and under RERANKED those of the same ranking with each query's top
+    `top` reordered by `reranker.score(queries, passages, batch_size)` (raw query and
+    document texts, no prompts). The search keeps max(100, top) documents per query.
+    `run_file`: the reranked top 100 written there (`retrieval.write_run`).
+
+    Returns `evaluate_ranking`'s result of the retriever with "documents" and
+    RERANKED: {measure: mean, "queries", "per_query", "rerank_top"}."""
+    if not 1 <= top <= len(split.corpus):
+        raise ConfigError(f"rerank top must be in [1, {len(split.corpus)}] (the corpus "
+                          f"size), got {top}")
+    ranking = search_split(encoder, split, batch_size, max_seq_length, query_prompt,
+                           document_prompt, max(RUN_DEPTH, top), verbose=verbose)
+    result = evaluate_ranking(ranking.as_dict(), split.qrels, split.query_ids)
+    result["documents"] = len(split.corpus)
+    pairs = sum(min(len(d), top) for d in ranking.doc_ids)
+    start = time.perf_counter()
+    reranked = rerank(ranking, split, _scorer(reranker, pairs, batch_size, verbose), top,
+                      batch_size)
+    seconds = time.perf_counter() - start
+    logging.info("reranked the top %d of %d queries (%d pairs) in %.1f s (%.0f pairs per "
+                 "second)", top, len(ranking.query_ids), pairs, seconds,
+                 pairs / max(seconds, 1e-9))
+    after = evaluate_ranking(reranked.as_dict(), split.qrels, split.query_ids)
+    after["rerank_top"] = top
+    result[RERANKED] = after
+    if run_file:
+        write_run(run_file, Ranking(reranked.query_ids,
+                                    [d[:RUN_DEPTH] for d in reranked.doc_ids],
+                                    [s[:RUN_DEPTH] for s in reranked.scores]))
+    return result
+
+
+def evaluate_reranked_tasks(memo, tasks, reranker, top=100, prompts=None, run_files=None,
+                            verbose=1):
+    """(results, text table) of `evaluate_reranked` on each RetrievalTask in `tasks` with
+    the encoder `memo` (a runner.MemoEncoder): {task label: result}, and a table with one
+    row per task and one for it reranked ("beir:NAME:SPLIT reranked@N")."""
+    results, rows = {}, {}
+    for task in tasks:
+        split = beir.read_split(task.directory, task.split)
+        results[task.label] = res = evaluate_reranked(
+            memo, split, reranker, top, memo.batch_size, memo.max_seq_length,
+            run_file=(run_files or {}).get(task.label), verbose=verbose, **(prompts or {}))
+        rows[task.label] = res
+        rows[f"{task.label} {RERANKED}@{top}"] = res[RERANKED]
+    return results, retrieval_table(rows)
