@@ -150,6 +150,28 @@ def test_a_runs_closing_lines_name_the_next_commands(tmp_path):
     assert not any("publish" in line for line in next_steps(sts, metrics, str(tmp_path)))
 
 
+def test_evaluate_ends_with_the_next_steps(tmp_path):
+    from types import SimpleNamespace
+
+    from tfsent.evaluation.runner import evaluation_next_steps
+
+    beir = [SimpleNamespace(directory="/d/climate-fever")]
+    lines = evaluation_next_steps("minilm-l6", beir)
+    assert lines == [
+        "next:",
+        "  rerank:   the same command with --rerank=CROSS_ENCODER_EXPORT --rerank_top=100 "
+        "(docs/search.md, reranking)",
+        "  index:    python -m tfsent.index --model=minilm-l6 --corpus=/d/climate-fever "
+        "--export_dir=exports/search",
+        "  keep:     the same command with --output_json=results.json"]
+    export = tmp_path / "export"
+    (export / "1").mkdir(parents=True)
+    (export / "1" / "saved_model.pb").write_bytes(b"")
+    # an export cannot be indexed (tfsent.index embeds with an encoder); reranked, kept
+    assert evaluation_next_steps(str(export), beir, "ce", "r.json") == []
+    assert evaluation_next_steps("minilm-l6", [], None, "r.json") == []  # STS: nothing more
+
+
 def test_every_export_format_names_its_next_step_with_the_path():
     from tfsent import formats
 

@@ -42,7 +42,8 @@ from tfsent.evaluation.rerank import (check_rerank, check_retriever, evaluate_re
                                       load_reranker)
 from tfsent.evaluation.retrieval import check_tasks
 from tfsent.evaluation.runner import (MemoEncoder, check_run_files, evaluate_encoder,
-                                      evaluation_prompts, model_label, parse_variants)
+                                      evaluation_next_steps, evaluation_prompts, model_label,
+                                      parse_variants)
 from tfsent.serving import load_any
 
 
@@ -107,6 +108,8 @@ def _evaluate_from_flags():
     if FLAGS.output_json:
         fsio.write_file_atomic(FLAGS.output_json, json.dumps(
             next(iter(all_results.values())), indent=2, sort_keys=True))
+    cli.print_next_steps(evaluation_next_steps(FLAGS.model, retrieval, FLAGS.rerank,
+                                               FLAGS.output_json))
 
 
 def _define_flags():

@@ -41,16 +41,21 @@ def resolve_savedmodel_dir(path):
     return None
 
 
+def load_savedmodel(path):
+    """(version directory, `tf.saved_model.load` of it) for a version or export directory
+    (`resolve_savedmodel_dir`); InputError naming `path` when there is no SavedModel."""
+    resolved = resolve_savedmodel_dir(path)
+    if resolved is None:
+        raise InputError("no SavedModel here (expected saved_model.pb or integer "
+                         "version subdirectories)", path=path)
+    return resolved, tf.saved_model.load(resolved)
+
+
 class SavedModelEncoder:
     """Wraps an exported SavedModel with the `encode(sentences)` interface of SentenceEncoder."""
 
     def __init__(self, path):
-        resolved = resolve_savedmodel_dir(path)
-        if resolved is None:
-            raise InputError("no SavedModel here (expected saved_model.pb or integer "
-                             "version subdirectories)", path=path)
-        self.path = resolved
-        self._loaded = tf.saved_model.load(resolved)
+        self.path, self._loaded = load_savedmodel(path)
         self._serve = self._loaded.signatures["serving_default"]
         outputs = sorted(self._serve.structured_outputs)
         if "embedding" not in outputs:
@@ -58,7 +63,7 @@ class SavedModelEncoder:
                     "python -m tfsent.evaluate --rerank)"
                     if "score" in self._loaded.signatures else "")
             raise InputError(f"not a sentence-embedding export: its serving_default "
-                             f"returns {', '.join(outputs)}{what}", path=resolved)
+                             f"returns {', '.join(outputs)}{what}", path=self.path)
         self.embedding_dim = self._read_embedding_dim()
 
     def _read_embedding_dim(self):
@@ -174,16 +179,11 @@ class ServedCrossEncoder:
     of `tfsent.methods.CrossEncoder`."""
 
     def __init__(self, path):
-        resolved = resolve_savedmodel_dir(path)
-        if resolved is None:
-            raise InputError("no SavedModel here (expected saved_model.pb or integer "
-                             "version subdirectories)", path=path)
-        self.path = resolved
-        self._loaded = tf.saved_model.load(resolved)
+        self.path, self._loaded = load_savedmodel(path)
         if "score" not in self._loaded.signatures:
             raise InputError(f"not a cross-encoder export: it has no score signature "
                              f"(signatures: {', '.join(sorted(self._loaded.signatures))}; "
-                             f"CrossEncoder.export writes one)", path=resolved)
+                             f"CrossEncoder.export writes one)", path=self.path)
         self._score = self._loaded.signatures["score"]
 
     def score(self, queries, passages, batch_size=64, max_seq_length=None):

@@ -28,7 +28,7 @@ from tfsent.evaluation.retrieval import (check_tasks, encode_kwargs, evaluate_re
 from tfsent.matryoshka import check_dims
 from tfsent.evaluation.sts import evaluate_sts
 from tfsent.evaluation.transfer import evaluate_transfer
-from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder
+from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder, resolve_savedmodel_dir
 
 
 class MemoEncoder:
@@ -287,3 +287,21 @@ def model_label(model):
     while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] in ("export", "encoder")):
         parts.pop()
     return parts[-1] or model
+
+
+def evaluation_next_steps(model, retrieval, rerank=None, output_json=None):
+    """The "next:" lines `python -m tfsent.evaluate` ends with: for beir: tasks, reranking
+    the top 100 (without --rerank) and indexing the corpus for search (a model that is not
+    an export: `tfsent.index` embeds with an encoder); keeping the figures
+    (without --output_json)."""
+    lines = []
+    for task in retrieval[:1]:
+        if not rerank:
+            lines.append("  rerank:   the same command with --rerank=CROSS_ENCODER_EXPORT "
+                         "--rerank_top=100 (docs/search.md, reranking)")
+        if not (os.path.isdir(model) and resolve_savedmodel_dir(model) is not None):
+            lines.append(f"  index:    python -m tfsent.index --model={model} "
+                         f"--corpus={task.directory} --export_dir=exports/search")
+    if not output_json:
+        lines.append("  keep:     the same command with --output_json=results.json")
+    return ["next:", *lines] if lines else []
