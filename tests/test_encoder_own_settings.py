@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import TINY_RUN_FLAGS
+from conftest import TINY_RUN_FLAGS, minilm_or_skip
 from hf_decoder_checkpoints import QWEN_PROMPTS, make_qwen3_embedding_dir
 
 from tfsent.encoders import own_settings
@@ -47,6 +47,31 @@ def test_minilm_resolves_to_the_defaults_of_before():
     assert (config.pooling, config.query_prompt, config.document_prompt) == ("mean", "", "")
     assert _config("retrieval").pooling == "mean"
     assert _config("supcon").pooling == "mean_no_cls"  # SupCon's demo default, kept
+
+
+def test_a_methods_own_default_pooling_is_no_warning(absl_messages):
+    """SupCon's mean_no_cls on minilm-l6 (whose Pooling module says mean) is the method's
+    choice, not the user's: one info line, no warning; the user's own choice warns."""
+    import logging
+
+    minilm_or_skip()
+    records = []
+
+    class _Levels(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelno, record.getMessage()))
+
+    handler = _Levels(logging.INFO)
+    logging.getLogger("absl").addHandler(handler)
+    try:
+        _config("supcon")
+        _config("simcse_unsup", "pooling=cls")
+    finally:
+        logging.getLogger("absl").removeHandler(handler)
+    said = [(level, m) for level, m in records if "is used, not the 'mean'" in m]
+    assert [level for level, _ in said] == [logging.INFO, logging.WARNING], said
+    assert "'mean_no_cls' (the method's default)" in said[0][1]
+    assert "'cls' (the caller's)" in said[1][1]
 
 
 def test_qwen3_folder_resolves_to_its_own(folder):

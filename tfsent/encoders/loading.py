@@ -81,10 +81,7 @@ class _Settings:
                 out[key] = given
                 if key == "pooling" and key in declared:
                     out["pooling_declared"] = True  # the folder's pooling was weighed here
-                    if declared[key] != given:
-                        logging.warning("pooling %r (the caller's) is used, not the %r that "
-                                        "%s declares", given, declared[key], where)
-                elif key in declared and declared[key] != given:
+                if key in declared and declared[key] != given:
                     notes.append(f"{key}={given!r} (caller; {where} says {declared[key]!r})")
             elif key in declared:
                 out[key] = declared[key]
@@ -232,8 +229,8 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     if values.get("pooling_from_default"):
         pooling = native
     elif pooling != native and not values.get("pooling_declared"):
-        logging.warning("pooling %r (the caller's) is used, not the %r that %s releases "
-                        "are pooled with (%s)", pooling, native, family, directory)
+        logging.info("pooling %r (the caller's) is used, not the %r that %s releases are "
+                     "pooled with (%s)", pooling, native, family, directory)
     return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
                            seed, normalize=values["normalize"])
 

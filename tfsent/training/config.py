@@ -252,7 +252,8 @@ def build_config(method_defaults, recipe=None, overrides=(), method=None):
         config[field] = _parse_value(field, text, config[field], types)
         if field in fields:
             fields[field].check_type(config[field], f"--config.{field}")
-    resolve_encoder_fields(config)
+    given = {key for key in (recipe or {})} | {item.split("=", 1)[0] for item in overrides}
+    resolve_encoder_fields(config, pooling_given="pooling" in given)
     validate(config, method)
     return config
 
@@ -261,19 +262,26 @@ def build_config(method_defaults, recipe=None, overrides=(), method=None):
 ENCODER_FIELDS = ("pooling", "query_prompt", "document_prompt")
 
 
-def resolve_encoder_fields(config):
+def resolve_encoder_fields(config, pooling_given=False):
     """Sets the ENCODER_FIELDS left at None to the encoder's own, in place (and returns
     `config`): `tfsent.encoders.own_settings(config.encoder)`, read from its files
     without loading it: the pooling a sentence-transformers Pooling module, a tfsent
     encoder directory or the family declares (else mean), the query / document prompts of
     config_sentence_transformers.json or a tfsent encoder directory (else ""). A value set
     by the method's defaults, a recipe or an override stays (an explicit "" prompt: none);
-    a pooling that differs from a declared one is warned about when the encoder loads.
-    Runs in `build_config`, so the run folder's config.json records the resolved values and
-    a rerun of the same command compares equal; calling it again changes nothing."""
-    if all(config.get(key, "") is not None for key in ENCODER_FIELDS):
+    a pooling that differs from one the encoder declares is a warning when the user gave
+    it (`pooling_given`: a recipe or an override), an info line when it is the method's
+    own default (e.g. supcon's mean_no_cls). Runs in `build_config`, so the run folder's
+    config.json records the resolved values and a rerun of the same command compares
+    equal; calling it again changes nothing."""
+    if all(config.get(key, "") is not None for key in ENCODER_FIELDS) and not pooling_given:
         return config
     own = own_settings(config.encoder)
+    pooling = config.get("pooling", "")
+    if pooling is not None and own["declared"] and own["pooling"] not in (None, pooling):
+        say = logging.warning if pooling_given else logging.info
+        say("pooling %r (the %s) is used, not the %r that %s declares", pooling,
+            "caller's" if pooling_given else "method's default", own["pooling"], own["where"])
     taken = []
     if config.get("pooling", "") is None and own["pooling"] is not None:
         config.pooling = own["pooling"]
