@@ -21,20 +21,11 @@ from tfsent.evaluation import retrieval_table
 from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
                                          is_retrieval_task, rerank, search_split, write_run)
 from tfsent.data import beir
-from tfsent.formats.metadata import SAVED_MODEL_FILE, list_versions, read_metadata
+from tfsent.formats.metadata import export_format
 from tfsent.serving import ServedCrossEncoder
 
 RERANKED = "reranked"  # the key of the reranked measures inside a task's result
 CROSS_ENCODER_FORMAT = "cross_encoder"  # the export format whose metadata marks one
-
-
-def _export_format(path):
-    """The `format` in the metadata of the SavedModel export at `path` ("" when `path` is
-    no SavedModel export or its metadata is missing), or None when `path` is no export."""
-    if not os.path.isdir(path) or not (
-            os.path.exists(os.path.join(path, SAVED_MODEL_FILE)) or list_versions(path)):
-        return None
-    return str(read_metadata(path, required=False).get("format") or "")
 
 
 def _keras_class_name(path):
@@ -49,7 +40,7 @@ def _keras_class_name(path):
 def check_retriever(model, flag="--model"):
     """Refuses (ConfigError) a cross-encoder export given as the retriever `flag`: it has
     no sentence embeddings to search with (cheap: reads the export's metadata only)."""
-    if model and _export_format(model) == CROSS_ENCODER_FORMAT:
+    if model and export_format(model) == CROSS_ENCODER_FORMAT:
         raise ConfigError(f"{flag}={model} is a cross-encoder export (it scores (query, "
                           f"passage) pairs, it has no sentence embeddings): give it to "
                           f"--rerank and a bi-encoder to {flag}")
@@ -85,7 +76,7 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False):
             raise ConfigError(f"--rerank={reranker} holds a {name or 'unreadable'} model, "
                               f"not a CrossEncoder")
         return
-    found = _export_format(reranker)
+    found = export_format(reranker)
     if found is None:
         raise ConfigError(f"--rerank={reranker} is neither a SavedModel export (a folder "
                           f"with saved_model.pb or version subfolders) nor a .keras file")

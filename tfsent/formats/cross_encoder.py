@@ -18,7 +18,8 @@ import tensorflow as tf
 
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats import tf_serving
-from tfsent.formats.metadata import export_metadata, list_versions, read_metadata
+from tfsent.formats.metadata import (SAVED_MODEL_FILE, export_format, export_metadata,
+                                     list_versions)
 from tfsent.formats.saved_model import tf_variables, write_version
 from tfsent.formats.staging import new_version_path
 
@@ -74,18 +75,17 @@ def cross_encoder_export_path(path, option="reranker"):
     """The version directory of a `cross_encoder` export at `path` (a version directory,
     or the export directory: its newest version); an error naming `option` when there is
     no SavedModel or it is another kind of export (a bi-encoder's)."""
-    resolved = os.fspath(path)
-    if not os.path.exists(os.path.join(resolved, "saved_model.pb")):
-        versions = list_versions(resolved)
-        if not versions:
-            raise InputError(f"{option}: no SavedModel here (expected saved_model.pb or "
-                             "integer version subdirectories)", path=resolved)
-        resolved = os.path.join(resolved, str(versions[-1]))
-    kind = read_metadata(resolved).get("format")
+    kind = export_format(path)
+    if kind is None:
+        raise InputError(f"{option}: no SavedModel here (expected saved_model.pb or "
+                         "integer version subdirectories)", path=os.fspath(path))
     if kind != "cross_encoder":
         raise ConfigError(f"{option}={path}: a {kind or 'non-tfsent'} export, not a "
                           "cross-encoder (export a tfsent.methods.CrossEncoder with "
                           "format='cross_encoder')")
+    resolved = os.fspath(path)
+    if not os.path.exists(os.path.join(resolved, SAVED_MODEL_FILE)):
+        resolved = os.path.join(resolved, str(list_versions(resolved)[-1]))
     return resolved
 
 

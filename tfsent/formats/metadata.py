@@ -32,6 +32,17 @@ def list_versions(parent):
                   and os.path.exists(os.path.join(parent, name, SAVED_MODEL_FILE)))
 
 
+def export_format(path):
+    """The `format` recorded in the metadata of the SavedModel export at `path` (a version
+    directory or a folder of versions: the newest); "" when its metadata is missing or
+    names none; None when `path` is no SavedModel export."""
+    path = os.fspath(path)
+    if not os.path.isdir(path) or not (
+            os.path.exists(os.path.join(path, SAVED_MODEL_FILE)) or list_versions(path)):
+        return None
+    return str(read_metadata(path, required=False).get("format") or "")
+
+
 def metadata_path(path):
     """Where the metadata of the export at `path` is (or goes): `path/assets.extra/...`
     for a SavedModel version, `path/...` for a new-directory export, the newest version's
