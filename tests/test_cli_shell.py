@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, sigint_as_a_terminal_sends_it
 from tfsent import _startup, cli
 from tfsent.errors import ConfigError, did_you_mean
 
@@ -16,7 +16,7 @@ ENV = dict(os.environ, PYTHONPATH=REPO)
 
 def _run(args, timeout=240):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
-                          env=ENV, timeout=timeout)
+                          env=ENV, timeout=timeout, preexec_fn=sigint_as_a_terminal_sends_it)
 
 
 def _own_lines(stderr):

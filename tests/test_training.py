@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method, minilm_or_skip
+from conftest import (REPO, TINY_RUN_FLAGS, TINY_VOCAB, build_tiny_method, minilm_or_skip,
+                      sigint_as_a_terminal_sends_it)
 from tfsent.data import pipelines
 from tfsent.testing import tiny_encoder
 from tfsent.methods import SimCSE
@@ -88,7 +89,8 @@ def _start_until_first_checkpoint(cmd, out, stderr):
     """Starts the training command and returns its process once the run's first
     checkpoint exists (the process still running)."""
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=stderr, text=True)
+                            stderr=stderr, text=True,
+                            preexec_fn=sigint_as_a_terminal_sends_it)
     ckpt = os.path.join(out, "checkpoints", "checkpoint")
     deadline = time.time() + 300
     while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
