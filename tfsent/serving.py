@@ -18,7 +18,7 @@ from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import check_dims
-from tfsent.formats.metadata import list_versions, metadata_path, read_metadata
+from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
 
 
 def load_any(model, pooling="mean", max_seq_length=512):
@@ -28,17 +28,6 @@ def load_any(model, pooling="mean", max_seq_length=512):
         return SavedModelEncoder(model)
     return load_encoder(model, pooling=pooling, max_seq_length=max_seq_length,
                         pad_to_max_length=False)
-
-
-def resolve_savedmodel_dir(path):
-    """A SavedModel version dir, or an export dir (its newest version), or None."""
-    path = os.fspath(path)
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    versions = list_versions(path)
-    if versions:
-        return os.path.join(path, str(versions[-1]))
-    return None
 
 
 def load_savedmodel(path):

@@ -18,8 +18,7 @@ import tensorflow as tf
 
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats import tf_serving
-from tfsent.formats.metadata import (SAVED_MODEL_FILE, export_format, export_metadata,
-                                     list_versions)
+from tfsent.formats.metadata import export_format, export_metadata, resolve_savedmodel_dir
 from tfsent.formats.saved_model import tf_variables, write_version
 from tfsent.formats.staging import new_version_path
 
@@ -83,10 +82,7 @@ def cross_encoder_export_path(path, option="reranker"):
         raise ConfigError(f"{option}={path}: a {kind or 'non-tfsent'} export, not a "
                           "cross-encoder (export a tfsent.methods.CrossEncoder with "
                           "format='cross_encoder')")
-    resolved = os.fspath(path)
-    if not os.path.exists(os.path.join(resolved, SAVED_MODEL_FILE)):
-        resolved = os.path.join(resolved, str(list_versions(resolved)[-1]))
-    return resolved
+    return resolve_savedmodel_dir(path)
 
 
 def scoring_module(reranker, max_seq_length=None, option="reranker"):

@@ -32,15 +32,24 @@ def list_versions(parent):
                   and os.path.exists(os.path.join(parent, name, SAVED_MODEL_FILE)))
 
 
+def resolve_savedmodel_dir(path):
+    """A SavedModel version dir, or an export dir (its newest version), or None."""
+    path = os.fspath(path)
+    if os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
+        return path
+    versions = list_versions(path)
+    if versions:
+        return os.path.join(path, str(versions[-1]))
+    return None
+
+
 def export_format(path):
     """The `format` recorded in the metadata of the SavedModel export at `path` (a version
     directory or a folder of versions: the newest); "" when its metadata is missing or
     names none; None when `path` is no SavedModel export."""
-    path = os.fspath(path)
-    if not os.path.isdir(path) or not (
-            os.path.exists(os.path.join(path, SAVED_MODEL_FILE)) or list_versions(path)):
+    if resolve_savedmodel_dir(path) is None:
         return None
-    return str(read_metadata(path, required=False).get("format") or "")
+    return str(read_metadata(os.fspath(path), required=False).get("format") or "")
 
 
 def metadata_path(path):
