@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, shared_data_or_skip
+from conftest import REPO, SHARED_DATA, TF_SERVING_LOADER, minilm_or_skip
 from tfsent.data import readers
 
 DEMO_SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument.", ""]
@@ -144,7 +144,7 @@ _SHORT = ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16
 _NO_XLA = ["--config.jit_compile=false"]
 SHORT_RUNS = {
     "simcse_unsup": _SHORT,
-    "simcse_sup": _SHORT + _NO_XLA,
+    # simcse_sup: test_simcse_sup_on_snli (the demo triplets when ../shared is absent)
     "supcon": _SHORT + _NO_XLA,
     "scd": _SHORT + _NO_XLA,
     "clsr": ["--config.steps=100", "--config.eval_every=100", "--config.first_eval_step=0"],
@@ -167,17 +167,22 @@ def test_each_method_on_demo_data(method, tmp_path, serve):
 
 
 def test_simcse_sup_on_snli(tmp_path, serve):
-    """Supervised SimCSE on SNLI triplets read from SentEval's s1/s2/labels files."""
+    """Supervised SimCSE on SNLI triplets read from SentEval's s1/s2/labels files (with XLA);
+    the method's demo run too: on the demo's NLI triplets when ../shared is absent."""
     minilm_or_skip()
-    snli = shared_data_or_skip("SNLI")
+    snli = os.path.join(SHARED_DATA, "SNLI")
+    snli = snli if os.path.isdir(snli) else None
     out = str(tmp_path / "sup_snli")
-    r = _run(["--method=simcse_sup", f"--output_dir={out}", f"--config.train_data={snli}",
-              "--config.train_split=dev", "--config.steps=10", "--config.eval_every=10",
-              "--config.batch_size=16"])
+    data = [f"--config.train_data={snli}", "--config.train_split=dev"] if snli else []
+    r = _run(["--method=simcse_sup", f"--output_dir={out}", *data, *_SHORT])
     assert r.returncode == 0, r.stderr[-3000:]
+    metrics = _check_export(out, serve)
+    _check_tensorboard(out)
+    assert metrics["steps"] == 10 and len(metrics["dev_history"]) == 1
+    if snli is None:
+        return
     assert "triplets from" in r.stderr  # the reader logs how many triplets it built
     # SNLI has several hypotheses per premise: duplicate-free batching defers some rows.
     deferred = re.search(r"duplicate-free batches, epoch 0: (\d+) of (\d+) examples deferred",
                          r.stderr)
     assert deferred and 0 < int(deferred.group(1)) < int(deferred.group(2))
-    _check_export(out, serve)
