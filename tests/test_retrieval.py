@@ -543,3 +543,97 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
         (got,) = [v for v in json.loads(out.read_text()).values() if isinstance(v, dict)]
         assert got["ndcg@10"] == pytest.approx(want["ndcg@10"], abs=1e-6), extra
         assert ("using the prompts it was exported with" in r.stderr) == (not extra)
+
+
+# -- the fixed dev candidate pool (`dev_pool`) -----------------------------------------------
+def test_candidate_pool_hand_case_and_subset_split(tmp_path):
+    """Judged documents (any score, 0 included) plus each query's first `top` ranked ones."""
+    folder = write_beir(tmp_path / "b", [(f"d{i}", "", f"text {i}") for i in range(8)],
+                        [("q1", "a"), ("q2", "b")],
+                        {"dev": [("q1", "d5", 1), ("q2", "d6", 0), ("q2", "d7", 2)]})
+    split = beir.read_split(folder, "dev")
+    ranking = retrieval.Ranking(["q1", "q2"], [["d0", "d1", "d2"], ["d1", "d3", "d4"]],
+                                [np.zeros(3)] * 2)
+    assert retrieval.candidate_pool(ranking, split, 2) == ["d0", "d1", "d3", "d5", "d6", "d7"]
+    assert retrieval.candidate_pool(ranking, split, 1) == ["d0", "d1", "d5", "d6", "d7"]
+    pooled = split.with_corpus_subset(["d7", "d0", "d5"])
+    assert pooled.corpus.ids == ["d0", "d5", "d7"]  # corpus order
+    assert pooled.corpus.texts == ["text 0", "text 5", "text 7"]
+    assert pooled.qrels == split.qrels and pooled.query_ids == split.query_ids
+    with pytest.raises(InputError, match="not in the corpus, e.g. 'nope'"):
+        split.with_corpus_subset(["d1", "nope"])
+    with pytest.raises(ConfigError, match="depth 0"):
+        retrieval.candidate_pool(ranking, split, 0)
+
+
+def test_run_with_dev_pool_searches_the_starting_encoders_pool(tmp_path, tiny_encoder_dir):
+    """`dev_pool=N`: the pool (judged documents + the starting encoder's top N of each dev
+    query, computed here with numpy) is written to dev_pool.json and every dev figure,
+    the starting encoder's included, is the search of that pool; a run folder that holds a
+    dev_pool.json for the same split and depth searches the pool written there."""
+    from conftest import TINY_RUN_FLAGS
+    from tfsent import training
+    from tfsent.encoders import load_encoder
+
+    folder = tiny_beir(tmp_path / "beir")
+    flags = [f.replace("--config.", "") for f in TINY_RUN_FLAGS]
+
+    def config(**extra):
+        return training.resolve_config("simcse_unsup", overrides=[
+            f"encoder={tiny_encoder_dir}", "max_seq_length=16", "batch_size=8", "steps=2",
+            "eval_every=2", "jit_compile=false", f"eval_data=beir:{folder}:dev",
+            "pooling=mean", *flags, *[f"{k}={v}" for k, v in extra.items()]])
+
+    out = tmp_path / "run"
+    metrics = training.run("simcse_unsup", config(dev_pool=3), str(out))
+    saved = json.loads((out / "dev_pool.json").read_text())
+    split = beir.read_split(folder, "dev")
+    start = load_encoder(tiny_encoder_dir)
+    docs = start.encode(split.corpus.texts, normalize=True, pooling="mean")
+    queries = start.encode(split.query_texts, normalize=True, pooling="mean")
+    top = np.argsort(-(queries @ docs.T), axis=1)[:, :3]
+    want = {split.corpus.ids[j] for row in top for j in row}
+    want |= {d for judged in split.qrels.values() for d in judged}
+    assert sorted(saved["documents"]) == sorted(want)
+    assert saved["top"] == 3 and saved["corpus_documents"] == 60 > len(want)
+    pooled = split.with_corpus_subset(saved["documents"])
+    before = retrieval.evaluate_retrieval(start, pooled, verbose=0)
+    assert metrics["dev_before"]["ndcg@10"] == pytest.approx(before["ndcg@10"], abs=1e-3)
+    assert metrics["dev_before"]["documents"] == len(want)
+    # A folder whose dev_pool.json names another pool (an interrupted run's): that pool.
+    other = sorted(split.corpus.ids)[::2]
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "config.json").write_text((out / "config.json").read_text())
+    (again / "dev_pool.json").write_text(json.dumps(dict(saved, documents=other)))
+    metrics = training.run("simcse_unsup", config(dev_pool=3), str(again))
+    before = retrieval.evaluate_retrieval(start, split.with_corpus_subset(other), verbose=0)
+    assert metrics["dev_before"]["ndcg@10"] == pytest.approx(before["ndcg@10"], abs=1e-3)
+    assert metrics["dev_before"]["documents"] == len(other)
+    with pytest.raises(ConfigError, match="dev_pool=3: a candidate pool narrows"):
+        training.run("simcse_unsup", training.resolve_config(
+            "simcse_unsup", overrides=[f"encoder={tiny_encoder_dir}", "dev_pool=3"]),
+            str(tmp_path / "sts"))
+
+
+def test_dev_pool_agreement_benchmark_on_a_tiny_folder(tmp_path, tiny_encoder_dir):
+    """benchmarks/dev_pool_agreement.py: the pool's own encoder keeps its whole-corpus
+    nDCG@10 on a pool of depth >= 10 (its top 10 are all in it), and a pool holding the whole
+    corpus changes no figure."""
+    folder = tiny_beir(tmp_path / "beir")
+    out = tmp_path / "agreement.json"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "dev_pool_agreement.py"),
+                        f"--beir={folder}", "--tops=2,10,60", f"--pool_from={tiny_encoder_dir}",
+                        f"--models={tiny_encoder_dir}", "--poolings=mean,cls",
+                        "--max_seq_length=16", f"--json={out}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["pool_sizes"]["60"] == 60 and result["pool_sizes"]["2"] < 60
+    mean, cls = result["rows"]
+    assert mean["model"].endswith("(mean)") and cls["model"].endswith("(cls)")
+    assert mean["pools"]["10"]["ndcg@10"] == pytest.approx(mean["full"]["ndcg@10"], abs=1e-9)
+    for row in (mean, cls):
+        assert row["pools"]["60"] == pytest.approx(row["full"], abs=1e-9)
+    assert result["same_order"]["60"] is True
+    assert "models in the same nDCG@10 order" in r.stdout

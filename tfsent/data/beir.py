@@ -54,6 +54,20 @@ class RetrievalSplit:
         self.directory = directory
         self.split = split
 
+    def with_corpus_subset(self, doc_ids):
+        """This split searching only the documents `doc_ids` (in corpus order; ids not in
+        the corpus are an error): a candidate pool (`evaluation.retrieval.candidate_pool`).
+        The qrels are kept whole, so a relevant document left out still counts as missed."""
+        keep = set(doc_ids)
+        unknown = keep.difference(self.corpus.ids)
+        if unknown:
+            raise InputError(f"{len(unknown)} pool document ids are not in the corpus, "
+                             f"e.g. {sorted(unknown)[0]!r}", path=self.directory)
+        rows = [(i, t) for i, t in zip(self.corpus.ids, self.corpus.texts) if i in keep]
+        return RetrievalSplit(Corpus([i for i, _ in rows], [t for _, t in rows]),
+                              self.query_ids, self.query_texts, self.qrels, self.directory,
+                              self.split)
+
 
 def check_folder(directory, split):
     """Refuses, naming the missing file, a folder that lacks corpus.jsonl, queries.jsonl or

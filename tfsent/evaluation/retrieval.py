@@ -285,6 +285,33 @@ def evaluate_retrieval(encoder, split, batch_size=64, max_seq_length=None, query
     return result
 
 
+def candidate_pool(ranking, split, top):
+    """The document ids of a fixed dev pool, as NanoBEIR builds its subsets: every document
+    judged for one of the split's queries (any qrels score) and the first `top` documents
+    of each query in `ranking` (the starting encoder's search over the whole corpus).
+    One pool for all queries: a query still meets the other queries' candidates. Sorted in
+    corpus order by `RetrievalSplit.with_corpus_subset`, which makes the pooled split."""
+    if top < 1:
+        raise ConfigError(f"candidate pool depth {top}: must be >= 1")
+    pool = {d for judged in split.qrels.values() for d in judged}
+    for docs in ranking.doc_ids:
+        pool.update(docs[:top])
+    return sorted(pool.intersection(split.corpus.ids))
+
+
+def pooled_split(encoder, split, top, batch_size=64, max_seq_length=None, query_prompt="",
+                 document_prompt="", verbose=1):
+    """(the split searching its candidate pool only, the pool's document ids): the pool of
+    `candidate_pool` from `encoder`'s exact search over the whole corpus (once)."""
+    ranking = search_split(encoder, split, batch_size, max_seq_length, query_prompt,
+                           document_prompt, max(top, 1), verbose=verbose)
+    doc_ids = candidate_pool(ranking, split, top)
+    logging.info("dev candidate pool: %d of %d documents (the %d queries' judged documents "
+                 "and the top %d of each)", len(doc_ids), len(split.corpus),
+                 len(split.query_ids), top)
+    return split.with_corpus_subset(doc_ids), doc_ids
+
+
 def rerank(ranking, split, score, top=100, batch_size=64):
     """A Ranking whose first `top` documents of each query are reordered by
     `score(queries, passages) -> (N,) scores` (a cross-encoder's `score`, or a served

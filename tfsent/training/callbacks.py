@@ -110,7 +110,7 @@ class STSDevEvaluation(_DevEvaluation):
                 "use_head": self.use_head}
 
 
-class _DevEncoder:
+class DevEncoder:
     """`encode(sentences, batch_size, normalize, max_seq_length)` of a model as the dev
     evaluations see it (`dev_scoring.dev_embeddings`: its dev pooling and head)."""
 
@@ -171,7 +171,7 @@ class RetrievalDevEvaluation(_DevEvaluation):
         """The retrieval report of `model` (default: the callback's model): the mean
         measures (x100) and "per_query"."""
         start = time.perf_counter()
-        report = evaluate_retrieval(_DevEncoder(model or self.model, self.use_head),
+        report = evaluate_retrieval(DevEncoder(model or self.model, self.use_head),
                                     self.split, batch_size=self.batch_size,
                                     max_seq_length=self.max_seq_length,
                                     query_prompt=self.query_prompt,

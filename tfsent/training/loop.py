@@ -21,15 +21,15 @@ from tfsent.encoders import load_encoder
 from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
-from tfsent.evaluation.retrieval import read_task_split
+from tfsent.evaluation.retrieval import pooled_split, read_task_split
 from tfsent.evaluation.runner import run_tasks
 from tfsent.methods import get_method
 from tfsent.methods.distill import teacher_name
 from tfsent import formats
 from tfsent.training import distribute
-from tfsent.training.callbacks import (DevTensorBoard, DivergenceGuard, EarlyDevCheck,
-                                       NanGuard, RetrievalDevEvaluation, RunCheckpoint, RunClock,
-                                       STSDevEvaluation, Throughput)
+from tfsent.training.callbacks import (DevEncoder, DevTensorBoard, DivergenceGuard,
+                                       EarlyDevCheck, NanGuard, RetrievalDevEvaluation,
+                                       RunCheckpoint, RunClock, STSDevEvaluation, Throughput)
 from tfsent.training.config import resolve_encoder_fields
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (RunState, prepare_run_dir, read_json, run_finished,
@@ -269,6 +269,10 @@ def resolve_run(r):
     r.steps = total_steps(config, len(r.examples))
     r.monitor = monitor_of(config.eval_data)
     if r.monitor == "spearman":
+        if config.dev_pool:
+            raise ConfigError(f"dev_pool={config.dev_pool}: a candidate pool narrows a "
+                              f"retrieval dev split (eval_data=beir:DIR:dev), not "
+                              f"eval_data={config.eval_data!r}")
         r.dev_pairs = readers.read_dev_pairs(config.eval_data, config.eval_data_dir)
     else:
         r.dev_split = read_task_split(config.eval_data, default_split="dev")
@@ -310,6 +314,8 @@ def restore_run(r):
     """Resumes from the last checkpoint, or (a new run) scores the starting encoder on the
     dev set and keeps its weights: it is the first candidate of dev selection."""
     config = r.config
+    if r.dev_split is not None and config.dev_pool:
+        _pool_dev_split(r)  # before restoring: the pool is the starting encoder's
     r.state = RunState(r.output_dir, r.model, r.optimizer, write_dir=r.write_dir)
     r.start_step = r.state.restore()
     r.metrics = read_json(r.metrics_path, {}) if r.start_step and r.chief else {}
@@ -330,6 +336,32 @@ def restore_run(r):
     if config.get("report_geometry") and config.eval_data_dir:
         r.metrics["geometry_before"] = _geometry(r.model, config, use_head=False)
     write_json_atomic(r.metrics_path, r.metrics)
+
+
+DEV_POOL_FILE = "dev_pool.json"
+
+
+def _pool_dev_split(r):
+    """Narrows the retrieval dev split to a fixed candidate pool (`dev_pool`: the judged
+    documents and the starting encoder's top N of each dev query, docs/search.md): read
+    from the run folder's dev_pool.json, or built from the model as it is before any
+    checkpoint is restored (the starting encoder) and written there."""
+    config = r.config
+    path = os.path.join(r.output_dir, DEV_POOL_FILE)
+    saved = read_json(path, None)
+    if saved and saved.get("top") == config.dev_pool and saved.get("split") == config.eval_data:
+        r.dev_split = r.dev_split.with_corpus_subset(saved["documents"])
+        logging.info("dev candidate pool: %d of %d documents (from %s)",
+                     len(saved["documents"]), saved["corpus_documents"], path)
+        return
+    corpus_size = len(r.dev_split.corpus)
+    r.dev_split, doc_ids = pooled_split(
+        DevEncoder(r.model, use_head=False), r.dev_split, config.dev_pool,
+        max_seq_length=config.eval_max_seq_length, query_prompt=config.query_prompt or "",
+        document_prompt=config.document_prompt or "")
+    if r.chief:
+        write_json_atomic(path, {"split": config.eval_data, "top": config.dev_pool,
+                                 "corpus_documents": corpus_size, "documents": doc_ids})
 
 
 def fit_run(r):
