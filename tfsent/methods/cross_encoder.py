@@ -91,11 +91,14 @@ class CrossEncoder(SentenceMethod):
                **kwargs):
         """Writes the cross-encoder through the format registry: format "cross_encoder"
         (`tfsent.formats.cross_encoder`: a SavedModel version under `filepath` with a
-        `score(queries, passages)` signature); `kwargs` go to its writer
+        `score(queries, passages)` signature) or "cross_encoder_hf"
+        (`tfsent.formats.cross_encoder_hf`: a Hugging Face sequence-classification folder
+        for sentence-transformers' CrossEncoder); `kwargs` go to its writer
         (`max_seq_length`, `metadata`, `version`). Returns the path written."""
-        if format != "cross_encoder":
+        if not formats.get_format(format, "format").scores_pairs:
             raise ConfigError(f"format={format!r}: a cross-encoder exports as "
-                              "format='cross_encoder' (it has no sentence embeddings)")
+                              "format='cross_encoder' or 'cross_encoder_hf' (it has no "
+                              "sentence embeddings)")
         defaults = {"head": self.score_head, "metadata": {"method": type(self).__name__,
                                                           "loss": self.loss_name}}
         return formats.keras_export(self.encoder, filepath, format, verbose,
