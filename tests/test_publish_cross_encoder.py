@@ -11,7 +11,6 @@ import subprocess
 import numpy as np
 import pytest
 
-from hf_checkpoints import demo_corpus
 from test_publish_peer import peer_python
 
 PUBLISHED = ("bert", "roberta")
@@ -49,31 +48,23 @@ json.dump(out, sys.stdout)
 """
 
 
-def _toy_rows(n=8):
-    corpus = demo_corpus()[:n + 1]
-    return [(corpus[i], corpus[i], corpus[i + 1]) for i in range(n)]
-
-
 @pytest.fixture(scope="module")
 def trained(hf_checkpoint_dirs):
-    """{family: CrossEncoder}: tiny checkpoints, 12 listwise steps (the head is trained,
-    not its initialisation)."""
-    import keras
+    """{family: CrossEncoder} on the tiny checkpoints with every weight (backbone, pooler,
+    score head) drawn at random around its scale (test_publish_peer.randomize): scores that
+    differ by units between pairs, without the minute a training run's tracing costs on a
+    loaded 2-core machine (training's own tests: test_cross_encoder.py)."""
+    from test_publish_peer import randomize
 
-    from tfsent.data.kinds import dataset_for_kind
     from tfsent.encoders import load_encoder
     from tfsent.methods import CrossEncoder
 
     out = {}
-    for family in PUBLISHED:
-        keras.utils.set_random_seed(0)
+    for seed, family in enumerate(PUBLISHED):
         encoder = load_encoder(hf_checkpoint_dirs[family], pooling="cls", max_seq_length=32)
         model = CrossEncoder(encoder, seed=0)
-        initial = model.score_head.kernel.numpy().copy()
-        ds = dataset_for_kind("cross_pairs", _toy_rows(), encoder.tokenizer, 8, seed=0)
-        model.compile(optimizer=keras.optimizers.AdamW(3e-3))
-        model.fit(ds, steps_per_epoch=12, epochs=1, verbose=0)
-        assert not np.allclose(model.score_head.kernel.numpy(), initial)
+        randomize(encoder.backbone, seed=seed + 1)
+        randomize(model.score_head, seed=seed + 11)
         out[family] = model
     return out
 
@@ -153,7 +144,10 @@ def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, publis
         assert got["max_length"] == 32
         np.testing.assert_allclose(got["st"], want, atol=1e-4, err_msg=family)
         np.testing.assert_allclose(got["hf"], want, atol=1e-4, err_msg=family)
-        assert np.ptp(want) > 1e-3  # the pairs are told apart
+        assert np.ptp(want) > 0.1  # the pairs are told apart
+        print(f"{family}: scores {np.round(want, 3).tolist()}, max |st - tfsent| "
+              f"{np.max(np.abs(np.array(got['st']) - want)):.2e}, max |hf - tfsent| "
+              f"{np.max(np.abs(np.array(got['hf']) - want)):.2e}")
 
 
 def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
