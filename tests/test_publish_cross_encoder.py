@@ -72,15 +72,26 @@ def trained(hf_checkpoint_dirs):
 @pytest.fixture(scope="module")
 def published(trained, tmp_path_factory):
     """{family: folder} written by `CrossEncoder.export(DIR, format="cross_encoder_hf")`
-    (bert) and by `formats.export` on the model's `.keras` file (roberta)."""
+    (bert) and by `formats.export` on the model's `.keras` file (roberta), with the ONNX
+    files where the tfsent[onnx] extra is installed."""
     from tfsent import formats
 
     root = tmp_path_factory.mktemp("ce_hf")
     keras_file = str(root / "roberta.keras")
     trained["roberta"].save(keras_file)
-    return {"bert": trained["bert"].export(str(root / "bert"), format="cross_encoder_hf"),
+    return {"bert": trained["bert"].export(str(root / "bert"), format="cross_encoder_hf",
+                                           onnx=_has_onnx()),
             "roberta": formats.export(keras_file, str(root / "roberta"),
-                                      format="cross_encoder_hf")}
+                                      format="cross_encoder_hf", onnx=_has_onnx())}
+
+
+def _has_onnx():
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_folder_layout_and_head_without_torch(trained, published):
@@ -122,6 +133,74 @@ def test_linear_tanh_head_matches_the_linear_head_in_numpy(trained):
     hidden = np.tanh(states @ tensors["classifier.dense.weight"].T.astype(np.float64))
     got = hidden @ tensors["classifier.out_proj.weight"][0] + tensors["classifier.out_proj.bias"]
     np.testing.assert_allclose(got, model(features).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_logits_are_tfsent_scores(trained, published):
+    """onnxruntime on onnx/model.onnx, fed the pair ids tfsent's tokenizer makes (the ids
+    Hugging Face's make: test_cross_encoder.py), gives tfsent's scores; int8 is close."""
+    import tensorflow as tf
+
+    if not _has_onnx():
+        pytest.skip("needs the tfsent[onnx] extra (onnx, onnxruntime)")
+    import onnxruntime
+
+    for family, model in trained.items():
+        features = model.encoder.tokenizer.with_options(pad_to_max_length=False).tokenize_pairs(
+            tf.constant([p[0] for p in HARD_PAIRS]), tf.constant([p[1] for p in HARD_PAIRS]))
+        feed = {"input_ids": features["token_ids"], "attention_mask": features["padding_mask"]}
+        if family == "bert":
+            feed["token_type_ids"] = features["segment_ids"]
+        feed = {k: np.asarray(v, np.int64) for k, v in feed.items()}
+        want = model(features).numpy()
+        for name, atol in (("model.onnx", 1e-4), ("model_qint8_avx512_vnni.onnx", 0.1)):
+            session = onnxruntime.InferenceSession(
+                os.path.join(published[family], "onnx", name),
+                providers=["CPUExecutionProvider"])
+            assert [o.name for o in session.get_outputs()] == ["logits"]
+            logits = session.run(None, feed)[0]
+            assert logits.shape == (len(HARD_PAIRS), 1)
+            np.testing.assert_allclose(logits[:, 0], want, atol=atol, err_msg=(family, name))
+
+
+ONNX_PEER_SCRIPT = r"""
+import json, sys
+from sentence_transformers import CrossEncoder
+jobs, out = json.load(open(sys.argv[1], encoding="utf-8")), {}
+for name, job in jobs.items():
+    model = CrossEncoder(job["dir"], backend="onnx")
+    out[name] = model.predict([tuple(p) for p in job["pairs"]], convert_to_numpy=True).tolist()
+json.dump(out, sys.stdout)
+"""
+
+
+def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, published, tmp_path):
+    """CrossEncoder(DIR, backend="onnx") (sentence-transformers 5.7 + optimum, the
+    `serving` peer venv) on tfsent's onnx/model.onnx."""
+    from test_publish_peer import peer_env
+
+    if not _has_onnx():
+        pytest.skip("needs the tfsent[onnx] extra (onnx, onnxruntime)")
+    python = os.environ.get("TFSENT_PEER_SERVING_PYTHON") or peer_env.ready_peer_python(
+        profiles=("serving",))
+    if not python:
+        message = ("needs the `serving` peer venv (sentence-transformers' ONNX backend): "
+                   "python benchmarks/peer_env.py --peer_profile=serving")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({f: {"dir": d, "pairs": HARD_PAIRS}
+                                     for f, d in published.items()}, ensure_ascii=False),
+                         encoding="utf-8")
+    r = subprocess.run([python, "-c", ONNX_PEER_SCRIPT, str(jobs_file)], capture_output=True,
+                       text=True, timeout=600,
+                       env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1",
+                                TOKENIZERS_PARALLELISM="false"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    for family, model in trained.items():
+        want = model.score([p[0] for p in HARD_PAIRS], [p[1] for p in HARD_PAIRS])
+        np.testing.assert_allclose(out[family], want, atol=1e-4, err_msg=family)
 
 
 def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, published,

@@ -24,7 +24,18 @@ config.json: the family's *ForSequenceClassification architecture, one label (`n
 with 6.2) applies Sigmoid to a one-label model's logits in `predict` unless the config names
 another activation; Identity makes `CrossEncoder.predict` return tfsent's logits
 (`predict(..., activation_fn=torch.nn.Sigmoid())` gives probabilities).
+
+`onnx=True` also writes onnx/model.onnx (and onnx/model_qint8_avx512_vnni.onnx, int8
+weights) for sentence-transformers' ONNX backend (`CrossEncoder(DIR, backend="onnx")`,
+through optimum's ORTModelForSequenceClassification) and plain onnxruntime: the graph of
+`tfsent.formats.onnx` over tfsent's own head (first token -> pooler where the family has
+one -> Dense(1), no tanh approximation), inputs `input_ids`, `attention_mask` (and
+`token_type_ids` for BERT) as the folder's tokenizer gives them for the pair, one output
+`logits` (batch, 1).
 """
+
+import os
+
 
 import numpy as np
 
@@ -32,7 +43,9 @@ import tfsent.encoders.families as families
 from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.encoders.huggingface.writing import write_transformer
 from tfsent.errors import ConfigError
+from tfsent.formats import onnx as onnx_format
 from tfsent.formats.huggingface import check_new_export, write_new_export
+from tfsent.formats.sentence_transformers import ONNX_SUBDIR
 
 FORMAT = "cross_encoder_hf"
 # |eps_i x_i| <= this in the "dense_tanh" head (see the module docstring).
@@ -85,11 +98,15 @@ def head_tensors(encoder, head, kind):
 
 
 def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
-                            metadata=None):
+                            metadata=None, onnx=False):
     """Writes the cross-encoder (`encoder` + its score `head`, a Dense(1)) as a Hugging Face
-    sequence-classification folder at the new `directory`; returns it."""
+    sequence-classification folder at the new `directory` (`onnx`: with the ONNX files of
+    the module docstring); returns it."""
     directory, _, length = check_new_export(encoder, directory, "cls", max_seq_length)
     architecture, kind = check_head(encoder, head)
+    if onnx:
+        onnx_format.require_onnx()
+        onnx_format.check_exportable(encoder, "cls", head)
     config = {"architectures": [architecture], "id2label": {"0": "LABEL_0"},
               "label2id": {"LABEL_0": 0},
               "sentence_transformers": {"activation_fn": ST_ACTIVATION}}
@@ -100,6 +117,12 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
                    "activation_fn": ST_ACTIVATION}
         if kind == "dense_tanh":
             details["linear_tanh_range"] = LINEAR_TANH_RANGE
+        if onnx:
+            subdir = os.path.join(folder, ONNX_SUBDIR)
+            os.makedirs(subdir)
+            files = onnx_format.write_onnx_files(encoder, subdir, "cls", head,
+                                                 quantize=("int8",), logits=True)
+            details["onnx_files"] = [f"{ONNX_SUBDIR}/{name}" for name in files]
         return details
 
     return write_new_export(directory, FORMAT, encoder, "cls", length, head, write_files,
