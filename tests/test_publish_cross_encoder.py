@@ -7,10 +7,12 @@ head's tensors, the refusals."""
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from conftest import REPO
 from test_publish_peer import peer_python
 
 PUBLISHED = ("bert", "roberta")
@@ -72,17 +74,22 @@ def trained(hf_checkpoint_dirs):
 @pytest.fixture(scope="module")
 def published(trained, tmp_path_factory):
     """{family: folder} written by `CrossEncoder.export(DIR, format="cross_encoder_hf")`
-    (bert) and by `formats.export` on the model's `.keras` file (roberta), with the ONNX
-    files where the tfsent[onnx] extra is installed."""
-    from tfsent import formats
-
+    (bert) and by `python -m tfsent.export --model=FILE.keras` on the model's `.keras` file
+    (roberta), with the ONNX files where the tfsent[onnx] extra is installed."""
     root = tmp_path_factory.mktemp("ce_hf")
     keras_file = str(root / "roberta.keras")
     trained["roberta"].save(keras_file)
+    roberta = str(root / "roberta")
+    r = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={keras_file}",
+                        "--format=cross_encoder_hf", f"--export_dir={roberta}",
+                        f"--with_onnx={_has_onnx()}"], cwd=REPO, capture_output=True,
+                       text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == [roberta]
+    assert f'sentence_transformers.CrossEncoder("{roberta}")' in r.stderr  # next steps
     return {"bert": trained["bert"].export(str(root / "bert"), format="cross_encoder_hf",
                                            onnx=_has_onnx()),
-            "roberta": formats.export(keras_file, str(root / "roberta"),
-                                      format="cross_encoder_hf", onnx=_has_onnx())}
+            "roberta": roberta}
 
 
 def _has_onnx():
@@ -247,4 +254,6 @@ def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
     with pytest.raises(InputError, match="no such .keras file"):
         formats.export(str(tmp_path / "missing.keras"), str(tmp_path / "d"),
                        format="cross_encoder_hf")
+    with pytest.raises(InputError, match="republished from its .keras file"):
+        formats.export(str(tmp_path), str(tmp_path / "d"), format="cross_encoder_hf")
     assert not any((tmp_path / n).exists() for n in "abcd")

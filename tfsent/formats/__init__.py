@@ -313,6 +313,10 @@ def _cross_encoder_parts(model, entry, options):
     head)."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        if os.path.isdir(path):
+            raise InputError("a directory: a cross-encoder is republished from its .keras "
+                             "file (a SavedModel export keeps no Keras config); save the "
+                             "CrossEncoder with model.save(FILE.keras)", path=path)
         if not (path.endswith(".keras") and os.path.isfile(path)):
             raise InputError("no such .keras file (give a loaded encoder, or the .keras file "
                              "of a CrossEncoder)", path=path)
