@@ -215,7 +215,8 @@ def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
                                atol=1e-5)
 
 
-def test_bad_input_is_a_clear_error(tiny_cross_encoder):
+def test_bad_input_is_a_clear_error(tiny_cross_encoder, hf_checkpoint_dirs):
+    from tfsent.encoders import load_encoder
     from tfsent.errors import ConfigError, InputError
     from tfsent.methods import CrossEncoder
 
@@ -234,9 +235,14 @@ def test_bad_input_is_a_clear_error(tiny_cross_encoder):
                      teacher=tiny_cross_encoder.encoder)
     with pytest.raises(InputError, match="no such .keras file"):
         CrossEncoder(tiny_cross_encoder.encoder, loss="margin_mse", teacher="none.keras")
+    roberta = load_encoder(hf_checkpoint_dirs["roberta"], pooling="cls", max_seq_length=16)
+    with pytest.raises(ConfigError, match="teacher's tokenizer \\(bert.*differs.*roberta"):
+        CrossEncoder(roberta, loss="margin_mse", teacher=tiny_cross_encoder)
     no_teacher = CrossEncoder(tiny_cross_encoder.encoder, loss="margin_mse")
     with pytest.raises(ConfigError, match="needs the teacher"):
-        no_teacher.fit(_toy_rows(n=4, negatives=1), batch_size=4, steps_per_epoch=1)
+        no_teacher.compute_losses({"labels": tf.constant([[1.0, 0.0]]), "pairs": (
+            no_teacher.encoder.tokenizer.tokenize_pairs(tf.constant(["q", "q"]),
+                                                        tf.constant(["p", "n"])))})
     from tfsent.methods import REGISTRY
 
     with pytest.raises(ConfigError, match="margin_mse and teacher go together"):

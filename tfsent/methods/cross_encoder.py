@@ -30,8 +30,8 @@ class _TeacherRef:
 def load_teacher(teacher, encoder, option="teacher"):
     """The MarginMSE teacher: a CrossEncoder, or the path of its `.keras` file, whose
     tokenizer turns text into the student's ids (it scores the student's pair features);
-    None stays None. ConfigError / InputError naming `option` otherwise."""
-    if teacher is None:
+    None (or "") is no teacher. ConfigError / InputError naming `option` otherwise."""
+    if teacher is None or isinstance(teacher, str) and not teacher:
         return None
     if isinstance(teacher, str):
         if not (teacher.endswith(".keras") and tf.io.gfile.exists(teacher)):
@@ -69,7 +69,7 @@ class CrossEncoder(SentenceMethod):
         loss: one of LOSSES.
         teacher: loss "margin_mse": the teacher, a CrossEncoder or its `.keras` file, with
             the student's tokenizer (not tracked: never trained or saved with the student;
-            a student loaded from a file has none until `teacher` is set).
+            a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: must be "cls" (the head reads the first token).
         seed: seed of the head's dropout stream.
     """
@@ -89,10 +89,11 @@ class CrossEncoder(SentenceMethod):
         super().__init__(encoder, "cls", "cls", **kwargs)
         self.loss_name = LOSS.check("loss", loss)
         self.seed = seed
+        teacher = load_teacher(teacher, encoder)
         if teacher is not None and self.loss_name != "margin_mse":
             raise ConfigError(f"teacher: only loss='margin_mse' uses a teacher (loss="
                               f"{self.loss_name!r})")
-        self._teacher = _TeacherRef(load_teacher(teacher, encoder))
+        self._teacher = _TeacherRef(teacher)
         self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
                                                  name="head_dropout")
         self.score_head = keras.layers.Dense(1, name="score_head")
@@ -197,7 +198,7 @@ SPEC = MethodSpec(
                   doc="listwise: softmax cross-entropy over the positive and its negatives; "
                       "bce: binary cross-entropy per pair; margin_mse: the teacher's score "
                       "margins (needs teacher)"),
-            Field("teacher", None, types=(str,), optional=True, arg="teacher",
+            Field("teacher", "", types=(str,), arg="teacher",
                   doc="loss=margin_mse: the teacher CrossEncoder's .keras file (the "
                       "student's tokenizer)")],
     run_args={"seed": "seed"},
