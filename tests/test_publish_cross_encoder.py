@@ -257,3 +257,22 @@ def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
     with pytest.raises(InputError, match="republished from its .keras file"):
         formats.export(str(tmp_path), str(tmp_path / "d"), format="cross_encoder_hf")
     assert not any((tmp_path / n).exists() for n in "abcd")
+
+
+def test_xlm_roberta_publishes_robertas_head(hf_checkpoint_dirs, tmp_path):
+    """XLM-R shares RoBERTa's head (its sentencepiece tokenizer keeps it out of the peer
+    test: transformers would need `sentencepiece` there)."""
+    from safetensors.numpy import load_file
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    model = CrossEncoder(load_encoder(hf_checkpoint_dirs["xlm-roberta"], pooling="cls",
+                                      max_seq_length=16))
+    path = model.export(str(tmp_path / "xlmr"), format="cross_encoder_hf")
+    config = json.load(open(os.path.join(path, "config.json")))
+    assert config["architectures"] == ["XLMRobertaForSequenceClassification"]
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    assert {"classifier.dense.weight", "classifier.out_proj.weight",
+            "roberta.embeddings.word_embeddings.weight"} <= set(tensors)
+    assert os.path.exists(os.path.join(path, "sentencepiece.bpe.model"))
