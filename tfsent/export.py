@@ -94,9 +94,9 @@ def _define_flags():
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
                       "a Normalize module; keras_hub: the TextEmbedder's normalize).")
-    flags.DEFINE_bool("with_onnx", False, "sentence_transformers: also write onnx/model.onnx "
-                      "and onnx/model_qint8_avx512_vnni.onnx for its ONNX backend (the "
-                      "tfsent[onnx] extra; ~2x the checkpoint's size).")
+    flags.DEFINE_bool("with_onnx", False, "sentence_transformers, cross_encoder_hf: also "
+                      "write onnx/model.onnx and onnx/model_qint8_avx512_vnni.onnx for its "
+                      "ONNX backend (the tfsent[onnx] extra; ~2x the checkpoint's size).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
