@@ -318,8 +318,8 @@ def _cross_encoder_parts(model, entry, options):
                              "file (a SavedModel export keeps no Keras config); save the "
                              "CrossEncoder with model.save(FILE.keras)", path=path)
         if not (path.endswith(".keras") and os.path.isfile(path)):
-            raise InputError("no such .keras file (give a loaded encoder, or the .keras file "
-                             "of a CrossEncoder)", path=path)
+            raise InputError(f"no such .keras file: format {entry.name} takes a CrossEncoder "
+                             "or its .keras file (model.save('ce.keras'))", path=path)
         import keras  # only here: loading a saved Keras model
 
         model = keras.saving.load_model(path)
