@@ -101,6 +101,30 @@ def test_losses_hand_computed():
     np.testing.assert_allclose(got, [200.0], rtol=1e-6)
 
 
+def _numpy_margin_mse(scores, teacher):
+    out = []
+    for s, t in zip(scores, teacher):
+        margins = [(s[0] - s[j]) - (t[0] - t[j]) for j in range(1, len(s))]
+        out.append(np.mean(np.square(margins)))
+    return np.array(out)
+
+
+def test_margin_mse_numpy_and_hand_computed():
+    from tfsent import losses
+
+    rng = np.random.default_rng(1)
+    scores, teacher = rng.normal(size=(6, 4)) * 3, rng.normal(size=(6, 4)) * 5
+    np.testing.assert_allclose(losses.margin_mse(scores, teacher),
+                               _numpy_margin_mse(scores, teacher), rtol=1e-5)
+    # [3, 1, 2] vs teacher [2, 1, 0]: margins (2, 1) vs (1, 2) -> (1 + 1) / 2 = 1;
+    # [0.5, 0.5, -0.5] vs [7, 7, 7]: margins (0, 1) vs (0, 0) -> (0 + 1) / 2 = 0.5.
+    got = losses.margin_mse([[3.0, 1.0, 2.0], [0.5, 0.5, -0.5]],
+                            [[2.0, 1.0, 0.0], [7.0, 7.0, 7.0]]).numpy()
+    np.testing.assert_allclose(got, [1.0, 0.5], rtol=1e-6)
+    # one negative: (s_p - s_n - (t_p - t_n))^2 = (4 - 1)^2
+    np.testing.assert_allclose(losses.margin_mse([[5.0, 1.0]], [[1.0, 0.0]]), [9.0])
+
+
 # -- training -----------------------------------------------------------------------------
 
 def _toy_rows(n=32, negatives=3):
@@ -123,8 +147,10 @@ def tiny_cross_encoder(hf_checkpoint_dirs):
     return CrossEncoder(encoder, loss="listwise", seed=0)
 
 
-def test_cross_encoder_trains_on_tiny_checkpoint(tiny_cross_encoder):
-    """Memorises 8 queries' positive over a negative (the run's pipeline, a few steps)."""
+@pytest.fixture(scope="module")
+def trained_cross_encoder(tiny_cross_encoder):
+    """tiny_cross_encoder after 30 listwise steps on 8 queries' positive and a negative
+    (the run's pipeline); returns (model, rows, loss before, loss after on one batch)."""
     import keras
 
     from tfsent.data.kinds import dataset_for_kind
@@ -138,10 +164,46 @@ def test_cross_encoder_trains_on_tiny_checkpoint(tiny_cross_encoder):
     model.compile(optimizer=keras.optimizers.AdamW(3e-3))
     model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
     after = float(model.compute_losses(batch, training=False)[0])
+    return model, rows, before, after
+
+
+def test_cross_encoder_trains_on_tiny_checkpoint(trained_cross_encoder):
+    """Memorises 8 queries' positive over a negative."""
+    model, rows, before, after = trained_cross_encoder
     assert after < 0.5 * before, (before, after)
     scores = model.score([r[0] for r in rows for _ in r[1:]],
                          [p for r in rows for p in r[1:]]).reshape(len(rows), -1)
     assert np.mean(scores.argmax(axis=1) == 0) >= 0.75
+
+
+def test_margin_mse_fits_the_teachers_margins(trained_cross_encoder, hf_checkpoint_dirs,
+                                              tmp_path):
+    """A fresh student (another initialisation) learns the trained teacher's margins on
+    its own pair tokens: the loss drops, the teacher is not trained and not saved."""
+    import keras
+
+    from tfsent.data.kinds import dataset_for_kind
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    teacher = trained_cross_encoder[0]
+    keras.utils.set_random_seed(1)
+    encoder = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=32)
+    teacher_file = str(tmp_path / "teacher.keras")
+    teacher.save(teacher_file)
+    student = CrossEncoder(encoder, loss="margin_mse", teacher=teacher_file, seed=1)
+    before_teacher = [w.numpy().copy() for w in student.teacher.trainable_weights]
+    ds = dataset_for_kind("cross_pairs", _toy_rows(n=8, negatives=2), encoder.tokenizer, 8,
+                          seed=0)
+    batch = next(iter(ds))
+    before = float(student.compute_losses(batch, training=False)[0])
+    student.compile(optimizer=keras.optimizers.AdamW(1e-2))
+    student.fit(ds, steps_per_epoch=15, epochs=1, verbose=0)
+    after = float(student.compute_losses(batch, training=False)[0])
+    assert after < 0.5 * before, (before, after)
+    for w, b in zip(student.teacher.trainable_weights, before_teacher):
+        np.testing.assert_array_equal(w.numpy(), b)
+    assert len(student.weights) == len(CrossEncoder(encoder).weights)  # teacher untracked
 
 
 def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
@@ -153,7 +215,8 @@ def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
                                atol=1e-5)
 
 
-def test_bad_input_is_a_clear_error(tiny_cross_encoder):
+def test_bad_input_is_a_clear_error(tiny_cross_encoder, hf_checkpoint_dirs):
+    from tfsent.encoders import load_encoder
     from tfsent.errors import ConfigError, InputError
     from tfsent.methods import CrossEncoder
 
@@ -165,6 +228,25 @@ def test_bad_input_is_a_clear_error(tiny_cross_encoder):
         CrossEncoder(tiny_cross_encoder.encoder, loss="hinge")
     with pytest.raises(ConfigError, match="format='cross_encoder'"):
         tiny_cross_encoder.export("unused", format="tf_saved_model")
+    with pytest.raises(ConfigError, match="only loss='margin_mse' uses a teacher"):
+        CrossEncoder(tiny_cross_encoder.encoder, teacher=tiny_cross_encoder)
+    with pytest.raises(ConfigError, match="teacher must be a CrossEncoder"):
+        CrossEncoder(tiny_cross_encoder.encoder, loss="margin_mse",
+                     teacher=tiny_cross_encoder.encoder)
+    with pytest.raises(InputError, match="no such .keras file"):
+        CrossEncoder(tiny_cross_encoder.encoder, loss="margin_mse", teacher="none.keras")
+    roberta = load_encoder(hf_checkpoint_dirs["roberta"], pooling="cls", max_seq_length=16)
+    with pytest.raises(ConfigError, match="teacher's tokenizer \\(bert.*differs.*roberta"):
+        CrossEncoder(roberta, loss="margin_mse", teacher=tiny_cross_encoder)
+    no_teacher = CrossEncoder(tiny_cross_encoder.encoder, loss="margin_mse")
+    with pytest.raises(ConfigError, match="needs the teacher"):
+        no_teacher.compute_losses({"labels": tf.constant([[1.0, 0.0]]), "pairs": (
+            no_teacher.encoder.tokenizer.tokenize_pairs(tf.constant(["q", "q"]),
+                                                        tf.constant(["p", "n"])))})
+    from tfsent.methods import REGISTRY
+
+    with pytest.raises(ConfigError, match="margin_mse and teacher go together"):
+        REGISTRY["cross_encoder"].validate({"loss": "margin_mse"})
 
 
 # -- serving ------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
         [--quantize=int8]
     python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
         --export_dir=NEW_DIR [--normalize] [--with_onnx]
+    python -m tfsent.export --model=CROSS_ENCODER.keras --format=cross_encoder_hf
+        --export_dir=NEW_DIR [--with_onnx]      (or --format=cross_encoder: a SavedModel)
 
 --format=tf_saved_model (the default; `saved_model` is its older name) adds the next
 SavedModel version under --export_dir; the other formats write the new directory
@@ -68,6 +70,10 @@ def _export_from_flags():
     elif "int8" in quantize_modes and "calibration_sentences" in entry.options():
         raise ConfigError("--quantize=int8 needs --calibration_file (sentences, one per "
                           "line, like the ones the model will serve)")
+    if entry.scores_pairs:  # a CrossEncoder's .keras file: formats.export loads it
+        options["max_seq_length"] = FLAGS.max_seq_length
+        return formats.export(FLAGS.model, FLAGS.export_dir, format=entry.name,
+                              metadata=metadata, **options)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
     if FLAGS.truncate_dim is not None:
@@ -88,9 +94,9 @@ def _define_flags():
                         "directory of the other formats.")
     flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
                       "a Normalize module; keras_hub: the TextEmbedder's normalize).")
-    flags.DEFINE_bool("with_onnx", False, "sentence_transformers: also write onnx/model.onnx "
-                      "and onnx/model_qint8_avx512_vnni.onnx for its ONNX backend (the "
-                      "tfsent[onnx] extra; ~2x the checkpoint's size).")
+    flags.DEFINE_bool("with_onnx", False, "sentence_transformers, cross_encoder_hf: also "
+                      "write onnx/model.onnx and onnx/model_qint8_avx512_vnni.onnx for its "
+                      "ONNX backend (the tfsent[onnx] extra; ~2x the checkpoint's size).")
     flags.DEFINE_bool("jit_compile", False, "Serve under XLA on bucketed batch shapes (TF "
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "

@@ -258,6 +258,17 @@ def listwise_cross_entropy(scores, labels):
     scores, labels = tf.cast(scores, tf.float32), tf.cast(labels, tf.float32)
     return tf.reduce_logsumexp(scores, axis=-1) - tf.reduce_sum(labels * scores, axis=-1)
 
+
+def margin_mse(scores, teacher_scores):
+    """MarginMSE per query (docs/methods.md, "Cross-encoder"): (B, 1 + N) student scores
+    and teacher scores, the positive first, then N negatives -> (B,), the mean over the N
+    negatives of ((s_pos - s_neg_j) - (t_pos - t_neg_j))^2."""
+    scores = tf.cast(scores, tf.float32)
+    teacher_scores = tf.cast(teacher_scores, tf.float32)
+    student = scores[:, :1] - scores[:, 1:]
+    teacher = teacher_scores[:, :1] - teacher_scores[:, 1:]
+    return tf.reduce_mean(tf.square(student - teacher), axis=-1)
+
 # -- scored pairs (docs/methods.md, "Scored pairs") ----------------------------------------
 
 def pairwise_cosine(u, v):

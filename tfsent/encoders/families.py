@@ -57,6 +57,10 @@ class Family(NamedTuple):
     hf_padding_side: str = "right"  # tokenizer_config.json's padding_side of releases
     appended_token: object = None  # the token a decoder family's tokenizer appends
     export_formats: object = None  # the tfsent.formats names it writes (None: every one)
+    # A cross-encoder published for AutoModelForSequenceClassification: (architecture, head
+    # kind) -- "pooler": `classifier` on the pooler's output (BERT); "dense_tanh":
+    # `classifier.dense` + tanh, then `classifier.out_proj` (RoBERTa's head). None: not yet.
+    hf_sequence_classification: object = None
 
     @property
     def runs_own_forward(self):
@@ -137,7 +141,8 @@ _ROBERTA = Family(
     # A single token-type row: keras-hub's RoBERTa has no token types (Hugging Face adds row
     # 0 to every token; zero in converted fairseq checkpoints).
     zero_tensors={"embeddings.token_type_embeddings.weight": 1},
-    mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")))
+    mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")),
+    hf_sequence_classification=("RobertaForSequenceClassification", "dense_tanh"))
 
 TABLE = {
     "bert": Family(
@@ -152,14 +157,16 @@ TABLE = {
         embeddings={**_EMBEDDINGS, "segment": "embeddings.token_type_embeddings"},
         pooler="pooler.dense", layer=_BERT_LAYER, zero_tensors={},
         mlm_head=("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
-                  ("cls.predictions.bias", "cls.predictions.decoder.bias"))),
+                  ("cls.predictions.bias", "cls.predictions.decoder.bias")),
+        hf_sequence_classification=("BertForSequenceClassification", "pooler")),
     "roberta": _ROBERTA,
     # XLM-R is RoBERTa's architecture with a SentencePiece vocabulary.
     "xlm-roberta": _ROBERTA._replace(
         name="xlm-roberta", keras_hub_backbone="XLMRobertaBackbone",
         keras_hub_tokenizer="XLMRobertaTokenizer",
         keras_hub_text_embedder="XLMRobertaTextEmbedder", tokenizer_kind="sentencepiece",
-        hf_model_class="XLMRobertaModel", hf_tokenizer_class="XLMRobertaTokenizer"),
+        hf_model_class="XLMRobertaModel", hf_tokenizer_class="XLMRobertaTokenizer",
+        hf_sequence_classification=("XLMRobertaForSequenceClassification", "dense_tanh")),
     "distilbert": Family(
         name="distilbert", keras_hub_backbone="DistilBertBackbone",
         keras_hub_tokenizer="DistilBertTokenizer", keras_hub_text_embedder=None,

@@ -15,6 +15,9 @@ Formats (one record each; its module writes it):
                          name. Quantized outputs: `quantize.py`.
   cross_encoder          `cross_encoder.py`: a cross-encoder's (`methods.CrossEncoder`)
                          SavedModel version with a `score(queries, passages)` signature.
+  cross_encoder_hf       `cross_encoder_hf.py`: a cross-encoder as a Hugging Face
+                         *ForSequenceClassification folder (sentence-transformers'
+                         `CrossEncoder(DIR)`), the same logits.
   search_index           `search_index.py`: a SavedModel version with a corpus index and a
                          top-k `search` signature (`python -m tfsent.index`).
   onnx                   `onnx.py`: ONNX Runtime (token ids in), a new directory.
@@ -56,7 +59,7 @@ from absl import logging
 
 import tfsent.encoders.families as families
 from tfsent.encoders.model import set_exporter
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
 from tfsent.formats.metadata import METADATA_FILE, read_metadata, write_metadata
 from tfsent.formats.sentence_transformers import ST_POOLINGS, \
@@ -94,6 +97,8 @@ class ExportFormat:
         next_steps: lines telling the user what to do with the export ("{path}" is
             replaced by its path); a command prints them after the path
             (`next_step_lines`).
+        scores_pairs: a cross-encoder's format (`export` takes a `methods.CrossEncoder`
+            or its `.keras` file; the others take a sentence encoder).
     """
 
     name: str
@@ -107,6 +112,7 @@ class ExportFormat:
     needs_corpus: bool = False
     requires: str = ""
     next_steps: tuple = ()
+    scores_pairs: bool = False
 
     def load_writer(self):
         """The writer function; ConfigError naming the module when it is not there."""
@@ -186,8 +192,15 @@ FORMATS = {entry.name: entry for entry in (
     ExportFormat("cross_encoder", "tfsent.formats.cross_encoder:export_cross_encoder",
                  "a cross-encoder's score(queries, passages) SavedModel for TF Serving "
                  "(strings in), as the next version under the target", versioned=True,
-                 next_steps=('load:     tf.saved_model.load("{path}").signatures["score"]'
+                 scores_pairs=True, next_steps=('load:     tf.saved_model.load("{path}").signatures["score"]'
                              "(queries=tf.constant([...]), passages=tf.constant([...]))",)),
+    ExportFormat("cross_encoder_hf", "tfsent.formats.cross_encoder_hf:export_cross_encoder_hf",
+                 "a cross-encoder as a Hugging Face sequence-classification folder "
+                 "(sentence-transformers' CrossEncoder loads it), in a new directory",
+                 scores_pairs=True, next_steps=(
+                     'load:     sentence_transformers.CrossEncoder("{path}").predict([(query, '
+                     "passage), ...]) (raw logits, as tfsent's score), or transformers."
+                     'AutoModelForSequenceClassification.from_pretrained("{path}")',)),
     ExportFormat("search_index", "tfsent.formats.search_index:write_search_index",
                  "a top-k search SavedModel of a corpus, as the next version under the "
                  "target", quantize_modes=("int8", "binary"), versioned=True,
@@ -293,9 +306,41 @@ def check_family_format(encoder, name):
                           f"exports as {', '.join(record.export_formats)}; docs/export.md)")
 
 
+def _cross_encoder_parts(model, entry, options):
+    """(encoder, options) of the model given to `export`: a `methods.CrossEncoder` (or the
+    path of its `.keras` file) gives its encoder and its score head as `head`, for a
+    cross-encoder's format only (its writer refuses a sentence encoder without a score
+    head)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if os.path.isdir(path):
+            raise InputError("a directory: a cross-encoder is republished from its .keras "
+                             "file (a SavedModel export keeps no Keras config); save the "
+                             "CrossEncoder with model.save(FILE.keras)", path=path)
+        if not (path.endswith(".keras") and os.path.isfile(path)):
+            raise InputError(f"no such .keras file: format {entry.name} takes a CrossEncoder "
+                             "or its .keras file (model.save('ce.keras'))", path=path)
+        import keras  # only here: loading a saved Keras model
+
+        model = keras.saving.load_model(path)
+        if not hasattr(model, "score_head"):
+            raise InputError(f"a {type(model).__name__}, not a CrossEncoder (a sentence "
+                             "encoder is exported from its directory)", path=path)
+    is_cross = hasattr(model, "score_head") and hasattr(model, "encoder")
+    if is_cross and not entry.scores_pairs:
+        pair_formats = [e.name for e in FORMATS.values() if e.scores_pairs]
+        raise ConfigError(f"format {entry.name}: a cross-encoder has no sentence embeddings; "
+                          f"it exports as {' or '.join(pair_formats)}")
+    if is_cross:
+        options = {**options, "head": options.get("head") or model.score_head}
+        model = model.encoder
+    return model, options
+
+
 def export(encoder, target, format="tf_saved_model", quantize=(), **options):
-    """Writes `encoder` (a `tfsent.encoders.SentenceEncoder`) as `format` to `target`;
-    returns the path written (for a versioned format the new version directory).
+    """Writes `encoder` (a `tfsent.encoders.SentenceEncoder`; for a cross-encoder's format
+    a `tfsent.methods.CrossEncoder` or the path of its `.keras` file) as `format` to
+    `target`; returns the path written (for a versioned format the new version directory).
 
     `quantize` is a tuple (or comma-separated string) of the format's quantize modes;
     `options` go to the format's writer (pooling, head, max_seq_length, metadata,
@@ -303,6 +348,8 @@ def export(encoder, target, format="tf_saved_model", quantize=(), **options):
     unset ones are dropped). Everything `check_export` refuses is refused before the
     writer runs."""
     quantize = quantize_tuple(quantize)
+    entry = get_format(format, "format")
+    encoder, options = _cross_encoder_parts(encoder, entry, options)
     entry = check_export(format, target, quantize, options, option="format",
                          target_option="target", quantize_option="quantize")
     if entry.needs_tokenizer and encoder.tokenizer is None:

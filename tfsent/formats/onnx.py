@@ -218,8 +218,11 @@ def _pool(g, pooling, states, mask_3d, encoder):
     return _masked_mean(g, last, mask_3d)
 
 
-def build_onnx_model(encoder, pooling=None, head=None):
-    """The encoder's ids forward (see the module docstring) as an onnx.ModelProto."""
+def build_onnx_model(encoder, pooling=None, head=None, logits=False):
+    """The encoder's ids forward (see the module docstring) as an onnx.ModelProto.
+    `logits`: a cross-encoder's graph instead, whose one output `logits` (batch, 1) is the
+    head on the pooled state (what Hugging Face's *ForSequenceClassification returns and
+    sentence-transformers' CrossEncoder ONNX backend reads)."""
     require_onnx()
     from onnx import helper  # optional dependency (tfsent[onnx]), checked above
 
@@ -250,7 +253,8 @@ def build_onnx_model(encoder, pooling=None, head=None):
     states = [x]
     for i in range(encoder.num_layers):
         states.append(_transformer_block(g, i, states[-1], mask_int32, encoder))
-    g.op("Identity", [states[-1]], outputs=["last_hidden_state"])
+    if not logits:
+        g.op("Identity", [states[-1]], outputs=["last_hidden_state"])
     mask_3d = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=_FLOAT),
                                  g.const("axes", [2], np.int64)])
     if pooling == "mean_no_cls":  # positions 1.. only
@@ -265,31 +269,36 @@ def build_onnx_model(encoder, pooling=None, head=None):
             pooled = g.op("Gelu", [pooled], domain=MS_DOMAIN)
         elif activation != "linear":
             pooled = g.op(_HEAD_ACTIVATIONS[activation], [pooled])
-    g.op("Identity", [pooled], outputs=["embedding"])
-    # tf.math.l2_normalize: x / sqrt(max(sum(x^2), 1e-12))
-    norm = g.op("Sqrt", [g.op("Max", [g.op("ReduceSumSquare", [pooled], axes=[-1], keepdims=1),
-                                      g.const("eps", 1e-12)])])
-    g.op("Div", [pooled, norm], outputs=["embedding_normalized"])
     dim = int(dense_layers[-1][0].shape[1]) if dense_layers else int(encoder.hidden_dim)
+    if logits:
+        g.op("Identity", [pooled], outputs=["logits"])
+        outputs = [helper.make_tensor_value_info("logits", _FLOAT, ["batch", dim])]
+    else:
+        g.op("Identity", [pooled], outputs=["embedding"])
+        # tf.math.l2_normalize: x / sqrt(max(sum(x^2), 1e-12))
+        norm = g.op("Sqrt", [g.op("Max", [g.op("ReduceSumSquare", [pooled], axes=[-1],
+                                               keepdims=1), g.const("eps", 1e-12)])])
+        g.op("Div", [pooled, norm], outputs=["embedding_normalized"])
+        outputs = [helper.make_tensor_value_info(name, _FLOAT, ["batch", dim])
+                   for name in ("embedding", "embedding_normalized")]
+        outputs.append(helper.make_tensor_value_info(
+            "last_hidden_state", _FLOAT, ["batch", "sequence", int(encoder.hidden_dim)]))
     graph = helper.make_graph(
         g.nodes, "tfsent_encoder",
         [helper.make_tensor_value_info(n, _INT64, ["batch", "sequence"]) for n in names],
-        [helper.make_tensor_value_info("embedding", _FLOAT, ["batch", dim]),
-         helper.make_tensor_value_info("embedding_normalized", _FLOAT, ["batch", dim]),
-         helper.make_tensor_value_info("last_hidden_state", _FLOAT,
-                                       ["batch", "sequence", int(encoder.hidden_dim)])],
-        g.initializers)
+        outputs, g.initializers)
     model = helper.make_model(graph, producer_name="tfsent", opset_imports=[
         helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
     model.ir_version = IR_VERSION
     return model
 
 
-def write_onnx_model(encoder, path, pooling=None, head=None):
-    """Writes the encoder's ids forward as an fp32 ONNX file at `path`; returns `path`."""
+def write_onnx_model(encoder, path, pooling=None, head=None, logits=False):
+    """Writes the encoder's ids forward (`build_onnx_model`) as an fp32 ONNX file at
+    `path`; returns `path`."""
     import onnx  # optional dependency (tfsent[onnx]); build_onnx_model checks it
 
-    onnx.save(build_onnx_model(encoder, pooling, head), path)
+    onnx.save(build_onnx_model(encoder, pooling, head, logits), path)
     return path
 
 
@@ -307,10 +316,11 @@ def quantize_int8(source, target):
     return target
 
 
-def write_onnx_files(encoder, directory, pooling=None, head=None, quantize=()):
-    """model.onnx (and INT8_FILE with quantize int8) into the existing `directory`;
-    returns their file names."""
-    fp32 = write_onnx_model(encoder, os.path.join(directory, ONNX_FILE), pooling, head)
+def write_onnx_files(encoder, directory, pooling=None, head=None, quantize=(), logits=False):
+    """model.onnx (and INT8_FILE with quantize int8) into the existing `directory`
+    (`logits`: a cross-encoder's graph, `build_onnx_model`); returns their file names."""
+    fp32 = write_onnx_model(encoder, os.path.join(directory, ONNX_FILE), pooling, head,
+                            logits)
     files = [ONNX_FILE]
     if "int8" in quantize:
         quantize_int8(fp32, os.path.join(directory, INT8_FILE))

@@ -7,15 +7,47 @@ import tensorflow as tf
 
 from tfsent import checks, formats, losses
 from tfsent.checks import Field
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.methods.base import SentenceMethod
+from tfsent.methods.distill import same_tokenizer
 from tfsent.methods.replicas import global_mean
 from tfsent.methods.spec import MethodSpec
 
-LOSSES = ("listwise", "bce")
+LOSSES = ("listwise", "bce", "margin_mse")
 LOSS = checks.Choices(LOSSES)
 _LOSS_FNS = {"listwise": losses.listwise_cross_entropy,
              "bce": losses.pairwise_binary_cross_entropy}
+
+
+class _TeacherRef:
+    """Holds a MarginMSE teacher outside Keras / TF tracking: it is neither trained,
+    checkpointed nor saved with the student."""
+
+    def __init__(self, teacher):
+        self.model = teacher
+
+
+def load_teacher(teacher, encoder, option="teacher"):
+    """The MarginMSE teacher: a CrossEncoder, or the path of its `.keras` file, whose
+    tokenizer turns text into the student's ids (it scores the student's pair features);
+    None (or "") is no teacher. ConfigError / InputError naming `option` otherwise."""
+    if teacher is None or isinstance(teacher, str) and not teacher:
+        return None
+    if isinstance(teacher, str):
+        if not (teacher.endswith(".keras") and tf.io.gfile.exists(teacher)):
+            raise InputError(f"{option}: no such .keras file (a saved CrossEncoder)",
+                             path=teacher)
+        teacher = keras.saving.load_model(teacher)
+    if not isinstance(teacher, CrossEncoder):
+        raise ConfigError(f"{option}: the MarginMSE teacher must be a CrossEncoder (or its "
+                          f".keras file), got a {type(teacher).__name__}")
+    if not same_tokenizer(encoder.tokenizer, teacher.encoder.tokenizer):
+        raise ConfigError(f"{option}: the teacher's tokenizer ({teacher.encoder.family}, "
+                          f"{teacher.encoder.tokenizer.vocabulary_size} ids) differs from "
+                          f"the student's ({encoder.family}, "
+                          f"{encoder.tokenizer.vocabulary_size} ids): the teacher scores "
+                          "the student's own pair tokens, so both need one tokenizer")
+    return teacher
 
 
 class CrossEncoder(SentenceMethod):
@@ -28,11 +60,16 @@ class CrossEncoder(SentenceMethod):
     query with its positive and its N negatives, `labels` (B, 1 + N) 1 on the positive.
     Losses (per query, mean over the global batch): "listwise", the cross-entropy of the
     softmax over the query's 1 + N scores with the positive as target; "bce", the binary
-    cross-entropy of each pair's sigmoid score against its label.
+    cross-entropy of each pair's sigmoid score against its label; "margin_mse", the mean
+    over the N negatives of the squared difference between the student's margin
+    s(q, p) - s(q, n_j) and a teacher cross-encoder's on the same pair tokens.
 
     Args:
         encoder: a SentenceEncoder (with its tokenizer, for `score`).
         loss: one of LOSSES.
+        teacher: loss "margin_mse": the teacher, a CrossEncoder or its `.keras` file, with
+            the student's tokenizer (not tracked: never trained or saved with the student;
+            a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: must be "cls" (the head reads the first token).
         seed: seed of the head's dropout stream.
     """
@@ -44,7 +81,7 @@ class CrossEncoder(SentenceMethod):
     runs_in_train_cli = False
 
     def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
-                 seed=None, **kwargs):
+                 seed=None, teacher=None, **kwargs):
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value not in (None, "cls"):
                 raise ConfigError(f"{name}={value!r}: a cross-encoder scores the first "
@@ -52,10 +89,24 @@ class CrossEncoder(SentenceMethod):
         super().__init__(encoder, "cls", "cls", **kwargs)
         self.loss_name = LOSS.check("loss", loss)
         self.seed = seed
+        teacher = load_teacher(teacher, encoder)
+        if teacher is not None and self.loss_name != "margin_mse":
+            raise ConfigError(f"teacher: only loss='margin_mse' uses a teacher (loss="
+                              f"{self.loss_name!r})")
+        self._teacher = _TeacherRef(teacher)
         self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
                                                  name="head_dropout")
         self.score_head = keras.layers.Dense(1, name="score_head")
         self.score_head.build((None, encoder.hidden_dim))
+
+    @property
+    def teacher(self):
+        """The MarginMSE teacher CrossEncoder (None: none set)."""
+        return self._teacher.model
+
+    @teacher.setter
+    def teacher(self, teacher):
+        self._teacher = _TeacherRef(load_teacher(teacher, self.encoder))
 
     def call(self, inputs, training=False):
         """(B,) float32 relevance logits of tokenized pair features."""
@@ -66,7 +117,14 @@ class CrossEncoder(SentenceMethod):
     def compute_losses(self, batch, training=True):
         labels = tf.cast(batch["labels"], tf.float32)
         scores = tf.reshape(self(batch["pairs"], training=training), tf.shape(labels))
-        per_query = _LOSS_FNS[self.loss_name](scores, labels)
+        if self.loss_name == "margin_mse":
+            if self.teacher is None:
+                raise ConfigError("loss='margin_mse' needs the teacher cross-encoder "
+                                  "(CrossEncoder(..., teacher=...) or model.teacher = ...)")
+            target = tf.reshape(self.teacher(batch["pairs"], training=False), tf.shape(labels))
+            per_query = losses.margin_mse(scores, tf.stop_gradient(target))
+        else:
+            per_query = _LOSS_FNS[self.loss_name](scores, labels)
         top_is_positive = tf.cast(tf.equal(tf.argmax(scores, axis=-1),
                                            tf.argmax(labels, axis=-1)), tf.float32)
         share, mean, accuracy = global_mean(tf.reduce_sum(per_query),
@@ -91,11 +149,14 @@ class CrossEncoder(SentenceMethod):
                **kwargs):
         """Writes the cross-encoder through the format registry: format "cross_encoder"
         (`tfsent.formats.cross_encoder`: a SavedModel version under `filepath` with a
-        `score(queries, passages)` signature); `kwargs` go to its writer
+        `score(queries, passages)` signature) or "cross_encoder_hf"
+        (`tfsent.formats.cross_encoder_hf`: a Hugging Face sequence-classification folder
+        for sentence-transformers' CrossEncoder); `kwargs` go to its writer
         (`max_seq_length`, `metadata`, `version`). Returns the path written."""
-        if format != "cross_encoder":
+        if not formats.get_format(format, "format").scores_pairs:
             raise ConfigError(f"format={format!r}: a cross-encoder exports as "
-                              "format='cross_encoder' (it has no sentence embeddings)")
+                              "format='cross_encoder' or 'cross_encoder_hf' (it has no "
+                              "sentence embeddings)")
         defaults = {"head": self.score_head, "metadata": {"method": type(self).__name__,
                                                           "loss": self.loss_name}}
         return formats.keras_export(self.encoder, filepath, format, verbose,
@@ -124,6 +185,9 @@ def _validate(config):
     if config.get("pooling", "cls") != "cls":
         raise ConfigError(f"pooling={config['pooling']!r}: the cross_encoder method scores "
                           "the first token's representation; use pooling=cls")
+    if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):
+        raise ConfigError("loss=margin_mse and teacher go together: the teacher "
+                          "CrossEncoder's .keras file gives the score margins")
 
 
 SPEC = MethodSpec(
@@ -132,7 +196,11 @@ SPEC = MethodSpec(
     "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine).",
     fields=[Field("loss", "listwise", LOSS, arg="loss",
                   doc="listwise: softmax cross-entropy over the positive and its negatives; "
-                      "bce: binary cross-entropy per pair")],
+                      "bce: binary cross-entropy per pair; margin_mse: the teacher's score "
+                      "margins (needs teacher)"),
+            Field("teacher", "", types=(str,), arg="teacher",
+                  doc="loss=margin_mse: the teacher CrossEncoder's .keras file (the "
+                      "student's tokenizer)")],
     run_args={"seed": "seed"},
     run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1},
     validate=_validate)

@@ -26,6 +26,12 @@ def _tokenizer_identity(tokenizer):
                                       if k not in _LENGTH_SETTINGS}
 
 
+def same_tokenizer(a, b):
+    """True when tokenizers `a` and `b` turn text into the same ids (kind, vocabulary,
+    merges / model and options; lengths and padding aside)."""
+    return _tokenizer_identity(a) == _tokenizer_identity(b)
+
+
 def check_same_tokenizer(student, teacher):
     """ConfigError unless the student's tokenizer turns text into the ids the teacher's does
     (same kind, vocabulary, merges / model and options): the targets are the teacher's
@@ -33,7 +39,7 @@ def check_same_tokenizer(student, teacher):
     student keeps the teacher's token embeddings."""
     if student.tokenizer is None or teacher.tokenizer is None:
         return
-    if _tokenizer_identity(student.tokenizer) != _tokenizer_identity(teacher.tokenizer):
+    if not same_tokenizer(student.tokenizer, teacher.tokenizer):
         raise ConfigError(
             f"distill: the student's tokenizer ({student.family}, "
             f"{type(student.tokenizer).__name__}, {student.tokenizer.vocabulary_size} ids) "

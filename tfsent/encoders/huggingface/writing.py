@@ -42,12 +42,14 @@ _KIND_NAMES = {"wordpiece": "WordPiece", "byte_bpe": "byte-level BPE",
                "sentencepiece": "SentencePiece"}
 
 
-def write_hf_model(backbone, directory, activation=None, pad_token_id=None, config_extra=None):
+def write_hf_model(backbone, directory, activation=None, pad_token_id=None, config_extra=None,
+                   extra_tensors=None):
     """Writes config.json and model.safetensors (Hugging Face names) of a keras-hub backbone
-    into the existing `directory`."""
+    into the existing `directory`; `config_extra` and `extra_tensors` (a task head's
+    {name: array}) are added to them."""
     config = hf_config(backbone, activation, pad_token_id)
     config.update(config_extra or {})
-    tensors = hf_state_dict(backbone, pad_token_id)
+    tensors = {**hf_state_dict(backbone, pad_token_id), **(extra_tensors or {})}
     write_safetensors(os.path.join(directory, SAFETENSORS_FILE), tensors)
     write_json(os.path.join(directory, "config.json"), config)
 
@@ -140,10 +142,12 @@ def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
     write_json(os.path.join(directory, "special_tokens_map.json"), specials)
 
 
-def write_transformer(encoder, directory, max_seq_length, config_extra=None):
+def write_transformer(encoder, directory, max_seq_length, config_extra=None,
+                      extra_tensors=None):
     """The encoder's transformer and tokenizer in Hugging Face's layout, into the existing
-    `directory`."""
+    `directory` (`write_hf_model`'s `config_extra` and `extra_tensors` added)."""
     tokenizer = encoder.tokenizer
     pad = getattr(tokenizer, "pad_id", None)
-    write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra)
+    write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra,
+                   extra_tensors)
     write_tokenizer_files(tokenizer, directory, encoder.family, max_seq_length)
