@@ -83,10 +83,13 @@ def token_embedding(backbone):
     return backbone.token_embedding
 
 
-def load_hf_backbone(directory, dtype=None):
+def load_hf_backbone(directory, dtype=None, family=None):
     """A backbone of a family whose weights keras-hub's own Hugging Face converter loads
-    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder)."""
+    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder), with the
+    family's `keras_hub_overrides` of the converter's settings."""
     kwargs = {"dtype": dtype} if dtype else {}
+    if family is not None:
+        kwargs.update(families.TABLE[family].keras_hub_overrides or {})
     return keras_hub.models.Backbone.from_preset(directory, **kwargs)
 
 
