@@ -581,6 +581,19 @@ class SentencePieceTokenizer(_InGraphTokenizer):
         return {"model_base64": base64.b64encode(self.model).decode("ascii")}
 
 
+# TF Text's SentencePiece op owns its resource in the kernel, which every tokenizer of the
+# same model proto shares: one tokenizer destroyed (a `with_options` copy collected) would
+# destroy it for all. So one TF Text tokenizer per proto, kept for the process.
+_SENTENCEPIECE_OPS = {}
+
+
+def _sentencepiece_op(model):
+    if model not in _SENTENCEPIECE_OPS:
+        _SENTENCEPIECE_OPS[model] = tf_text.SentencepieceTokenizer(model=model,
+                                                                   out_type=tf.int32)
+    return _SENTENCEPIECE_OPS[model]
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class GemmaSentencePieceTokenizer(_InGraphTokenizer):
     """Gemma's SentencePiece (EmbeddingGemma, Gemma3), in-graph: the model's own ids
@@ -615,7 +628,7 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
                 model = f.read()
         self.model = bytes(model)
         try:
-            self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+            self._sp = _sentencepiece_op(self.model)
             self.num_pieces = int(self._sp.vocab_size())
             first = self._sp.id_to_string(tf.constant([0, 1, 2, 3])).numpy().tolist()
             mask = int(self._sp.string_to_id(tf.constant("<mask>")).numpy())
