@@ -126,8 +126,12 @@ def test_embeddings_equal_sentence_transformers(folder, encoder):
 
 def test_method_trains_and_export_serves_strings(folder, tmp_path):
     """A SimCSE-unsup step on the tiny EmbeddingGemma folder (the backbone and the Dense
-    head move), then the SavedModel, served from raw strings in a process that imports
-    neither tfsent nor keras-hub, equal to `encode`."""
+    head move: `train_and_export` checks that most variables changed), then the
+    SavedModel, served from raw strings in a process that imports neither tfsent nor
+    keras-hub, equal to `encode`; its encode_query / encode_document prepend the folder's
+    prompts."""
+    import tensorflow as tf
+
     from conftest import serve_in_fresh_process
     from test_families_methods import SENTENCES, train_and_export
 
@@ -136,6 +140,16 @@ def test_method_trains_and_export_serves_strings(folder, tmp_path):
     served = serve_in_fresh_process(path, SENTENCES)
     assert served["modules"] == []
     np.testing.assert_allclose(np.array(served["embedding"]), expected, atol=1e-5)
+    loaded = tf.saved_model.load(path)
+    plain = loaded.signatures["serving_default"]
+    for signature, prompt in (("encode_query", GEMMA_PROMPTS["query"]),
+                              ("encode_document", GEMMA_PROMPTS["document"])):
+        got = loaded.signatures[signature](sentences=tf.constant(SENTENCES))
+        want = plain(sentences=tf.constant([prompt + s for s in SENTENCES]))
+        assert set(got) == set(want)
+        for key in got:
+            np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), atol=1e-5)
+        assert not np.allclose(got["embedding"].numpy(), served["embedding"], atol=1e-3)
 
 
 def test_encoder_dir_round_trip(encoder, tmp_path):
@@ -149,25 +163,6 @@ def test_encoder_dir_round_trip(encoder, tmp_path):
                                                             encoder.prompts)
     assert again.dense_head.modules == encoder.dense_head.modules
     np.testing.assert_allclose(again.encode(HARD), encoder.encode(HARD), atol=1e-6)
-
-
-def test_saved_model_serves_the_folders_prompts(encoder, tmp_path):
-    """The SavedModel takes raw strings; encode_query / encode_document prepend the
-    folder's prompts (EmbeddingGemma's task prompts)."""
-    import tensorflow as tf
-
-    from tfsent.formats.saved_model import export_encoder
-
-    path = export_encoder(encoder, str(tmp_path / "export"), max_seq_length=64)
-    loaded = tf.saved_model.load(path)
-    sentences = HARD[:4]
-    for signature, prompt in (("encode_query", GEMMA_PROMPTS["query"]),
-                              ("encode_document", GEMMA_PROMPTS["document"])):
-        out = loaded.signatures[signature](sentences=tf.constant(sentences))
-        got = next(iter(out.values())).numpy()
-        want = encoder.encode([prompt + s for s in sentences])
-        np.testing.assert_allclose(got / np.linalg.norm(got, axis=1, keepdims=True), want,
-                                   atol=1e-5)
 
 
 def test_unknown_model_type_is_refused(folder, tmp_path):

@@ -21,12 +21,14 @@ families"): special-token strings inside the text are tokenized as text, not as 
 """
 
 import base64
+import hashlib
 import json
 import os
 
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sp
 
 from tfsent.errors import ConfigError, InputError
 
@@ -581,17 +583,26 @@ class SentencePieceTokenizer(_InGraphTokenizer):
         return {"model_base64": base64.b64encode(self.model).decode("ascii")}
 
 
-# TF Text's SentencePiece op owns its resource in the kernel, which every tokenizer of the
-# same model proto shares: one tokenizer destroyed (a `with_options` copy collected) would
-# destroy it for all. So one TF Text tokenizer per proto, kept for the process.
-_SENTENCEPIECE_OPS = {}
+# TF Text's SentencePiece op keeps its model in a resource private to the op's kernel,
+# which dies with the eager kernel cache (`tf.random.set_seed`, hence
+# `keras.utils.set_random_seed`, clears it): a tokenizer made before then, and every
+# function traced with it, would fail ("Resource ... does not exist"). Gemma's tokenizer
+# names its resource (`shared_name`: the model's digest), so it lives in the resource
+# manager instead, one per model, whatever happens to the kernels.
+class _NamedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
+
+    def _create_resource(self):
+        shared_name = "tfsent_sentencepiece_" + hashlib.sha1(self._model).hexdigest()
+        with tf.name_scope(self._name or "SentenceTokenizerInitializer"):
+            return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._model, shared_name=shared_name)
 
 
 def _sentencepiece_op(model):
-    if model not in _SENTENCEPIECE_OPS:
-        _SENTENCEPIECE_OPS[model] = tf_text.SentencepieceTokenizer(model=model,
-                                                                   out_type=tf.int32)
-    return _SENTENCEPIECE_OPS[model]
+    """A TF Text SentencepieceTokenizer of `model` whose resource is named (see above)."""
+    op = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    op._model_resource = _NamedSentencepieceResource(model, None)
+    return op
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
