@@ -214,3 +214,23 @@ def test_bad_dense_module_is_refused(folder, tmp_path):
 def test_other_formats_refuse_clearly(encoder, tmp_path, name):
     with pytest.raises(ConfigError, match=f"gemma3 family cannot be exported as {name}"):
         encoder.export(str(tmp_path / name), format=name)
+
+
+def test_dense_head_refused_for_a_family_with_its_own_forward(folder, tmp_path):
+    """A BERT sentence-transformers folder with a Dense module after mean pooling: tfsent's
+    own forward has no Dense head, so the load stops with an error naming the module."""
+    from hf_checkpoints import make_sentence_transformers_dir
+
+    path = make_sentence_transformers_dir("bert", str(tmp_path / "st"), pooling="mean")
+    shutil.copytree(os.path.join(folder, "2_Dense"), os.path.join(path, "2_Dense"))
+    modules_path = os.path.join(path, "modules.json")
+    with open(modules_path) as f:
+        modules = json.load(f)
+    modules = [m for m in modules if not m["type"].endswith("Normalize")]
+    modules.append({"idx": len(modules), "name": str(len(modules)), "path": "2_Dense",
+                    "type": "sentence_transformers.models.Dense"})
+    with open(modules_path, "w") as f:
+        json.dump(modules, f)
+    with pytest.raises(InputError, match="Dense module .*2_Dense is not supported for the "
+                                         "bert family"):
+        load_encoder(path)
