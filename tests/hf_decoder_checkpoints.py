@@ -148,6 +148,7 @@ GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: n
 GEMMA_SIZES = {"hidden_size": 32, "num_hidden_layers": 6, "num_attention_heads": 4,
                "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64}
 GEMMA_DENSE = 64  # 2_Dense's width (EmbeddingGemma-300m: 3072)
+GEMMA_WINDOW = 8  # config.json's sliding_window (EmbeddingGemma-300m: 512)
 
 
 def gemma_sentencepiece_model(vocab_size=700):
@@ -244,7 +245,9 @@ def make_embeddinggemma_dir(directory, seed=0, max_seq_length=64):
               "vocab_size": len(tok), **GEMMA_SIZES,
               "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 2048,
               "rms_norm_eps": 1e-6, "query_pre_attn_scalar": GEMMA_SIZES["head_dim"],
-              "sliding_window": 512, "use_bidirectional_attention": True,
+              # EmbeddingGemma: 512; 8 here, shorter than the test texts, so that the
+              # bidirectional window is tested.
+              "sliding_window": GEMMA_WINDOW, "use_bidirectional_attention": True,
               "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention"
                               for i in range(n)],
               "rope_parameters": {

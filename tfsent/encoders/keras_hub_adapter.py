@@ -83,13 +83,12 @@ def token_embedding(backbone):
     return backbone.token_embedding
 
 
-def load_hf_backbone(directory, dtype=None, family=None):
+def load_hf_backbone(directory, dtype=None, overrides=None):
     """A backbone of a family whose weights keras-hub's own Hugging Face converter loads
-    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder), with the
-    family's `keras_hub_overrides` of the converter's settings."""
+    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder), with
+    `overrides` of the converter's settings (`huggingface.keras_hub_overrides`)."""
     kwargs = {"dtype": dtype} if dtype else {}
-    if family is not None:
-        kwargs.update(families.TABLE[family].keras_hub_overrides or {})
+    kwargs.update(overrides or {})
     return keras_hub.models.Backbone.from_preset(directory, **kwargs)
 
 

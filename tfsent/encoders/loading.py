@@ -227,7 +227,8 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     huggingface.check_keras_hub_fixed(family, config, os.path.join(directory, "config.json"))
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
                                            pad_to_max_length, int(config["vocab_size"]))
-    backbone = kh.load_hf_backbone(directory, dtype, family)
+    backbone = kh.load_hf_backbone(directory, dtype,
+                                   huggingface.keras_hub_overrides(family, config))
     if families.family_of(backbone) != family:
         raise InputError(f"keras-hub loaded a {type(backbone).__name__} from a {family} "
                          "config.json", path=directory)

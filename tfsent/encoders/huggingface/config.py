@@ -55,6 +55,21 @@ def read_hf_config(directory):
     return family, config
 
 
+def keras_hub_overrides(family, config):
+    """Settings passed over keras-hub's converter for a folder of a family it loads: the
+    family's `keras_hub_overrides`, and for a bidirectional sliding window (EmbeddingGemma)
+    a window keras-hub reads as Hugging Face does. transformers lets a token see
+    `sliding_window // 2` tokens on each side; keras-hub's window of size s sees s // 2
+    after and s - s // 2 - 1 before (one fewer: 255 / 256 for EmbeddingGemma's 512), so it
+    gets s = 2 * (sliding_window // 2) + 1."""
+    out = dict(families.TABLE[family].keras_hub_overrides or {})
+    window = config.get("sliding_window")
+    if families.TABLE[family].layer_type_period and window \
+            and config.get("use_bidirectional_attention"):
+        out["sliding_window_size"] = 2 * (int(window) // 2) + 1
+    return out
+
+
 def check_keras_hub_fixed(family, config, path):
     """ConfigError when config.json sets what keras-hub's backbone of the family fixes
     (`Family.layer_type_period`, `Family.rope_thetas`): such a checkpoint would load
