@@ -234,3 +234,14 @@ def test_dense_head_refused_for_a_family_with_its_own_forward(folder, tmp_path):
     with pytest.raises(InputError, match="Dense module .*2_Dense is not supported for the "
                                          "bert family"):
         load_encoder(path)
+
+
+def test_distill_student_cut_is_refused(folder, tmp_path):
+    """distill with `student_layers` (a student cut from the folder, its own teacher):
+    keras-hub's forward has no layer cut, so a ConfigError names the family (the folder's
+    layer count is read from its config.json, not tfsent's weight map)."""
+    from test_families_methods import train_and_export
+
+    with pytest.raises(ConfigError, match="student cut from some of the layers .* gemma3 "
+                                          "family does not run"):
+        train_and_export("distill", "gemma3", folder, str(tmp_path), export=False)
