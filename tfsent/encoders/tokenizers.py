@@ -515,6 +515,29 @@ class QwenBPETokenizer(ByteBPETokenizer):
 # SentencePiece (XLM-RoBERTa)
 # --------------------------------------------------------------------------------------
 
+# TF Text's SentencePiece op keeps its model in a resource private to the op's kernel,
+# which dies with the eager kernel cache (`tf.random.set_seed`, hence
+# `keras.utils.set_random_seed`, clears it): a tokenizer made before then, and every
+# function traced with it, would fail ("Resource ... does not exist"). tfsent's
+# SentencePiece tokenizers name the resource (`shared_name`: the model's digest), so it
+# lives in the resource manager instead, one per model, whatever happens to the kernels.
+class _NamedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
+
+    def _create_resource(self):
+        shared_name = "tfsent_sentencepiece_" + hashlib.sha1(self._model).hexdigest()
+        with tf.name_scope(self._name or "SentenceTokenizerInitializer"):
+            return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._model, shared_name=shared_name)
+
+
+def _sentencepiece_op(model):
+    """A TF Text SentencepieceTokenizer of `model` whose resource is named (see above)."""
+    op = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    op._model_resource = _NamedSentencepieceResource(model, None)
+    return op
+
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class SentencePieceTokenizer(_InGraphTokenizer):
     """SentencePiece with fairseq's id layout (XLM-RoBERTa), in-graph.
@@ -550,7 +573,7 @@ class SentencePieceTokenizer(_InGraphTokenizer):
                 model = f.read()
         self.model = bytes(model)
         try:
-            self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+            self._sp = _sentencepiece_op(self.model)
             size = int(self._sp.vocab_size())
             first = self._sp.id_to_string(tf.constant([0, 1, 2])).numpy().tolist()
         except Exception as e:  # noqa: BLE001  (TF raises several kinds on a bad proto)
@@ -581,28 +604,6 @@ class SentencePieceTokenizer(_InGraphTokenizer):
 
     def _config(self):
         return {"model_base64": base64.b64encode(self.model).decode("ascii")}
-
-
-# TF Text's SentencePiece op keeps its model in a resource private to the op's kernel,
-# which dies with the eager kernel cache (`tf.random.set_seed`, hence
-# `keras.utils.set_random_seed`, clears it): a tokenizer made before then, and every
-# function traced with it, would fail ("Resource ... does not exist"). Gemma's tokenizer
-# names its resource (`shared_name`: the model's digest), so it lives in the resource
-# manager instead, one per model, whatever happens to the kernels.
-class _NamedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
-
-    def _create_resource(self):
-        shared_name = "tfsent_sentencepiece_" + hashlib.sha1(self._model).hexdigest()
-        with tf.name_scope(self._name or "SentenceTokenizerInitializer"):
-            return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
-                model=self._model, shared_name=shared_name)
-
-
-def _sentencepiece_op(model):
-    """A TF Text SentencepieceTokenizer of `model` whose resource is named (see above)."""
-    op = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
-    op._model_resource = _NamedSentencepieceResource(model, None)
-    return op
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
