@@ -247,11 +247,16 @@ def test_distill_student_cut_is_refused(folder, tmp_path):
         train_and_export("distill", "gemma3", folder, str(tmp_path), export=False)
 
 
-def test_tokenizers_survive_set_random_seed(encoder):
+def test_tokenizers_survive_set_random_seed(encoder, tmp_path):
     """keras.utils.set_random_seed clears TF's eager kernels; the SentencePiece model's
-    resource is named, so a tokenizer made before (and its traced encode) still runs."""
+    resource is named, so a tokenizer made before (and its traced encode) still runs:
+    Gemma's and XLM-R's."""
     import keras
 
-    before = encoder.encode(HARD[:3])
+    from hf_checkpoints import make_tiny_checkpoint
+
+    xlmr = load_encoder(make_tiny_checkpoint("xlm-roberta", str(tmp_path / "xlmr")))
+    before = [e.encode(HARD[:3]) for e in (encoder, xlmr)]
     keras.utils.set_random_seed(3)
-    np.testing.assert_array_equal(encoder.encode(HARD[:3]), before)
+    for e, b in zip((encoder, xlmr), before):
+        np.testing.assert_array_equal(e.encode(HARD[:3]), b)
