@@ -80,6 +80,14 @@ def _layer_cases(hf_dirs):
     qwen_dir = make_qwen3_embedding_dir(tempfile.mkdtemp(prefix="tfsent-qwen-"))
     tokenizer = load_encoder(qwen_dir, max_seq_length=12).tokenizer
     cases[type(tokenizer).__name__] = (tokenizer, tf.constant(PROBE))
+    # GemmaSentencePieceTokenizer and DenseHead (the gemma3 family)
+    from hf_decoder_checkpoints import gemma_sentencepiece_model
+    from tfsent.encoders.dense_head import DenseHead
+    from tfsent.encoders.tokenizers import GemmaSentencePieceTokenizer
+    cases["GemmaSentencePieceTokenizer"] = (GemmaSentencePieceTokenizer(
+        gemma_sentencepiece_model(), max_seq_length=12), tf.constant(PROBE))
+    cases["DenseHead"] = (DenseHead([{"units": 24, "use_bias": False, "activation": None},
+                                     {"units": 8, "use_bias": True, "activation": "tanh"}]), h)
     del seq
     return cases
 

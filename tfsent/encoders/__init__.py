@@ -1,7 +1,7 @@
 """Sentence encoders: tokenizer + transformer forward + pooling, and how to load them.
 
-Families (FAMILIES): bert, roberta, xlm-roberta, distilbert, qwen3. An encoder of any of them
-can be named five ways (see `load_encoder`):
+Families (FAMILIES): bert, roberta, xlm-roberta, distilbert, qwen3, gemma3. An encoder of any of
+them can be named five ways (see `load_encoder`):
   (a) a keras-hub preset name such as `bert_base_en_uncased`, `roberta_base_en`,
       `xlm_roberta_base_multi`, `distil_bert_base_en_uncased` (downloads; needs internet),
       or a keras-hub preset directory,

@@ -11,12 +11,14 @@ import numpy as np
 
 from tfsent import fsio
 import tfsent.encoders.families as families
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
-                                        SentencePieceTokenizer, SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceTokenizer,
+                                        QwenBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
 from tfsent.errors import ConfigError
 
 ENCODER_CONFIG_FILE = "tfsent_encoder.json"
 MLM_HEAD_FILE = "mlm_head.npz"
+DENSE_HEAD_FILE = "dense_head.npz"  # a sentence-transformers folder's Dense modules
 
 
 def backbone_config(backbone):
@@ -44,6 +46,8 @@ def _tokenizer_meta(tokenizer):
                 "special_tokens": tokenizer.special_tokens}
     if isinstance(tokenizer, SentencePieceTokenizer):
         return {"kind": "sentencepiece"}
+    if isinstance(tokenizer, GemmaSentencePieceTokenizer):
+        return {"kind": "gemma_sentencepiece"}
     raise ConfigError(f"cannot save tokenizer {type(tokenizer).__name__}")
 
 
@@ -64,6 +68,10 @@ def save_encoder_dir(encoder, directory):
         encoder.tokenizer.save_files(tmp)
         if encoder.mlm_head is not None:
             np.savez(os.path.join(tmp, MLM_HEAD_FILE), **encoder.mlm_head)
+        head = getattr(encoder, "dense_head", None)
+        if head is not None:
+            np.savez(os.path.join(tmp, DENSE_HEAD_FILE),
+                     *[np.asarray(w) for w in head.get_weights()])
         meta = {
             "format": "tfsent-encoder-2",
             "family": encoder.family,
@@ -74,7 +82,8 @@ def save_encoder_dir(encoder, directory):
             "normalize": encoder.normalize,
             "max_seq_length": encoder.tokenizer.max_seq_length,
             "tokenizer": _tokenizer_meta(encoder.tokenizer),
-            "prompts": getattr(encoder, "prompts", None),  # a folder's query / document
+            "prompts": getattr(encoder, "prompts", None),
+            "dense_head": None if head is None else head.get_config()["modules"],  # a folder's query / document
             # Read by tfsent before format 2 (BERT only), kept for older readers.
             "lowercase": encoder.tokenizer.lowercase,
             "strip_accents": encoder.tokenizer.strip_accents,

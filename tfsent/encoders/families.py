@@ -1,11 +1,13 @@
 """The encoder families tfsent runs, as data: one record per family, read by loading
 (`huggingface`, `loading`, `keras_hub_adapter`) and by publishing (`tfsent.formats`).
 
-    families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert", "qwen3")
+    families.FAMILIES              ("bert", "roberta", "xlm-roberta", "distilbert", "qwen3",
+                                    "gemma3")
     families.TABLE[name]           the family's `Family` record
     families.family_of(backbone)   the family of a keras-hub backbone (None if not ours)
 
-A family's name is Hugging Face's config.json `model_type`. Each record holds the keras-hub
+A family's name is Hugging Face's config.json `model_type` (gemma3: `gemma3_text`, the text
+model's; `family_of_model_type`). Each record holds the keras-hub
 class names (`keras_hub_adapter` turns them into classes), the settings keras-hub fixes for
 the family (feed-forward activation, LayerNorm epsilon), what sets the family's inputs apart
 (token types, position ids after padding, the padding id), Hugging Face's naming (model
@@ -61,6 +63,16 @@ class Family(NamedTuple):
     # kind) -- "pooler": `classifier` on the pooler's output (BERT); "dense_tanh":
     # `classifier.dense` + tanh, then `classifier.out_proj` (RoBERTa's head). None: not yet.
     hf_sequence_classification: object = None
+    hf_model_type: object = None  # config.json's model_type when it is not the family name
+    # keras-hub settings its Hugging Face converter gets wrong for sentence-transformers
+    # folders, passed to `Backbone.from_preset` (gemma3: no embedding head inside the
+    # backbone; tfsent runs the folder's Dense modules, `dense_head`).
+    keras_hub_overrides: object = None
+    # What keras-hub's backbone fixes that config.json could set otherwise (checked when a
+    # folder loads, `huggingface.check_keras_hub_fixed`): the period of `layer_types`
+    # (sliding layers, then one full-attention layer) and the rotary base per layer type.
+    layer_type_period: object = None
+    rope_thetas: object = None
 
     @property
     def runs_own_forward(self):
@@ -189,11 +201,40 @@ TABLE = {
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
         appended_token="<|endoftext|>", export_formats=("tf_saved_model",)),
+    # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
+    # blocks, grouped-query attention with query / key norms, rotary positions (base 10k
+    # on sliding-window layers, 1M on every sixth, full, layer), token embeddings scaled
+    # by sqrt(hidden); attention bidirectional when config.json's
+    # use_bidirectional_attention says so (EmbeddingGemma). Mean-pooled, then the folder's
+    # Dense modules (768 -> 3072 -> 768) and Normalize. Its SentencePiece tokenizer
+    # prepends <bos> and appends <eos>. Loaded by keras-hub's converter.
+    "gemma3": Family(
+        name="gemma3", keras_hub_backbone="Gemma3Backbone", keras_hub_tokenizer="Gemma3Tokenizer",
+        keras_hub_text_embedder=None, activation="gelu_approximate",
+        layer_norm_epsilon=1e-6, positions_after_padding=False, pad_token_id=0,
+        tokenizer_kind="gemma_sentencepiece", hf_model_class="Gemma3TextModel",
+        hf_tokenizer_class="GemmaTokenizer", hf_config_keys={}, hf_config_fixed={},
+        base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
+        mlm_head=None, forward="keras_hub", attention="bidirectional", block="pre_rmsnorm",
+        positions="rope", default_pooling="mean", hf_padding_side="right",
+        appended_token="<eos>", export_formats=("tf_saved_model",),
+        hf_model_type="gemma3_text",
+        # keras-hub's converter builds EmbeddingGemma's head inside the backbone with a
+        # hard-coded 3072-wide Dense, its own mean pooling and an L2 norm always on.
+        keras_hub_overrides={"is_embedding_model": False, "pooling_intermediate_dim": None,
+                             "embedding_dim": None},
+        layer_type_period=6,
+        rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0}),
 }
 FAMILIES = tuple(TABLE)
 # The family of files saved before tfsent recorded one (format-1 encoder directories, CMLM
 # extractor configs): BERT, then the only family.
 UNRECORDED_FAMILY = "bert"
+
+
+def family_of_model_type(model_type):
+    """The family whose config.json `model_type` this is (None: not one of ours)."""
+    return {(f.hf_model_type or f.name): f.name for f in TABLE.values()}.get(model_type)
 
 
 def family_of(backbone):

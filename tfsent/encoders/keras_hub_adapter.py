@@ -83,10 +83,12 @@ def token_embedding(backbone):
     return backbone.token_embedding
 
 
-def load_hf_backbone(directory, dtype=None):
+def load_hf_backbone(directory, dtype=None, overrides=None):
     """A backbone of a family whose weights keras-hub's own Hugging Face converter loads
-    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder)."""
+    (`keras_hub.models.Backbone.from_preset` on a local Hugging Face folder), with
+    `overrides` of the converter's settings (`huggingface.keras_hub_overrides`)."""
     kwargs = {"dtype": dtype} if dtype else {}
+    kwargs.update(overrides or {})
     return keras_hub.models.Backbone.from_preset(directory, **kwargs)
 
 

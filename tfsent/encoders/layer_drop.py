@@ -116,5 +116,12 @@ def describe_encoder(name):
     if not isinstance(config, dict) or "model_type" not in config:
         return None  # a keras-hub preset directory: loading reads it
     family, config = huggingface.read_hf_config(path)
+    if not families.TABLE[family].runs_own_forward:
+        # keras-hub's converter reads these folders (qwen3, gemma3): decoder config.json
+        # names, no tfsent weight map
+        if "num_hidden_layers" not in config or "hidden_size" not in config:
+            return None  # loading reports what is missing
+        return {"family": family, "num_layers": int(config["num_hidden_layers"]),
+                "hidden_dim": int(config["hidden_size"])}
     bb, _ = huggingface.backbone_config(family, config, config_path)
     return {"family": family, "num_layers": bb["num_layers"], "hidden_dim": bb["hidden_dim"]}

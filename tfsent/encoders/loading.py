@@ -26,10 +26,12 @@ import tfsent.encoders.families as families
 import tfsent.encoders.huggingface as huggingface
 import tfsent.encoders.keras_hub_adapter as kh
 from tfsent import fsio
-from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE, MLM_HEAD_FILE
+from tfsent.encoders.dense_head import DenseHead, read_dense_modules
+from tfsent.encoders.encoder_dir import DENSE_HEAD_FILE, ENCODER_CONFIG_FILE, MLM_HEAD_FILE
 from tfsent.encoders.model import _ACTIVATIONS, SentenceEncoder
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
-                                        SentencePieceTokenizer, SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceTokenizer,
+                                        QwenBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
 
 # The version CI tests (.ci/run installs exactly this); --no-deps: the package declares
@@ -198,6 +200,11 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
     family, config = huggingface.read_hf_config(directory)
     if not families.TABLE[family].runs_own_forward:
         return _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed)
+    if values.get("dense_modules"):
+        raise InputError(f"Dense module {values['dense_modules'][0]} is not supported for "
+                         f"the {family} family (tfsent runs Transformer, Pooling and "
+                         "Normalize modules, and a Dense module that is the checkpoint's own "
+                         "BERT pooler after CLS pooling)", path=directory)
     config_path = os.path.join(directory, "config.json")
     bb_config, activation = huggingface.backbone_config(family, config, config_path)
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
@@ -214,11 +221,14 @@ def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):
 
 
 def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed):
-    """A Hugging Face folder of a family keras-hub's own converter loads (qwen3)."""
+    """A Hugging Face folder of a family keras-hub's own converter loads (qwen3, gemma3),
+    with the sentence-transformers Dense modules after its pooling (`dense_head`)."""
     config = huggingface.read_hf_config(directory)[1]
+    huggingface.check_keras_hub_fixed(family, config, os.path.join(directory, "config.json"))
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
                                            pad_to_max_length, int(config["vocab_size"]))
-    backbone = kh.load_hf_backbone(directory, dtype)
+    backbone = kh.load_hf_backbone(directory, dtype,
+                                   huggingface.keras_hub_overrides(family, config))
     if families.family_of(backbone) != family:
         raise InputError(f"keras-hub loaded a {type(backbone).__name__} from a {family} "
                          "config.json", path=directory)
@@ -231,8 +241,17 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     elif pooling != native and not values.get("pooling_declared"):
         logging.info("pooling %r (the caller's) is used, not the %r that %s releases are "
                      "pooled with (%s)", pooling, native, family, directory)
+    head = None
+    if values.get("dense_modules"):
+        head = read_dense_modules(values["dense_modules"], backbone.hidden_dim)
+        if head.output_dim != backbone.hidden_dim:
+            raise InputError(f"the Dense modules end in {head.output_dim} dimensions; tfsent "
+                             f"runs heads that end in the model's hidden size "
+                             f"({backbone.hidden_dim})", path=values["dense_modules"][-1])
+        logging.info("Dense modules %s", " -> ".join(
+            [str(backbone.hidden_dim)] + [str(m["units"]) for m in head.modules]))
     return SentenceEncoder(backbone, tokenizer, pooling, families.TABLE[family].activation,
-                           seed, normalize=values["normalize"])
+                           seed, normalize=values["normalize"], dense_head=head)
 
 
 def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, seed):
@@ -244,6 +263,7 @@ def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, s
     if st.get("pooling_error") is not None and settings.given["pooling"] is None:
         raise st["pooling_error"]
     values = settings.resolve(declared, f"sentence-transformers directory {directory}")
+    values["dense_modules"] = st.get("dense_modules")
     encoder = _load_hf_dir(st["transformer_dir"], values, pad_to_max_length, dtype, seed)
     if st.get("prompts"):
         encoder.prompts = st["prompts"]
@@ -290,6 +310,8 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
                                  max_seq_length, pad_to_max_length,
                                  segment_ids=options.get("segment_ids",
                                                          families.TABLE[family].has_segments))
+    if kind == "gemma_sentencepiece":
+        return GemmaSentencePieceTokenizer(files["model"], max_seq_length, pad_to_max_length)
     if kind == "qwen_bpe":
         return QwenBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("special_tokens"), max_seq_length,
@@ -331,6 +353,8 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     elif kind in ("byte_bpe", "qwen_bpe"):
         files["vocabulary"] = os.path.join(directory, "vocab.json")
         files["merges"] = os.path.join(directory, "merges.txt")
+    elif kind == "gemma_sentencepiece":
+        files["model"] = os.path.join(directory, "tokenizer.model")
     else:
         files["model"] = os.path.join(directory, "sentencepiece.bpe.model")
     for file in files.values():
@@ -349,8 +373,18 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     activation = meta.get("activation", "gelu")
     if activation not in _ACTIVATIONS:
         raise InputError(f"unknown activation {activation!r}", path=path)
+    dense = None
+    if meta.get("dense_head"):
+        dense = DenseHead(meta["dense_head"])
+        dense.build((None, backbone.hidden_dim))
+        head_path = os.path.join(directory, DENSE_HEAD_FILE)
+        if not os.path.exists(head_path):
+            raise InputError(f"missing {DENSE_HEAD_FILE} ({ENCODER_CONFIG_FILE} names a "
+                             "Dense head)", path=directory)
+        with np.load(head_path) as data:
+            dense.set_weights([data[f"arr_{i}"] for i in range(len(data.files))])
     encoder = SentenceEncoder(backbone, tokenizer, values["pooling"], activation, seed,
-                              normalize=values["normalize"], mlm_head=head)
+                              normalize=values["normalize"], mlm_head=head, dense_head=dense)
     if meta.get("prompts"):
         encoder.prompts = meta["prompts"]
     return encoder

@@ -106,10 +106,13 @@ class SentenceEncoder(keras.Model):
             Normalize module); the forward itself never normalises.
         mlm_head: the checkpoint's MLM head weights (numpy dict, `huggingface.read_mlm_head`)
             or None; CMLM-CSE starts its prediction head from them.
+        dense_head: a `dense_head.DenseHead` run on the pooled vector (a
+            sentence-transformers folder's Dense modules: EmbeddingGemma's), trained with
+            the encoder; None: none. Families that run keras-hub's forward only.
     """
 
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
-                 normalize=False, mlm_head=None, **kwargs):
+                 normalize=False, mlm_head=None, dense_head=None, **kwargs):
         super().__init__(**kwargs)
         family = families.family_of(backbone)
         if family is None:
@@ -132,6 +135,10 @@ class SentenceEncoder(keras.Model):
         self.normalize = bool(normalize)
         self._encode_cache = _FunctionCache()
         self._encode_cache.mlm_head = mlm_head
+        if dense_head is not None and families.TABLE[family].runs_own_forward:
+            raise ConfigError(f"a Dense head after pooling is not supported for the {family} "
+                              "family")
+        self.dense_head = dense_head
         self.built = True  # the backbone owns every variable and is built already
 
     @property
@@ -234,8 +241,10 @@ class SentenceEncoder(keras.Model):
                               f"\"Decoder families\")")
         x = self.backbone({"token_ids": inputs["token_ids"],
                            "padding_mask": inputs["padding_mask"]}, training=training)
-        return {"sequence_output": x,
-                "embedding": pool(pooling, [x], inputs["padding_mask"], None)}
+        embedding = pool(pooling, [x], inputs["padding_mask"], None)
+        if self.dense_head is not None:
+            embedding = self.dense_head(embedding)
+        return {"sequence_output": x, "embedding": embedding}
 
     def call(self, inputs, training=False, dropout=None, embedding_fn=None, position_ids=None,
              pooling=None, output_hidden_states=False, num_layers=None):

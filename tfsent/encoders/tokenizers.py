@@ -8,6 +8,8 @@ SavedModels, which load with tensorflow + tensorflow_text alone):
   ByteBPETokenizer         byte-level BPE (roberta): vocab.json + merges.txt
   SentencePieceTokenizer   SentencePiece with fairseq's id layout (xlm-roberta):
                            sentencepiece.bpe.model
+  GemmaSentencePieceTokenizer  Gemma's SentencePiece, the model's own ids, <bos> ... <eos>
+                           (gemma3): tokenizer.model
 
 All of them: `[first] pieces [last]` truncated to `max_seq_length` (special tokens
 included), padded with the family's pad id; `padding_mask` is 1 on real tokens. Only
@@ -19,12 +21,14 @@ families"): special-token strings inside the text are tokenized as text, not as 
 """
 
 import base64
+import hashlib
 import json
 import os
 
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sp
 
 from tfsent.errors import ConfigError, InputError
 
@@ -511,6 +515,29 @@ class QwenBPETokenizer(ByteBPETokenizer):
 # SentencePiece (XLM-RoBERTa)
 # --------------------------------------------------------------------------------------
 
+# TF Text's SentencePiece op keeps its model in a resource private to the op's kernel,
+# which dies with the eager kernel cache (`tf.random.set_seed`, hence
+# `keras.utils.set_random_seed`, clears it): a tokenizer made before then, and every
+# function traced with it, would fail ("Resource ... does not exist"). tfsent's
+# SentencePiece tokenizers name the resource (`shared_name`: the model's digest), so it
+# lives in the resource manager instead, one per model, whatever happens to the kernels.
+class _NamedSentencepieceResource(_tf_text_sp._SentencepieceModelResource):
+
+    def _create_resource(self):
+        shared_name = "tfsent_sentencepiece_" + hashlib.sha1(self._model).hexdigest()
+        with tf.name_scope(self._name or "SentenceTokenizerInitializer"):
+            return _tf_text_sp.gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._model, shared_name=shared_name)
+
+
+def _sentencepiece_op(model):
+    """A TF Text SentencepieceTokenizer of `model` whose resource is named (see above)."""
+    op = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+    op._model_resource = _NamedSentencepieceResource(model, None)
+    return op
+
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class SentencePieceTokenizer(_InGraphTokenizer):
     """SentencePiece with fairseq's id layout (XLM-RoBERTa), in-graph.
@@ -546,7 +573,7 @@ class SentencePieceTokenizer(_InGraphTokenizer):
                 model = f.read()
         self.model = bytes(model)
         try:
-            self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+            self._sp = _sentencepiece_op(self.model)
             size = int(self._sp.vocab_size())
             first = self._sp.id_to_string(tf.constant([0, 1, 2])).numpy().tolist()
         except Exception as e:  # noqa: BLE001  (TF raises several kinds on a bad proto)
@@ -573,6 +600,70 @@ class SentencePieceTokenizer(_InGraphTokenizer):
         """Writes the Hugging Face tokenizer file of this tokenizer
         (sentencepiece.bpe.model)."""
         with open(os.path.join(directory, "sentencepiece.bpe.model"), "wb") as f:
+            f.write(self.model)
+
+    def _config(self):
+        return {"model_base64": base64.b64encode(self.model).decode("ascii")}
+
+
+@keras.saving.register_keras_serializable(package="tfsent")
+class GemmaSentencePieceTokenizer(_InGraphTokenizer):
+    """Gemma's SentencePiece (EmbeddingGemma, Gemma3), in-graph: the model's own ids
+    (<pad>=0, <eos>=1, <bos>=2, <unk>=3; byte fallback, no dummy prefix, whitespace kept),
+    sequences `<bos> pieces <eos>` as Hugging Face's GemmaTokenizer with add_bos_token and
+    add_eos_token builds them: a text longer than `max_seq_length` keeps its first
+    `max_seq_length - 2` pieces and still ends with <eos>. Padded with <pad>; <mask> is
+    the model's `<mask>` piece when it has one, else <unk>. Invalid UTF-8 becomes U+FFFD.
+
+    Args:
+        model: the serialized model proto (bytes), or the path of tokenizer.model.
+        max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
+        model_base64: the proto as base64 text instead of `model` (what `get_config` holds).
+    """
+
+    lowercase = False
+    strip_accents = False
+    SPECIALS = (b"<pad>", b"<eos>", b"<bos>", b"<unk>")
+
+    def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
+                 model_base64=None, **kwargs):
+        super().__init__(max_seq_length, pad_to_max_length, **kwargs)
+        path = None
+        if (model is None) == (model_base64 is None):
+            raise ConfigError("GemmaSentencePieceTokenizer takes one of model= or "
+                              "model_base64=")
+        if model_base64 is not None:
+            model = base64.b64decode(model_base64.encode("ascii"))
+        elif isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            with open(path, "rb") as f:
+                model = f.read()
+        self.model = bytes(model)
+        try:
+            self._sp = _sentencepiece_op(self.model)
+            self.num_pieces = int(self._sp.vocab_size())
+            first = self._sp.id_to_string(tf.constant([0, 1, 2, 3])).numpy().tolist()
+            mask = int(self._sp.string_to_id(tf.constant("<mask>")).numpy())
+        except Exception as e:  # noqa: BLE001  (TF raises several kinds on a bad proto)
+            raise InputError(f"not a SentencePiece model ({type(e).__name__}: {e})",
+                             path=path) from None
+        if tuple(first) != self.SPECIALS:
+            raise InputError("not a Gemma SentencePiece model: pieces 0-3 are "
+                             f"{[p.decode('utf-8', 'replace') for p in first]}, expected "
+                             "<pad> <eos> <bos> <unk>", path=path)
+        self._set_special_ids(cls_id=2, sep_id=1, pad_id=0, mask_id=mask, unk_id=3)
+
+    @property
+    def vocabulary_size(self):
+        """Number of ids: the model's pieces."""
+        return self.num_pieces
+
+    def pieces(self, strings):
+        return self._sp.tokenize(_replace_invalid_utf8(strings))
+
+    def save_files(self, directory):
+        """Writes the Hugging Face tokenizer file of this tokenizer (tokenizer.model)."""
+        with open(os.path.join(directory, "tokenizer.model"), "wb") as f:
             f.write(self.model)
 
     def _config(self):

@@ -18,7 +18,8 @@ between them (field names, token types, position offset, weight names) is
 """
 
 from tfsent.encoders.huggingface.config import (HF_ACTIVATIONS, backbone_config,
-                                                checked_family, hf_config, position_offset,
+                                                check_keras_hub_fixed, checked_family, hf_config,
+                                                keras_hub_overrides, position_offset,
                                                 read_hf_config, read_json,
                                                 unsupported_family_message)
 from tfsent.encoders.huggingface.sentence_transformers import read_sentence_transformers
@@ -28,7 +29,8 @@ from tfsent.encoders.huggingface.weights import (SAFETENSORS_FILE, SAFETENSORS_I
                                                  load_weights, pooler_specs, read_mlm_head,
                                                  weight_specs)
 
-__all__ = ["HF_ACTIVATIONS", "backbone_config", "checked_family", "hf_config",
+__all__ = ["HF_ACTIVATIONS", "backbone_config", "check_keras_hub_fixed", "checked_family",
+           "keras_hub_overrides", "hf_config",
            "position_offset", "read_hf_config", "read_json", "unsupported_family_message",
            "read_sentence_transformers", "make_tokenizer", "tokenizer_settings",
            "SAFETENSORS_FILE", "SAFETENSORS_INDEX", "SafetensorsCheckpoint", "hf_state_dict",

@@ -33,8 +33,10 @@ def read_json(path):
 
 def unsupported_family_message(model_type):
     """The error text for a model_type tfsent does not run."""
+    names = [f"{f} (model_type {families.TABLE[f].hf_model_type})"
+             if families.TABLE[f].hf_model_type else f for f in FAMILIES]
     return (f"model_type {model_type!r} is not supported; supported families: "
-            f"{', '.join(FAMILIES)}")
+            f"{', '.join(names)}")
 
 
 def read_hf_config(directory):
@@ -47,10 +49,49 @@ def read_hf_config(directory):
     if not isinstance(config, dict) or "model_type" not in config:
         raise InputError("config.json has no model_type (cannot tell the model family)",
                          path=path)
-    family = config["model_type"]
-    if family not in FAMILIES:
-        raise ConfigError(f"{path}: {unsupported_family_message(family)}")
+    family = families.family_of_model_type(config["model_type"])
+    if family is None:
+        raise ConfigError(f"{path}: {unsupported_family_message(config['model_type'])}")
     return family, config
+
+
+def keras_hub_overrides(family, config):
+    """Settings passed over keras-hub's converter for a folder of a family it loads: the
+    family's `keras_hub_overrides`, and for a bidirectional sliding window (EmbeddingGemma)
+    a window keras-hub reads as Hugging Face does. transformers lets a token see
+    `sliding_window // 2` tokens on each side; keras-hub's window of size s sees s // 2
+    after and s - s // 2 - 1 before (one fewer: 255 / 256 for EmbeddingGemma's 512), so it
+    gets s = 2 * (sliding_window // 2) + 1."""
+    out = dict(families.TABLE[family].keras_hub_overrides or {})
+    window = config.get("sliding_window")
+    if families.TABLE[family].layer_type_period and window \
+            and config.get("use_bidirectional_attention"):
+        out["sliding_window_size"] = 2 * (int(window) // 2) + 1
+    return out
+
+
+def check_keras_hub_fixed(family, config, path):
+    """ConfigError when config.json sets what keras-hub's backbone of the family fixes
+    (`Family.layer_type_period`, `Family.rope_thetas`): such a checkpoint would load
+    without error and compute something else."""
+    record = families.TABLE[family]
+    period = record.layer_type_period
+    types = config.get("layer_types")
+    if period and types:
+        expected = ["sliding_attention" if (i + 1) % period else "full_attention"
+                    for i in range(len(types))]
+        if list(types) != expected:
+            raise ConfigError(f"{path}: layer_types {types} differ from keras-hub's "
+                              f"{family} layout (every {period}th layer full attention, "
+                              "the others sliding)")
+    for kind, theta in (record.rope_thetas or {}).items():
+        given = ((config.get("rope_parameters") or {}).get(kind) or {}).get("rope_theta")
+        if given is None:  # transformers 4's fields
+            given = config.get("rope_local_base_freq" if kind == "sliding_attention"
+                               else "rope_theta")
+        if given is not None and float(given) != theta:
+            raise ConfigError(f"{path}: rope_theta {given} of {kind} layers; keras-hub's "
+                              f"{family} backbone fixes it at {theta:g}")
 
 
 def position_offset(family, config):

@@ -22,7 +22,8 @@ _DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 def read_sentence_transformers(directory):
     """Settings of a sentence-transformers model directory (modules.json):
     {"transformer_dir", "pooling" (a tfsent pooling, or None with "pooling_error"),
-     "max_seq_length", "normalize", "do_lower_case"} (absent keys: not declared)."""
+     "max_seq_length", "normalize", "do_lower_case", "dense_modules" (the folders of Dense
+     modules after the Pooling one, in order)} (absent keys: not declared)."""
     path = os.path.join(directory, "modules.json")
     modules = read_json(path)
     if not isinstance(modules, list) or not modules:
@@ -55,6 +56,10 @@ def read_sentence_transformers(directory):
             out["normalize"] = True
         elif kind == "Dense" and _is_pooler_dense(sub, out):
             out["pooling"] = "cls"  # CLS token + the checkpoint's own pooler: tfsent's `cls`
+        elif kind == "Dense" and "pooling" in out and not out["normalize"]:
+            # A head after pooling (EmbeddingGemma's); the loader runs it for families that
+            # have a `dense_head` (`encoders.dense_head`) and refuses it for the others.
+            out.setdefault("dense_modules", []).append(sub)
         else:
             raise InputError(f"module {module.get('type')!r} is not supported (tfsent runs "
                              "Transformer, Pooling and Normalize modules, and a Dense module "

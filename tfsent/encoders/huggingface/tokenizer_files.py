@@ -7,8 +7,9 @@ import os
 
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import read_json
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, QwenBPETokenizer,
-                                        SentencePieceTokenizer, SentenceTokenizer)
+from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceTokenizer,
+                                        QwenBPETokenizer, SentencePieceTokenizer,
+                                        SentenceTokenizer)
 from tfsent.errors import InputError
 
 
@@ -82,6 +83,10 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
         pad = _special_token(settings.get("pad_token")) or appended
         tokenizer = QwenBPETokenizer(vocabulary, merges, {"sep": appended, "pad": pad},
                                      max_seq_length, pad_to_max_length)
+    elif kind == "gemma_sentencepiece":
+        tokenizer = _gemma_tokenizer(family, directory, settings, max_seq_length,
+                                     pad_to_max_length)
+        path = os.path.join(directory, "tokenizer.model")
     else:
         path = os.path.join(directory, "sentencepiece.bpe.model")
         if not os.path.exists(path):
@@ -95,6 +100,28 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
                          f"vocab_size is {vocab_size}: the files do not belong together",
                          path=path)
     return tokenizer
+
+
+def _gemma_tokenizer(family, directory, settings, max_seq_length, pad_to_max_length):
+    """Gemma's tokenizer.model, checked against tokenizer.json's template (when there is
+    one) and tokenizer_config.json: tfsent runs `<bos> $A <eos>` (EmbeddingGemma's)."""
+    path = os.path.join(directory, "tokenizer.model")
+    if not os.path.exists(path):
+        raise InputError("no tokenizer.model (Gemma's SentencePiece model; tfsent does not "
+                         "run a Gemma tokenizer from tokenizer.json alone)", path=directory)
+    json_path, data = _tokenizer_json(directory)
+    if data is not None:
+        post = data.get("post_processor") or {}
+        single = [next(iter(item.values())).get("id") for item in post.get("single") or []]
+        if single != ["<bos>", "A", families.TABLE[family].appended_token]:
+            raise InputError(f"tokenizer.json's template {single or 'none'} is not "
+                             "`<bos> $A <eos>` (EmbeddingGemma's, which tfsent runs)",
+                             path=json_path)
+    elif not (settings.get("add_bos_token", True) and settings.get("add_eos_token")):
+        raise InputError("tokenizer_config.json does not set add_bos_token and "
+                         "add_eos_token (EmbeddingGemma's `<bos> text <eos>`, which tfsent "
+                         "runs)", path=os.path.join(directory, "tokenizer_config.json"))
+    return GemmaSentencePieceTokenizer(path, max_seq_length, pad_to_max_length)
 
 
 def _appended_token(path, data):
