@@ -40,8 +40,9 @@ class CrossEncoder(SentenceMethod):
     metric_names = ("loss", "accuracy")
     input_kind = "cross_pairs"
     duplicate_free_batches = False  # each query meets only its own passages
-    # `python -m tfsent.train` selects on and exports sentence embeddings: not yet for this.
-    runs_in_train_cli = False
+    # `python -m tfsent.train` selects its checkpoints by the reranked nDCG@10 of a
+    # retriever's dev top N (tfsent.training.rerank_dev) and exports format cross_encoder.
+    dev_selection = "reranked"
 
     def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
                  seed=None, **kwargs):
@@ -101,6 +102,11 @@ class CrossEncoder(SentenceMethod):
         return formats.keras_export(self.encoder, filepath, format, verbose,
                                     input_signature, defaults, kwargs)
 
+    @property
+    def export_head(self):
+        """The score head: what the run keeps with the encoder in its best/ weights."""
+        return self.score_head
+
     def encode(self, *args, **kwargs):
         raise ConfigError("a cross-encoder has no sentence embeddings; use score(queries, "
                           "passages)")
@@ -129,10 +135,18 @@ def _validate(config):
 SPEC = MethodSpec(
     "cross_encoder", CrossEncoder, "cross_pairs",
     "Cross-encoder reranker: (query, passage) read jointly -> a relevance score; rows "
-    "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine).",
+    "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine); "
+    "selected by the reranked dev nDCG@10 of a retriever's top rerank_top.",
     fields=[Field("loss", "listwise", LOSS, arg="loss",
                   doc="listwise: softmax cross-entropy over the positive and its negatives; "
-                      "bce: binary cross-entropy per pair")],
+                      "bce: binary cross-entropy per pair"),
+            Field("retriever", "", types=(str,),
+                  doc="dev selection: the bi-encoder whose top rerank_top documents of each "
+                      "dev query are reranked (\"\": the run's encoder); searched once per run"),
+            Field("rerank_top", 20, checks.Range(1, integer=True),
+                  doc="dev selection: documents per dev query reranked (selection by the "
+                      "reranked nDCG@10 of eval_data=beir:DIR:dev)")],
     run_args={"seed": "seed"},
-    run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1},
+    run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1,
+                  "first_eval_step": 0},
     validate=_validate)
