@@ -44,14 +44,22 @@ def _mined(path):
     return str(path)
 
 
-def _overrides(case, tiny_encoder_dir, hf_checkpoint_dirs, **extra):
-    fields = {"encoder": hf_checkpoint_dirs["bert"], "retriever": tiny_encoder_dir,
+def _overrides(case, tiny_encoder_dir, bert_dir, **extra):
+    fields = {"encoder": bert_dir, "retriever": tiny_encoder_dir,
               "train_data": case["mined"], "eval_data": f"beir:{case['beir']}:dev",
-              "rerank_top": TOP, "steps": 4, "eval_every": 2, "batch_size": 4,
+              "rerank_top": TOP, "steps": 6, "eval_every": 2, "batch_size": 4,
               "max_seq_length": 32, "eval_max_seq_length": 32, "learning_rate": 1e-3,
               "jit_compile": "false", "projector_every": 0}
     fields.update(extra)
     return [f"{k}={v}" for k, v in fields.items()]
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    """A tiny random BERT checkpoint in Hugging Face's layout (the cross-encoder's start)."""
+    from hf_checkpoints import make_tiny_checkpoint
+
+    return make_tiny_checkpoint("bert", str(tmp_path_factory.mktemp("hf") / "bert"))
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +69,13 @@ def case(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained(case, tiny_encoder_dir, hf_checkpoint_dirs):
-    """The command's run: 4 steps, dev evaluations at steps 2 and 4."""
+def trained(case, tiny_encoder_dir, bert_dir):
+    """The command's run: 6 steps, dev evaluations at steps 2, 4 and 6."""
     out = str(case["root"] / "run")
     r = subprocess.run([sys.executable, "-m", "tfsent.train", "--method=cross_encoder",
                         f"--output_dir={out}",
                         *[f"--config.{o}" for o in _overrides(case, tiny_encoder_dir,
-                                                              hf_checkpoint_dirs)]],
+                                                              bert_dir)]],
                        capture_output=True, text=True, cwd=REPO, timeout=600,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-4000:]
@@ -88,7 +96,7 @@ def test_selection_by_reranked_ndcg_and_the_export(trained, case):
 
     out, metrics, r = trained
     history = metrics["dev_history"]
-    assert [h["step"] for h in history] == [2, 4]
+    assert [h["step"] for h in history] == [2, 4, 6]
     first = metrics["dev_before"]["retriever_ndcg@10"]
     for h in history:  # both figures logged at each evaluation, the retriever's fixed
         assert h["retriever_ndcg@10"] == pytest.approx(first) and 0 <= h["ndcg@10"] <= 100
@@ -117,13 +125,13 @@ def test_selection_by_reranked_ndcg_and_the_export(trained, case):
 
 
 def test_export_scores_equal_the_keras_model_with_the_best_weights(trained,
-                                                                    hf_checkpoint_dirs):
+                                                                    bert_dir):
     from tfsent.encoders import load_encoder
     from tfsent.methods import CrossEncoder
     from tfsent.serving import ServedCrossEncoder
 
     out, metrics, _ = trained
-    model = CrossEncoder(load_encoder(hf_checkpoint_dirs["bert"], pooling="cls",
+    model = CrossEncoder(load_encoder(bert_dir, pooling="cls",
                                       max_seq_length=32))
     model.encoder.load_weights(os.path.join(out, "best", "encoder.weights.h5"))
     with np.load(os.path.join(out, "best", "head.npz")) as stored:
@@ -135,33 +143,46 @@ def test_export_scores_equal_the_keras_model_with_the_best_weights(trained,
                                model.score(queries, passages), atol=1e-4)
 
 
-def test_first_stage_is_read_back_and_evaluate_takes_the_run_folder(trained, case,
-                                                                     monkeypatch):
-    from tfsent.data import beir
-    from tfsent.errors import ConfigError
-    from tfsent.evaluation import rerank as rerank_lib
-    from tfsent.evaluation.retrieval import check_tasks
-    from tfsent.training import rerank_dev, resolve_config
+def test_resume_reads_the_first_stage_back_and_exports_the_same(
+        trained, case, tiny_encoder_dir, bert_dir, monkeypatch, tmp_path):
+    """The run folder as an interruption after the last checkpoint leaves it (no export
+    yet): the same config resumes at step 6, the retriever is not loaded again (its dev
+    ranking is read from the folder), and the same checkpoint is exported."""
+    import shutil
+
+    from tfsent import training
+    from tfsent.serving import ServedCrossEncoder
+    from tfsent.training import rerank_dev
 
     out, metrics, _ = trained
-    with open(os.path.join(out, "config.json")) as f:
-        config = resolve_config("cross_encoder", overrides=[
-            f"{k}={v}" for k, v in json.load(f).items()
-            if k in ("encoder", "retriever", "eval_data", "rerank_top", "eval_max_seq_length")])
+    copy = str(tmp_path / "run")
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("export"))
+    with open(os.path.join(copy, "metrics.json"), "w") as f:
+        json.dump({k: v for k, v in metrics.items() if k not in ("export", "exported")}, f)
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the retriever was loaded again")
 
     monkeypatch.setattr(rerank_dev, "load_any", no_loading)
-    ranking, measures = rerank_dev.first_stage(config, beir.read_split(case["beir"], "dev"),
-                                               out)
-    assert measures["ndcg@10"] == pytest.approx(metrics["dev_before"]["retriever_ndcg@10"])
-    assert len(ranking.query_ids) == 4 and all(len(d) == 12 for d in ranking.doc_ids)
-    # --rerank=RUN_DIR stands for its export.
+    config = training.resolve_config("cross_encoder", overrides=_overrides(
+        case, tiny_encoder_dir, bert_dir))
+    again = training.run("cross_encoder", config, copy)
+    assert again["steps"] == 6 and again["exported"] == metrics["exported"]
+    pairs = (["where is the dog", "snow"], ["a dog is here", "a tree is here"])
+    np.testing.assert_allclose(ServedCrossEncoder(again["export"]).score(*pairs),
+                               ServedCrossEncoder(metrics["export"]).score(*pairs), atol=1e-5)
+
+
+def test_evaluate_takes_the_run_folder(trained, case):
+    from tfsent.errors import ConfigError
+    from tfsent.evaluation import rerank as rerank_lib
+    from tfsent.evaluation.retrieval import check_tasks
+
+    out = trained[0]
     assert rerank_lib.reranker_export(out) == os.path.join(out, "export")
     tasks = [f"beir:{case['beir']}:test"]
     rerank_lib.check_rerank(out, TOP, tasks, check_tasks(tasks))  # accepted
-    with pytest.raises(ConfigError, match="not a CrossEncoder|neither"):
+    with pytest.raises(ConfigError, match="neither a SavedModel export"):
         rerank_lib.check_rerank(str(case["root"]), TOP, tasks, check_tasks(tasks))
 
 
@@ -175,7 +196,7 @@ def test_first_stage_is_read_back_and_evaluate_takes_the_run_folder(trained, cas
     ({"test_tasks": "STSBenchmark"}, "no sentence embeddings"),
 ])
 def test_bad_input_is_refused_before_any_model_loads(extra, error, case, trained,
-                                                     tiny_encoder_dir, hf_checkpoint_dirs,
+                                                     tiny_encoder_dir, bert_dir,
                                                      tmp_path):
     from tfsent import training
     from tfsent.errors import ConfigError
@@ -185,7 +206,8 @@ def test_bad_input_is_refused_before_any_model_loads(extra, error, case, trained
     out = str(tmp_path / "run")
     with pytest.raises(ConfigError, match=error):
         config = training.resolve_config(
-            "cross_encoder", overrides=_overrides(case, tiny_encoder_dir, hf_checkpoint_dirs,
+            "cross_encoder", overrides=_overrides(case, tiny_encoder_dir, bert_dir,
                                                   **extra))
         training.run("cross_encoder", config, out)
     assert not os.path.exists(out)  # refused before the run wrote (or loaded) anything
+

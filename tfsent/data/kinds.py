@@ -69,7 +69,8 @@ def _read_cross_pairs(source, config):
             f"train_data {source!r}: rows (query, positive) without negatives; a "
             f"cross-encoder trains on (query, positive, negative_1..N) rows. Mine them "
             f"first: python -m tfsent.mine --model=minilm-l6 {hint} --num_negatives=3 "
-            f"--range_min=5 --out=mined.jsonl, then --config.train_data=mined.jsonl")
+            f"--range_min=2 --output_format=n-tuple --out=mined.jsonl, then "
+            f"--config.train_data=mined.jsonl")
     return rows
 
 
