@@ -118,6 +118,11 @@ def test_selection_by_reranked_ndcg_and_the_export(trained, case):
         head = [docs[i] for i in np.argsort(-scores, kind="stable")]
         values.append(_ndcg10(head + docs[TOP:], set(split.qrels[qid])))
     assert np.mean(values) == pytest.approx(metrics["exported"]["score"], abs=1e-3)
+    # The retriever's recall@TOP (the ceiling of any reranking), from the stored ranking.
+    reached = [len(set(docs[:TOP]) & set(split.qrels[qid])) / len(split.qrels[qid])
+               for qid, docs in zip(stage["query_ids"], stage["doc_ids"])]
+    assert metrics["dev_before"][f"retriever_recall@{TOP}"] == pytest.approx(
+        100 * np.mean(reached))
     # The closing lines name the evaluation with this reranker and the two-stage index.
     assert f"--rerank={out} --rerank_top={TOP}" in r.stdout
     assert f"--reranker={metrics['export']}" in r.stdout

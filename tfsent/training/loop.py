@@ -322,7 +322,8 @@ def restore_run(r):
     r.metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
     if r.reranked:
         # The retriever's dev top N: searched once per run (read back when resuming).
-        r.first_stage = rerank_dev.first_stage(config, r.dev_split, r.output_dir)
+        r.first_stage = rerank_dev.first_stage(config, r.dev_split, r.output_dir,
+                                               write=r.chief)
     if r.start_step:
         logging.info("resuming from step %d (checkpoint in %s)", r.start_step,
                      os.path.join(r.output_dir, "checkpoints"))

@@ -75,15 +75,16 @@ def _stamp(config, split):
     """What the stored first stage was computed from (a different one is recomputed)."""
     return {"retriever": retriever_of(config), "directory": os.path.abspath(split.directory),
             "split": split.split, "documents": count_documents(split.directory),
-            "depth": max(RUN_DEPTH, config.rerank_top),
-            "max_seq_length": config.eval_max_seq_length}
+            "depth": max(RUN_DEPTH, config.rerank_top), "rerank_top": config.rerank_top}
 
 
-def first_stage(config, split, output_dir, verbose=1):
+def first_stage(config, split, output_dir, write=True, verbose=1):
     """(Ranking, measures) of the retriever's exact search over the dev `split`, read from
     OUTPUT_DIR/FIRST_STAGE_FILE when it was computed there from the same retriever and
     split (a resumed run), else computed (the retriever loaded, the corpus encoded with the
-    retriever's own prompts) and written there."""
+    retriever's own prompts and truncation length, as `python -m tfsent.evaluate
+    --model=RETRIEVER` does) and written there (`write`: the chief of a multi-worker run
+    only)."""
     path = os.path.join(output_dir, FIRST_STAGE_FILE)
     stamp = _stamp(config, split)
     stored = read_json(path)
@@ -94,20 +95,34 @@ def first_stage(config, split, output_dir, verbose=1):
                           [np.asarray(s, np.float32) for s in stored["scores"]])
         return ranking, stored["measures"]
     start = time.perf_counter()
-    retriever = load_any(stamp["retriever"], None, config.eval_max_seq_length)
+    retriever = load_any(stamp["retriever"], None, None)
     query_prompt, document_prompt = resolve_prompts(retriever)
-    ranking = search_split(retriever, split, 64, config.eval_max_seq_length, query_prompt,
-                           document_prompt, stamp["depth"], verbose=verbose)
+    ranking = search_split(retriever, split, 64, None, query_prompt, document_prompt,
+                           stamp["depth"], verbose=verbose)
     measures = evaluate_ranking(ranking.as_dict(), split.qrels, split.query_ids)
     measures = {m: float(measures[m]) for m in RETRIEVAL_MEASURES}
-    logging.info("first stage of dev reranking: %s on %s (%s) nDCG@10 %.2f, recall@%d "
-                 "bounds the reranked figures; %.1f s, once per run", stamp["retriever"],
-                 split.directory, split.split, measures["ndcg@10"], config.rerank_top,
+    top = config.rerank_top
+    measures[f"recall@{top}"] = recall_at(ranking, split, top)
+    logging.info("first stage of dev reranking: %s on %s (%s) nDCG@10 %.2f; recall@%d "
+                 "%.2f, the share of relevant documents a reranking can reach; %.1f s, "
+                 "once per run", stamp["retriever"], split.directory, split.split,
+                 measures["ndcg@10"], top, measures[f"recall@{top}"],
                  time.perf_counter() - start)
-    write_json_atomic(path, {"stamp": stamp, "measures": measures,
-                             "query_ids": ranking.query_ids, "doc_ids": ranking.doc_ids,
-                             "scores": [np.asarray(s).tolist() for s in ranking.scores]})
+    if write:
+        write_json_atomic(path, {"stamp": stamp, "measures": measures,
+                                 "query_ids": ranking.query_ids, "doc_ids": ranking.doc_ids,
+                                 "scores": [np.asarray(s).tolist() for s in ranking.scores]})
     return ranking, measures
+
+
+def recall_at(ranking, split, top):
+    """Mean over the split's queries of the share of its relevant documents (qrel score
+    > 0) in the ranking's first `top` (x100)."""
+    shares = []
+    for qid, docs in zip(ranking.query_ids, ranking.doc_ids):
+        relevant = {d for d, score in split.qrels[qid].items() if score > 0}
+        shares.append(len(relevant.intersection(docs[:top])) / max(1, len(relevant)))
+    return 100.0 * float(np.mean(shares)) if shares else 0.0
 
 
 class RerankDevEvaluation(_DevEvaluation):
