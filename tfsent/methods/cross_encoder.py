@@ -57,6 +57,9 @@ class CrossEncoder(SentenceMethod):
                                                  name="head_dropout")
         self.score_head = keras.layers.Dense(1, name="score_head")
         self.score_head.build((None, encoder.hidden_dim))
+        # score()'s traced functions by truncation length, outside Keras' tracking: one
+        # trace per length, not one per call (a dev evaluation calls score chunk by chunk).
+        object.__setattr__(self, "_score_functions", {})
 
     def call(self, inputs, training=False):
         """(B,) float32 relevance logits of tokenized pair features."""
@@ -79,10 +82,12 @@ class CrossEncoder(SentenceMethod):
         """Relevance logits (numpy (N,)) of (query, passage) string pairs."""
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
-        tokenizer = self.encoder.tokenizer
-        if max_seq_length is not None:
-            tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
-        fn = _score_function(self, tokenizer)
+        fn = self._score_functions.get(max_seq_length)
+        if fn is None:
+            tokenizer = self.encoder.tokenizer
+            if max_seq_length is not None:
+                tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
+            fn = self._score_functions[max_seq_length] = _score_function(self, tokenizer)
         out = [fn(tf.constant(list(queries[i:i + batch_size]), tf.string),
                   tf.constant(list(passages[i:i + batch_size]), tf.string)).numpy()
                for i in range(0, len(queries), batch_size)]

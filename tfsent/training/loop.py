@@ -532,7 +532,7 @@ def _dev_evaluation(r, use_head=True, skip_when=None):
     if r.reranked:
         return rerank_dev.RerankDevEvaluation(r.dev_split, *r.first_stage, config.rerank_top,
                                               max_seq_length=config.eval_max_seq_length,
-                                              skip_when=skip_when)
+                                              skip_when=skip_when, verbose=1)
     if r.monitor == "spearman":
         return STSDevEvaluation(*r.dev_pairs, prefix="val", use_head=use_head,
                                 max_seq_length=config.eval_max_seq_length,

@@ -13,6 +13,7 @@ is read or loaded; `RerankDevEvaluation` is the Keras callback.
 import os
 import time
 
+import keras
 import numpy as np
 from absl import logging
 
@@ -137,10 +138,12 @@ class RerankDevEvaluation(_DevEvaluation):
         top: documents reranked per query.
         prefix, batch_size, max_seq_length: log prefix, scoring batch and truncation.
         skip_when: optional callable; when it returns True the epoch is not evaluated.
+        verbose: 1 shows a progress bar over the pairs scored (the training command's
+            choice: thousands of pairs take minutes on a CPU), 0 none.
     """
 
     def __init__(self, split, ranking, retriever_measures, top, prefix="val", batch_size=64,
-                 max_seq_length=None, skip_when=None):
+                 max_seq_length=None, skip_when=None, verbose=0):
         super().__init__()
         self.split = split
         self.ranking = ranking
@@ -150,6 +153,7 @@ class RerankDevEvaluation(_DevEvaluation):
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
         self.skip_when = skip_when
+        self.verbose = verbose
         self.last_report = None
 
     def retriever_report(self):
@@ -160,10 +164,15 @@ class RerankDevEvaluation(_DevEvaluation):
         """The reranked report of `model` (default: the callback's model)."""
         model = model or self.model
         start = time.perf_counter()
+        pairs = sum(min(len(d), self.top) for d in self.ranking.doc_ids)
+        bar = keras.utils.Progbar(pairs, unit_name="pair") if self.verbose else None
 
         def score(queries, passages):
-            return model.score(queries, passages, batch_size=self.batch_size,
-                               max_seq_length=self.max_seq_length)
+            out = model.score(queries, passages, batch_size=self.batch_size,
+                              max_seq_length=self.max_seq_length)
+            if bar is not None:
+                bar.add(len(queries))
+            return out
 
         reranked = rerank(self.ranking, self.split, score, self.top, self.batch_size)
         result = evaluate_ranking(reranked.as_dict(), self.split.qrels, self.split.query_ids)
