@@ -65,10 +65,11 @@ def _read_cross_pairs(source, config):
     if rows and len(rows[0]) < 3:
         hint = (f"--beir={source[len('beir:'):]}" if source.startswith("beir:")
                 else f"--pairs={source}")
+        miner = config.get("retriever") or config.encoder
         raise ConfigError(
             f"train_data {source!r}: rows (query, positive) without negatives; a "
             f"cross-encoder trains on (query, positive, negative_1..N) rows. Mine them "
-            f"first: python -m tfsent.mine --model=minilm-l6 {hint} --num_negatives=3 "
+            f"first: python -m tfsent.mine --model={miner} {hint} --num_negatives=3 "
             f"--range_min=2 --output_format=n-tuple --out=mined.jsonl, then "
             f"--config.train_data=mined.jsonl")
     return rows
