@@ -26,9 +26,7 @@ from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking, r
 from tfsent.search.mined_files import resolve_prompts
 from tfsent.serving import load_any
 from tfsent.training.callbacks import _DevEvaluation
-from tfsent.training.run_dir import read_json, write_json_atomic
-
-FIRST_STAGE_FILE = "dev_first_stage.json"  # in the run folder
+from tfsent.training.run_dir import FIRST_STAGE_FILE, read_json, write_json_atomic
 RETRIEVER_PREFIX = "retriever_"  # the first stage's measures in a dev report
 
 
