@@ -55,6 +55,9 @@ def check_rerank_config(config):
             raise ConfigError(f"{field}: a cross-encoder has no sentence embeddings; "
                               f"evaluate its export with python -m tfsent.evaluate "
                               f"--rerank=RUN_DIR (the closing lines of the run name it)")
+    if config.get("dev_pool"):  # (the retrieval dev pool: embedding candidates)
+        raise ConfigError(f"dev_pool={config.dev_pool}: a cross_encoder run's dev candidates "
+                          f"are the retriever's top rerank_top; leave dev_pool at 0")
     if config.get("export_formats", "saved_model") not in ("", "saved_model",
                                                            "cross_encoder"):
         raise ConfigError(f"export_formats={config.export_formats!r}: a cross_encoder run "
