@@ -139,9 +139,9 @@ def _define_flags():
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges (not needed for an export made with "
                         "--quantize=int8).")
-    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder or "
-                        "a CrossEncoder .keras file) that reorders each beir: task's top "
-                        "--rerank_top: measures before and after.")
+    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder, "
+                        "its training run's folder or a CrossEncoder .keras file) that "
+                        "reorders each beir: task's top --rerank_top: before and after.")
     flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.")
 
 

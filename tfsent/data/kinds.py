@@ -56,6 +56,25 @@ def _read_pairs(source, config):
                                      config.get("hard_negatives", True))
 
 
+def _read_cross_pairs(source, config):
+    """Rows with negatives: a cross-encoder learns to score a passage against the
+    retriever's near misses. Rows without (a BEIR folder's (query, relevant document)
+    pairs, a two-column pairs file) are refused, naming the command that mines them: a
+    mined file is computed once, seen whole before training and reused by every rerun."""
+    rows = pairs.read_training_pairs(source, config.train_split, True)
+    if rows and len(rows[0]) < 3:
+        hint = (f"--beir={source[len('beir:'):]}" if source.startswith("beir:")
+                else f"--pairs={source}")
+        miner = config.get("retriever") or config.encoder
+        raise ConfigError(
+            f"train_data {source!r}: rows (query, positive) without negatives; a "
+            f"cross-encoder trains on (query, positive, negative_1..N) rows. Mine them "
+            f"first: python -m tfsent.mine --model={miner} {hint} --num_negatives=3 "
+            f"--range_min=2 --output_format=n-tuple --out=mined.jsonl, then "
+            f"--config.train_data=mined.jsonl")
+    return rows
+
+
 def _read_nli_pairs(source, config):
     return readers.read_nli_pairs(source, config.train_split)
 
@@ -147,7 +166,7 @@ KINDS = {kind.name: kind for kind in (
              row_keys=("anchor", "positive"), negative_columns=True),
     DataKind("cross_pairs", "retrieval rows (anchor, positive, negative_1..N), N >= 1, "
              "as joint (query, document) pair inputs with labels (cross-encoders)",
-             _read_pairs, _cross_pairs,
+             _read_cross_pairs, _cross_pairs,
              "(anchor, positive, negative_1[, ..negative_N]) string rows, as tuples or "
              "dicts with those keys (a list or a tf.data.Dataset, batched or not)",
              row_keys=("anchor", "positive"), negative_columns=True),

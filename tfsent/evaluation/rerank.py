@@ -51,10 +51,11 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False):
     `retrieval`: their checked RetrievalTasks), before any
     model is loaded: every task a `beir:` one, no size / quantization `variants`,
     1 <= top <= each task's corpus size (its non-blank corpus.jsonl lines), `reranker` a
-    cross-encoder export folder (a version, or a folder of versions: the newest) or a
-    CrossEncoder `.keras` file. ConfigError / InputError naming the flag otherwise."""
+    cross-encoder export folder (a version, or a folder of versions: the newest), a
+    cross-encoder training run's folder (its export/) or a CrossEncoder `.keras` file. ConfigError / InputError naming the flag otherwise."""
     if not reranker:
         return
+    reranker = reranker_export(reranker)
     other = [t for t in tasks if not is_retrieval_task(t)]
     if other:
         raise ConfigError(f"--rerank reorders retrieval results: --tasks has "
@@ -86,6 +87,16 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False):
                           f"(CrossEncoder.export)")
 
 
+def reranker_export(path):
+    """The cross-encoder export a `--rerank` value names: a training run's folder
+    (`python -m tfsent.train --method=cross_encoder`: config.json beside export/) stands
+    for its export/; anything else is itself."""
+    if path and os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(
+            os.path.join(path, "export")):
+        return os.path.join(path, "export")
+    return path
+
+
 def count_documents(directory):
     """The number of non-blank lines of a BEIR folder's corpus.jsonl (its documents,
     without parsing them)."""
@@ -96,7 +107,9 @@ def count_documents(directory):
 
 def load_reranker(path):
     """An object with `score(queries, passages, batch_size)`: a ServedCrossEncoder for a
-    cross-encoder export, or the CrossEncoder of a `.keras` file."""
+    cross-encoder export (or a training run's: `reranker_export`), or the CrossEncoder of
+    a `.keras` file."""
+    path = reranker_export(path)
     if os.path.isfile(path) and path.endswith(".keras"):
         model = keras.saving.load_model(path)
         if not callable(getattr(model, "score", None)):

@@ -77,8 +77,9 @@ class CrossEncoder(SentenceMethod):
     metric_names = ("loss", "accuracy")
     input_kind = "cross_pairs"
     duplicate_free_batches = False  # each query meets only its own passages
-    # `python -m tfsent.train` selects on and exports sentence embeddings: not yet for this.
-    runs_in_train_cli = False
+    # `python -m tfsent.train` selects its checkpoints by the reranked nDCG@10 of a
+    # retriever's dev top N (tfsent.training.rerank_dev) and exports format cross_encoder.
+    dev_selection = "reranked"
 
     def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
                  seed=None, teacher=None, **kwargs):
@@ -98,6 +99,9 @@ class CrossEncoder(SentenceMethod):
                                                  name="head_dropout")
         self.score_head = keras.layers.Dense(1, name="score_head")
         self.score_head.build((None, encoder.hidden_dim))
+        # score()'s traced functions by truncation length, outside Keras' tracking: one
+        # trace per length, not one per call (a dev evaluation calls score chunk by chunk).
+        object.__setattr__(self, "_score_functions", {})
 
     @property
     def teacher(self):
@@ -136,10 +140,12 @@ class CrossEncoder(SentenceMethod):
         """Relevance logits (numpy (N,)) of (query, passage) string pairs."""
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
-        tokenizer = self.encoder.tokenizer
-        if max_seq_length is not None:
-            tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
-        fn = _score_function(self, tokenizer)
+        fn = self._score_functions.get(max_seq_length)
+        if fn is None:
+            tokenizer = self.encoder.tokenizer
+            if max_seq_length is not None:
+                tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
+            fn = self._score_functions[max_seq_length] = _score_function(self, tokenizer)
         out = [fn(tf.constant(list(queries[i:i + batch_size]), tf.string),
                   tf.constant(list(passages[i:i + batch_size]), tf.string)).numpy()
                for i in range(0, len(queries), batch_size)]
@@ -161,6 +167,11 @@ class CrossEncoder(SentenceMethod):
                                                           "loss": self.loss_name}}
         return formats.keras_export(self.encoder, filepath, format, verbose,
                                     input_signature, defaults, kwargs)
+
+    @property
+    def export_head(self):
+        """The score head: what the run keeps with the encoder in its best/ weights."""
+        return self.score_head
 
     def encode(self, *args, **kwargs):
         raise ConfigError("a cross-encoder has no sentence embeddings; use score(queries, "
@@ -193,14 +204,22 @@ def _validate(config):
 SPEC = MethodSpec(
     "cross_encoder", CrossEncoder, "cross_pairs",
     "Cross-encoder reranker: (query, passage) read jointly -> a relevance score; rows "
-    "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine).",
+    "(query, positive, negative_1..N) from a mined-negatives file (python -m tfsent.mine); "
+    "selected by the reranked dev nDCG@10 of a retriever's top rerank_top.",
     fields=[Field("loss", "listwise", LOSS, arg="loss",
                   doc="listwise: softmax cross-entropy over the positive and its negatives; "
                       "bce: binary cross-entropy per pair; margin_mse: the teacher's score "
                       "margins (needs teacher)"),
             Field("teacher", "", types=(str,), arg="teacher",
                   doc="loss=margin_mse: the teacher CrossEncoder's .keras file (the "
-                      "student's tokenizer)")],
+                      "student's tokenizer)"),
+            Field("retriever", "", types=(str,),
+                  doc="dev selection: the bi-encoder whose top rerank_top documents of each "
+                      "dev query are reranked (\"\": the run's encoder); searched once per run"),
+            Field("rerank_top", 20, checks.Range(1, integer=True),
+                  doc="dev selection: documents per dev query reranked (selection by the "
+                      "reranked nDCG@10 of eval_data=beir:DIR:dev)")],
     run_args={"seed": "seed"},
-    run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1},
+    run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1,
+                  "first_eval_step": 0},
     validate=_validate)

@@ -30,6 +30,7 @@ from tfsent.training import distribute
 from tfsent.training.callbacks import (DevEncoder, DevTensorBoard, DivergenceGuard,
                                        EarlyDevCheck, NanGuard, RetrievalDevEvaluation,
                                        RunCheckpoint, RunClock, STSDevEvaluation, Throughput)
+from tfsent.training import rerank_dev
 from tfsent.training.config import resolve_encoder_fields
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (RunState, prepare_run_dir, read_json, run_finished,
@@ -182,6 +183,8 @@ class Run:
         self.dev_pairs = None   # STS dev: (sentences1, sentences2, scores)
         self.dev_split = None   # retrieval dev: a tfsent.data.beir.RetrievalSplit
         self.monitor = "spearman"
+        self.reranked = False   # a cross-encoder: selection by reranked dev nDCG@10
+        self.first_stage = None  # ... its retriever's dev (Ranking, measures)
         self.encoder = self.model = self.optimizer = None
         self.state = None
         self.start_step = 0
@@ -213,7 +216,9 @@ def run(method, config, output_dir, overwrite=False):
     if "export" in metrics:  # the chief (other workers of a multi-worker run export nothing)
         print(f"export: {metrics['export']}")
         print(size_summary(output_dir))
-        print("\n".join(next_steps(r.config, metrics, output_dir)))
+        lines = (rerank_dev.next_steps(r.config, metrics["export"], output_dir) if r.reranked
+                 else next_steps(r.config, metrics, output_dir))
+        print("\n".join(lines))
     return metrics
 
 
@@ -245,10 +250,9 @@ def resolve_run(r):
     refused here, before the run writes a file or loads a model."""
     config = resolve_encoder_fields(r.config)  # (a config built without build_config)
     r.spec = get_method(r.method)
-    if not getattr(r.spec.cls, "runs_in_train_cli", True):
-        raise ConfigError(f"--method={r.method}: {r.spec.cls.__name__} trains through its "
-                          "Python API (model.fit) for now; the run loop's dev selection and "
-                          "export are those of sentence embeddings")
+    r.reranked = getattr(r.spec.cls, "dev_selection", None) == "reranked"
+    if r.reranked:
+        rerank_dev.check_rerank_config(config)
     if config.cpu_replicas:
         _split_cpu(config.cpu_replicas)
     # First, before anything initialises TensorFlow's context (multi-worker collectives
@@ -276,6 +280,8 @@ def resolve_run(r):
         r.dev_pairs = readers.read_dev_pairs(config.eval_data, config.eval_data_dir)
     else:
         r.dev_split = read_task_split(config.eval_data, default_split="dev")
+        if r.reranked:
+            rerank_dev.check_rerank_depth(config, r.dev_split)
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
@@ -320,9 +326,21 @@ def restore_run(r):
     r.start_step = r.state.restore()
     r.metrics = read_json(r.metrics_path, {}) if r.start_step and r.chief else {}
     r.metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
+    if r.reranked:
+        # The retriever's dev top N: searched once per run (read back when resuming).
+        r.first_stage = rerank_dev.first_stage(config, r.dev_split, r.output_dir,
+                                               write=r.chief)
     if r.start_step:
         logging.info("resuming from step %d (checkpoint in %s)", r.start_step,
                      os.path.join(r.output_dir, "checkpoints"))
+        return
+    if r.reranked:
+        # The starting encoder under an untrained score head is no candidate: the best
+        # trained checkpoint is exported, measured against the retriever alone.
+        r.metrics["dev_before"] = rerank_dev.RerankDevEvaluation(
+            r.dev_split, *r.first_stage, config.rerank_top).retriever_report()
+        if r.chief:
+            write_json_atomic(r.metrics_path, r.metrics)
         return
     # "Before training" is the pretrained encoder itself (without an untrained head).
     before = _dev_evaluation(r, use_head=False).evaluate(r.model)
@@ -444,6 +462,8 @@ def finalize_run(r, nan_guard, guard):
                                    metrics.get("dev_before", {}).get(r.monitor),
                                    config.export_if_worse, metrics, r.monitor)
     export_step = exported["step"] if exported["step"] is not None else final_step
+    if r.reranked:
+        return _finalize_cross_encoder(r, exported, export_step)
     export_path = formats.export(r.encoder, os.path.join(r.output_dir, "export"),
                                  format="tf_saved_model", pooling=r.model.export_pooling,
                                  head=head, metadata={"method": r.method, "step": export_step,
@@ -479,6 +499,29 @@ def finalize_run(r, nan_guard, guard):
     score = exported["score"]
     logging.info("exported the %s (dev %s %s, step %s): %s", exported["which"], r.monitor,
                  "n/a" if score is None else f"{score:.2f}", exported["step"], export_path)
+    return metrics
+
+
+def _finalize_cross_encoder(r, exported, export_step):
+    """A cross-encoder run's end: the chosen weights exported as format cross_encoder
+    (`score(queries, passages)`), metrics.json, a warning when reranking did not beat
+    the retriever on dev."""
+    config, metrics = r.config, r.metrics
+    metrics["export"] = r.model.export(
+        os.path.join(r.output_dir, "export"), max_seq_length=config.eval_max_seq_length,
+        metadata={"step": export_step, "exported": exported["which"],
+                  "retriever": rerank_dev.retriever_of(config),
+                  "rerank_top": config.rerank_top})
+    metrics["exported"] = exported
+    write_json_atomic(r.metrics_path, metrics)
+    score, first = exported["score"], metrics["dev_before"]["retriever_ndcg@10"]
+    if score is not None and score <= first:
+        logging.warning("the best reranked dev nDCG@10 (%.2f) does not beat the retriever's "
+                        "own (%.2f): reranking with this export makes its ranking worse",
+                        score, first)
+    logging.info("exported the %s (dev reranked nDCG@10 %s, retriever %.2f, step %s): %s",
+                 exported["which"], "n/a" if score is None else f"{score:.2f}", first,
+                 exported["step"], metrics["export"])
     return metrics
 
 
@@ -518,6 +561,10 @@ def _dev_evaluation(r, use_head=True, skip_when=None):
     """The run's dev evaluation callback: STS pairs (Spearman) or a BEIR split (nDCG@10,
     the corpus re-encoded at each evaluation)."""
     config = r.config
+    if r.reranked:
+        return rerank_dev.RerankDevEvaluation(r.dev_split, *r.first_stage, config.rerank_top,
+                                              max_seq_length=config.eval_max_seq_length,
+                                              skip_when=skip_when, verbose=1)
     if r.monitor == "spearman":
         return STSDevEvaluation(*r.dev_pairs, prefix="val", use_head=use_head,
                                 max_seq_length=config.eval_max_seq_length,

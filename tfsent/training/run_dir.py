@@ -15,6 +15,7 @@ Run directory layout (`output_dir`):
   encoder/       the trained encoder as a tfsent encoder directory (no head on top)
   .workers/      other workers' private checkpoints under multi-worker training
   metrics.json   dev metrics before training, best and final; steps; examples/s; export
+  dev_first_stage.json  (cross-encoder runs) the retriever's dev ranking, searched once
 Every file is written to a temporary name, flushed and renamed (`tfsent.fsio`), so an
 interrupted run leaves the previous state readable and a rerun of the same command
 resumes. `prepare_run_dir` decides, before anything is written, whether a folder holds
@@ -187,7 +188,8 @@ def _megabytes(n):
 # What each part of a run folder is for, in the size line a finished run prints.
 _PURPOSE = {"checkpoints": "to resume or train on", "start": "dev selection",
             "best": "dev selection", "export": "the served model",
-            "encoder": "to publish or fine-tune"}
+            "encoder": "to publish or fine-tune",
+            "dev_first_stage.json": "the dev candidates"}
 
 
 def size_summary(output_dir):
@@ -197,7 +199,8 @@ def size_summary(output_dir):
         size = folder_bytes(os.path.join(output_dir, name))
         if size >= 1e6:
             purpose = _PURPOSE.get(name, "export" if name.startswith("export_") else "")
-            parts.append((size, f"{name}/ {_megabytes(size)}" +
+            slash = "/" if os.path.isdir(os.path.join(output_dir, name)) else ""
+            parts.append((size, f"{name}{slash} {_megabytes(size)}" +
                           (f" ({purpose})" if purpose else "")))
     total = folder_bytes(output_dir)
     detail = ", ".join(text for _, text in sorted(parts, reverse=True))
@@ -209,10 +212,12 @@ def size_summary(output_dir):
 # --------------------------------------------------------------------------------------
 
 RUN_CONFIG_FILE = "config.json"
+# A cross-encoder run's dev candidates (tfsent.training.rerank_dev: searched once per run).
+FIRST_STAGE_FILE = "dev_first_stage.json"
 # What a run writes inside its output_dir (`--overwrite` removes exactly these).
 # (`export_<format>/` folders of other export formats are a run's too.)
 RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", ".workers",
-               "metrics.json", RUN_CONFIG_FILE)
+               "metrics.json", RUN_CONFIG_FILE, FIRST_STAGE_FILE)
 # Fields that change what a run logs or writes after training, not what it trains: a
 # resumed run may change them.
 RESUME_FREE_FIELDS = frozenset({"projector_every", "projector_points", "test_tasks",
