@@ -17,7 +17,7 @@ from absl import logging
 from tfsent.data import kinds, mixture, readers
 from tfsent.data.sources import DEMO_NAMES, parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
-from tfsent.encoders import load_encoder
+from tfsent.encoders import families, load_encoder
 from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
@@ -217,14 +217,15 @@ def run(method, config, output_dir, overwrite=False):
         print(f"export: {metrics['export']}")
         print(size_summary(output_dir))
         lines = (rerank_dev.next_steps(r.config, metrics["export"], output_dir) if r.reranked
-                 else next_steps(r.config, metrics, output_dir))
+                 else next_steps(r.config, metrics, output_dir, r.encoder.family))
         print("\n".join(lines))
     return metrics
 
 
-def next_steps(config, metrics, output_dir):
+def next_steps(config, metrics, output_dir, family=None):
     """The lines a finished run ends with: what to do with its export (evaluate it on the
-    test side of its dev data, load or serve it, publish the encoder directory)."""
+    test side of its dev data, load or serve it, publish the encoder directory when the
+    encoder `family` has that export)."""
     export = metrics["export"]
     if monitor_of(config.eval_data) == "ndcg@10":
         directory, _ = parse_beir(config.eval_data, "dev")
@@ -238,9 +239,15 @@ def next_steps(config, metrics, output_dir):
              f"  load:     tf.saved_model.load(\"{export}\").signatures[\"serving_default\"]"
              "(sentences=tf.constant([...]))  (README: serving it with TF Serving)"]
     encoder_dir = os.path.join(output_dir, "encoder")
-    if os.path.isdir(encoder_dir):
+    formats_of_family = families.TABLE[family].export_formats if family else None
+    if not os.path.isdir(encoder_dir):
+        return lines
+    if formats_of_family is None or "sentence_transformers" in formats_of_family:
         lines.append(f"  publish:  python -m tfsent.export --model={encoder_dir} "
                      f"--format=sentence_transformers --export_dir={output_dir}/st")
+    else:
+        lines.append(f"  publish:  not yet for {family} encoders (they export as SavedModels "
+                     "only: docs/families.md)")
     return lines
 
 
