@@ -538,6 +538,20 @@ def _sentencepiece_op(model):
 
 
 
+def _sentencepiece_model_bytes(model, model_base64, owner):
+    """(the serialized SentencePiece model, its path or None) from exactly one of `model`
+    (bytes or a path) and `model_base64` (a layer config's copy)."""
+    if (model is None) == (model_base64 is None):
+        raise ConfigError(f"{owner} takes one of model= or model_base64=")
+    if model_base64 is not None:
+        return base64.b64decode(model_base64.encode("ascii")), None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        with open(path, "rb") as f:
+            return f.read(), path
+    return bytes(model), None
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class SentencePieceTokenizer(_InGraphTokenizer):
     """SentencePiece with fairseq's id layout (XLM-RoBERTa), in-graph.
@@ -562,16 +576,8 @@ class SentencePieceTokenizer(_InGraphTokenizer):
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
                  model_base64=None, **kwargs):
         super().__init__(max_seq_length, pad_to_max_length, **kwargs)
-        path = None
-        if (model is None) == (model_base64 is None):
-            raise ConfigError("SentencePieceTokenizer takes one of model= or model_base64=")
-        if model_base64 is not None:
-            model = base64.b64decode(model_base64.encode("ascii"))
-        elif isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            with open(path, "rb") as f:
-                model = f.read()
-        self.model = bytes(model)
+        self.model, path = _sentencepiece_model_bytes(model, model_base64,
+                                                      type(self).__name__)
         try:
             self._sp = _sentencepiece_op(self.model)
             size = int(self._sp.vocab_size())
@@ -628,17 +634,8 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
                  model_base64=None, **kwargs):
         super().__init__(max_seq_length, pad_to_max_length, **kwargs)
-        path = None
-        if (model is None) == (model_base64 is None):
-            raise ConfigError("GemmaSentencePieceTokenizer takes one of model= or "
-                              "model_base64=")
-        if model_base64 is not None:
-            model = base64.b64decode(model_base64.encode("ascii"))
-        elif isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            with open(path, "rb") as f:
-                model = f.read()
-        self.model = bytes(model)
+        self.model, path = _sentencepiece_model_bytes(model, model_base64,
+                                                      type(self).__name__)
         try:
             self._sp = _sentencepiece_op(self.model)
             self.num_pieces = int(self._sp.vocab_size())
