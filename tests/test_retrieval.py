@@ -610,6 +610,14 @@ def test_run_with_dev_pool_searches_the_starting_encoders_pool(tmp_path, tiny_en
     before = retrieval.evaluate_retrieval(start, split.with_corpus_subset(other), verbose=0)
     assert metrics["dev_before"]["ndcg@10"] == pytest.approx(before["ndcg@10"], abs=1e-3)
     assert metrics["dev_before"]["documents"] == len(other)
+    # --overwrite removes the pool with the run's other files (it is the run's own)
+    metrics = training.run("simcse_unsup", config(dev_pool=3), str(again), overwrite=True)
+    assert sorted(json.loads((again / "dev_pool.json").read_text())["documents"]) == sorted(want)
+    # unset: the whole corpus up to 20,000 documents, then depth 100
+    from tfsent.training.loop import dev_pool_depth
+
+    assert [dev_pool_depth(None, n) for n in (60, 20_000, 20_001)] == [0, 0, 100]
+    assert dev_pool_depth(0, 10**6) == 0 and dev_pool_depth(7, 10) == 7
     with pytest.raises(ConfigError, match="dev_pool=3: a candidate pool narrows"):
         training.run("simcse_unsup", training.resolve_config(
             "simcse_unsup", overrides=[f"encoder={tiny_encoder_dir}", "dev_pool=3"]),

@@ -96,9 +96,10 @@ RUN_FIELDS = [
               "encode_document). None: the encoder folder's, else none; \"\": none"),
     Field("eval_data_dir", "", types=(str,),
           doc="SentEval layout dir (needed by stsb / sickr / test_tasks)"),
-    Field("dev_pool", 0, checks.COUNT,
+    Field("dev_pool", None, checks.COUNT, types=(int,),
           doc="retrieval dev: search a fixed candidate pool, the dev queries' judged "
-              "documents and the starting encoder's top N of each (0: the whole corpus)"),
+              "documents and the starting encoder's top N of each (0: the whole corpus; "
+              "None: 100 for a corpus above 20,000 documents, else the whole corpus)"),
     Field("eval_every", 50, checks.SIZE, doc="steps between dev evaluations and checkpoints"),
     Field("test_tasks", "", types=(str,),
           doc="after training: evaluate these tasks (needs eval_data_dir)"),

@@ -214,10 +214,11 @@ def size_summary(output_dir):
 RUN_CONFIG_FILE = "config.json"
 # A cross-encoder run's dev candidates (tfsent.training.rerank_dev: searched once per run).
 FIRST_STAGE_FILE = "dev_first_stage.json"
+DEV_POOL_FILE = "dev_pool.json"  # a retrieval run's fixed dev candidate pool
 # What a run writes inside its output_dir (`--overwrite` removes exactly these).
 # (`export_<format>/` folders of other export formats are a run's too.)
 RUN_ENTRIES = ("checkpoints", "best", "start", "tb", "export", "encoder", ".workers",
-               "metrics.json", RUN_CONFIG_FILE, FIRST_STAGE_FILE)
+               "metrics.json", RUN_CONFIG_FILE, FIRST_STAGE_FILE, DEV_POOL_FILE)
 # Fields that change what a run logs or writes after training, not what it trains: a
 # resumed run may change them.
 RESUME_FREE_FIELDS = frozenset({"projector_every", "projector_points", "test_tasks",
