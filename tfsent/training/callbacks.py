@@ -36,7 +36,7 @@ from tfsent.training.selection import finite as _finite, step_of as _step
 GEOMETRY_KEYS = ("alignment", "uniformity", "random_pair_cosine")
 
 
-class _DevEvaluation(keras.callbacks.Callback):
+class DevEvaluation(keras.callbacks.Callback):
     """An evaluation at every epoch end whose figures go into the epoch's logs: subclasses
     give `evaluate()` (-> report), `log_keys(report)` and set `skip_when`."""
 
@@ -50,7 +50,7 @@ class _DevEvaluation(keras.callbacks.Callback):
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
-class STSDevEvaluation(_DevEvaluation):
+class STSDevEvaluation(DevEvaluation):
     """Scores scored sentence pairs (STS dev) at the end of every epoch and writes
     `logs["val_spearman"]`, `val_pearson`, `val_alignment`, `val_uniformity` and
     `val_random_pair_cosine` (prefix `prefix`), so `ModelCheckpoint(monitor="val_spearman",
@@ -126,7 +126,7 @@ class DevEncoder:
 
 
 @keras.saving.register_keras_serializable(package="tfsent")
-class RetrievalDevEvaluation(_DevEvaluation):
+class RetrievalDevEvaluation(DevEvaluation):
     """Scores retrieval on a BEIR split at the end of every epoch and writes
     `logs["val_ndcg@10"]`, `val_mrr@10`, `val_recall@10`, `val_recall@100` and
     `val_map@100` (x100, prefix `prefix`), so `ModelCheckpoint(monitor="val_ndcg@10",

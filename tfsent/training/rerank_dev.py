@@ -25,7 +25,7 @@ from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking, r
                                          search_split)
 from tfsent.search.mined_files import resolve_prompts
 from tfsent.serving import load_any
-from tfsent.training.callbacks import _DevEvaluation
+from tfsent.training.callbacks import DevEvaluation
 from tfsent.training.run_dir import FIRST_STAGE_FILE, read_json, write_json_atomic
 RETRIEVER_PREFIX = "retriever_"  # the first stage's measures in a dev report
 
@@ -57,7 +57,7 @@ def check_rerank_config(config):
                               f"--rerank=RUN_DIR (the closing lines of the run name it)")
     if config.get("dev_pool"):  # (the retrieval dev pool: embedding candidates)
         raise ConfigError(f"dev_pool={config.dev_pool}: a cross_encoder run's dev candidates "
-                          f"are the retriever's top rerank_top; leave dev_pool at 0")
+                          f"are the retriever's top rerank_top; leave dev_pool unset")
     if config.get("export_formats", "saved_model") not in ("", "saved_model",
                                                            "cross_encoder"):
         raise ConfigError(f"export_formats={config.export_formats!r}: a cross_encoder run "
@@ -127,7 +127,7 @@ def recall_at(ranking, split, top):
     return 100.0 * float(np.mean(shares)) if shares else 0.0
 
 
-class RerankDevEvaluation(_DevEvaluation):
+class RerankDevEvaluation(DevEvaluation):
     """At every epoch end: the first-stage `ranking`'s top `top` of each dev query
     reranked by the model's `score`, the measures of the reranked ranking (x100; its tail
     beyond `top` keeps the first-stage order) in the report and as `{prefix}_{measure}`
