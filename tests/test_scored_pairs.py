@@ -100,6 +100,45 @@ def test_cosine_similarity_loss_matches_numpy_and_hand_case():
     assert float(got) == pytest.approx(0.04, rel=1e-5)
 
 
+# sentence-transformers' own losses on the same embeddings and scores (peer venv, torch):
+# the formula tfsent trains with is the one its users know by these names.
+_ST_LOSSES = r"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+from sentence_transformers.sentence_transformer import losses as st
+d = json.load(sys.stdin)
+u, v = torch.tensor(d["u"]), torch.tensor(d["v"])
+scores = torch.tensor(d["scores"])
+out = {"cosent": st.CoSENTLoss(None), "angle": st.AnglELoss(None),
+       "cosine": st.CosineSimilarityLoss(None)}
+labels = {"cosent": scores, "angle": scores, "cosine": scores / 5.0}
+json.dump({k: float(f.compute_loss_from_embeddings([u, v], labels[k])) for k, f in out.items()},
+          sys.stdout)
+"""
+
+
+def test_losses_equal_sentence_transformers_on_the_same_embeddings():
+    import json
+    import subprocess
+
+    from test_publish_peer import peer_python
+
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(16, 8)).astype(np.float32)
+    v = (u + rng.normal(size=(16, 8))).astype(np.float32)
+    scores = rng.integers(0, 6, size=16).astype(np.float32)  # ties included
+    r = subprocess.run([peer_python(), "-c", _ST_LOSSES], capture_output=True, text=True,
+                       input=json.dumps({"u": u.tolist(), "v": v.tolist(),
+                                         "scores": scores.tolist()}), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = json.loads(r.stdout)
+    ours = {"cosent": losses.cosent_loss(losses.pairwise_cosine(u, v), scores),
+            "angle": losses.angle_loss(u, v, scores),
+            "cosine": losses.cosine_similarity_loss(u, v, scores / 5.0)}
+    for name, value in ours.items():
+        assert float(value) == pytest.approx(st[name], rel=1e-5), name
+
 # -- readers --------------------------------------------------------------------------------
 
 def _write(tmp_path, name, text):
