@@ -210,7 +210,7 @@ def test_bad_dense_module_is_refused(folder, tmp_path):
         load_encoder(copy)
 
 
-@pytest.mark.parametrize("name", ["onnx", "litert", "sentence_transformers", "huggingface"])
+@pytest.mark.parametrize("name", ["onnx", "litert", "keras_hub"])
 def test_other_formats_refuse_clearly(encoder, tmp_path, name):
     with pytest.raises(ConfigError, match=f"gemma3 family cannot be exported as {name}"):
         encoder.export(str(tmp_path / name), format=name)

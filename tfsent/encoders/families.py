@@ -156,6 +156,9 @@ _ROBERTA = Family(
     mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")),
     hf_sequence_classification=("RobertaForSequenceClassification", "dense_tanh"))
 
+# What the families keras-hub runs export as (ONNX, LiteRT and keras-hub presets: not yet).
+_DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface")
+
 TABLE = {
     "bert": Family(
         name="bert", keras_hub_backbone="BertBackbone", keras_hub_tokenizer="BertTokenizer",
@@ -200,7 +203,7 @@ TABLE = {
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
-        appended_token="<|endoftext|>", export_formats=("tf_saved_model",)),
+        appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS),
     # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
     # blocks, grouped-query attention with query / key norms, rotary positions (base 10k
     # on sliding-window layers, 1M on every sixth, full, layer), token embeddings scaled
@@ -217,7 +220,7 @@ TABLE = {
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="bidirectional", block="pre_rmsnorm",
         positions="rope", default_pooling="mean", hf_padding_side="right",
-        appended_token="<eos>", export_formats=("tf_saved_model",),
+        appended_token="<eos>", export_formats=_DECODER_EXPORT_FORMATS,
         hf_model_type="gemma3_text",
         # keras-hub's converter builds EmbeddingGemma's head inside the backbone with a
         # hard-coded 3072-wide Dense, its own mean pooling and an L2 norm always on.

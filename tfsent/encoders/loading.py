@@ -311,11 +311,12 @@ def _make_tokenizer(family, files, options, max_seq_length, pad_to_max_length):
                                  segment_ids=options.get("segment_ids",
                                                          families.TABLE[family].has_segments))
     if kind == "gemma_sentencepiece":
-        return GemmaSentencePieceTokenizer(files["model"], max_seq_length, pad_to_max_length)
+        return GemmaSentencePieceTokenizer(files["model"], max_seq_length, pad_to_max_length,
+                                           hf_files=files.get("hf_files"))
     if kind == "qwen_bpe":
         return QwenBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("special_tokens"), max_seq_length,
-                                pad_to_max_length)
+                                pad_to_max_length, hf_files=files.get("hf_files"))
     if kind == "byte_bpe":
         return ByteBPETokenizer(files["vocabulary"], files["merges"],
                                 options.get("add_prefix_space", False),
@@ -360,6 +361,8 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
     for file in files.values():
         if not os.path.exists(file):
             raise InputError("missing tokenizer file", path=file)
+    if kind in ("qwen_bpe", "gemma_sentencepiece"):  # the source folder's, kept for exports
+        files["hf_files"] = huggingface.read_hf_tokenizer_files(directory)
     tokenizer = _make_tokenizer(family, files, options, values["max_seq_length"],
                                 pad_to_max_length)
     if tokenizer.vocabulary_size > backbone.vocabulary_size:

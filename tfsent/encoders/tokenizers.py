@@ -476,6 +476,29 @@ class ByteBPETokenizer(_InGraphTokenizer):
                 "special_tokens": self.special_tokens}
 
 
+# The Hugging Face tokenizer files a decoder family's tokenizer was read from (tokenizer.json,
+# tokenizer_config.json, special_tokens_map.json): kept as text, written into tfsent encoder
+# directories and into sentence-transformers / Hugging Face exports, so that Hugging Face's
+# clients tokenize an export exactly as the source folder did.
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _checked_hf_files(hf_files):
+    """{file name: text} of `HF_TOKENIZER_FILES` (ConfigError for another name)."""
+    hf_files = dict(hf_files or {})
+    unknown = sorted(set(hf_files) - set(HF_TOKENIZER_FILES))
+    if unknown:
+        raise ConfigError(f"hf_files: {unknown} are not Hugging Face tokenizer files tfsent "
+                          f"keeps ({', '.join(HF_TOKENIZER_FILES)})")
+    return {name: str(text) for name, text in hf_files.items()}
+
+
+def _write_hf_files(hf_files, directory):
+    for name, text in hf_files.items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 @keras.saving.register_keras_serializable(package="tfsent")
 class QwenBPETokenizer(ByteBPETokenizer):
     """Qwen2 / Qwen3's byte-level BPE as Qwen3-Embedding's tokenizer.json sets it up:
@@ -491,6 +514,8 @@ class QwenBPETokenizer(ByteBPETokenizer):
         merges: "a b" merge rules in rank order.
         special_tokens: dict role -> token string (default: `<|endoftext|>` for all).
         max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
+        hf_files: {file name: text} of the Hugging Face tokenizer files it was read from
+            (`HF_TOKENIZER_FILES`), written back by `save_files` and by the exports.
     """
 
     DEFAULT_SPECIALS = dict.fromkeys(("cls", "sep", "pad", "mask", "unk"), "<|endoftext|>")
@@ -498,11 +523,20 @@ class QwenBPETokenizer(ByteBPETokenizer):
     prepends_first = False
 
     def __init__(self, vocabulary, merges, special_tokens=None, max_seq_length=128,
-                 pad_to_max_length=True, add_prefix_space=False, **kwargs):
+                 pad_to_max_length=True, add_prefix_space=False, hf_files=None, **kwargs):
         if add_prefix_space:
             raise ConfigError("QwenBPETokenizer has no add_prefix_space option")
+        self.hf_files = _checked_hf_files(hf_files)
         super().__init__(vocabulary, merges, False, special_tokens, max_seq_length,
                          pad_to_max_length, **kwargs)
+
+    def save_files(self, directory):
+        """Writes vocab.json, merges.txt and the kept Hugging Face tokenizer files."""
+        super().save_files(directory)
+        _write_hf_files(self.hf_files, directory)
+
+    def _config(self):
+        return {**super()._config(), "hf_files": dict(self.hf_files)}
 
     def pre_tokenize(self, strings):
         """NFC, then Qwen's pre-tokenization: (B,) strings -> (B, None) words."""
@@ -625,6 +659,8 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
         model: the serialized model proto (bytes), or the path of tokenizer.model.
         max_seq_length, pad_to_max_length: as `SentenceTokenizer`.
         model_base64: the proto as base64 text instead of `model` (what `get_config` holds).
+        hf_files: {file name: text} of the Hugging Face tokenizer files it was read from
+            (`HF_TOKENIZER_FILES`), written back by `save_files` and by the exports.
     """
 
     lowercase = False
@@ -632,8 +668,9 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
     SPECIALS = (b"<pad>", b"<eos>", b"<bos>", b"<unk>")
 
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
-                 model_base64=None, **kwargs):
+                 model_base64=None, hf_files=None, **kwargs):
         super().__init__(max_seq_length, pad_to_max_length, **kwargs)
+        self.hf_files = _checked_hf_files(hf_files)
         self.model, path = _sentencepiece_model_bytes(model, model_base64,
                                                       type(self).__name__)
         try:
@@ -659,12 +696,15 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
         return self._sp.tokenize(_replace_invalid_utf8(strings))
 
     def save_files(self, directory):
-        """Writes the Hugging Face tokenizer file of this tokenizer (tokenizer.model)."""
+        """Writes the Hugging Face tokenizer files of this tokenizer (tokenizer.model and
+        the kept tokenizer.json / tokenizer_config.json / special_tokens_map.json)."""
         with open(os.path.join(directory, "tokenizer.model"), "wb") as f:
             f.write(self.model)
+        _write_hf_files(self.hf_files, directory)
 
     def _config(self):
-        return {"model_base64": base64.b64encode(self.model).decode("ascii")}
+        return {"model_base64": base64.b64encode(self.model).decode("ascii"),
+                "hf_files": dict(self.hf_files)}
 
 
 def longest_first_lengths(len_a, len_b, budget):

@@ -5,6 +5,7 @@ what sentence-transformers' Dense modules (`sentence_transformers.py`) and the O
 import keras
 import numpy as np
 
+from tfsent.encoders.dense_head import DenseHead
 from tfsent.errors import ConfigError
 from tfsent.layers.heads import MLPEncoder
 
@@ -24,10 +25,13 @@ def dense_stack(head):
     """A method's export head as [(kernel (in, out), bias or None, keras activation name)].
 
     Expressible heads: a keras Dense, a keras Sequential of Dense layers, tfsent's
-    MLPEncoder (CLSR's e); Dense activations must be in ST_ACTIVATIONS."""
+    MLPEncoder (CLSR's e), an encoder's DenseHead (a sentence-transformers folder's Dense
+    modules); Dense activations must be in ST_ACTIVATIONS."""
     if head is None:
         return []
-    if isinstance(head, MLPEncoder):
+    if isinstance(head, DenseHead):
+        layers = list(head.dense)
+    elif isinstance(head, MLPEncoder):
         layers = [head.hidden, head.out]
     elif isinstance(head, keras.Sequential):
         layers = list(head.layers)

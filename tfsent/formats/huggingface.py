@@ -23,6 +23,14 @@ def prompt_map(query_prompt="", document_prompt=""):
                                           ("document", document_prompt)) if text}
 
 
+def encoder_prompts(encoder, query_prompt=None, document_prompt=None):
+    """(query prompt, document prompt) of an export: the ones given, None ones the
+    encoder's own (`encoder.prompts`: a sentence-transformers folder's), else ""."""
+    stored = getattr(encoder, "prompts", None) or {}
+    return (stored.get("query_prompt", "") if query_prompt is None else query_prompt,
+            stored.get("document_prompt", "") if document_prompt is None else document_prompt)
+
+
 def check_new_export(encoder, directory, pooling=None, max_seq_length=None):
     """What every new-directory format (they all ship Hugging Face tokenizer files) refuses
     before any work: an encoder without a tokenizer, an unknown pooling, a backbone outside
@@ -51,14 +59,17 @@ def write_new_export(directory, format_name, encoder, pooling, max_seq_length, h
     return directory
 
 
-def export_huggingface(encoder, directory, pooling=None, normalize=False,
-                       max_seq_length=None, metadata=None, query_prompt="",
-                       document_prompt=""):
+def export_huggingface(encoder, directory, pooling=None, normalize=None,
+                       max_seq_length=None, metadata=None, query_prompt=None,
+                       document_prompt=None):
     """Writes the huggingface format (the bare transformer and its tokenizer) to the new
-    `directory`; returns it. The pooling, `normalize` and the prompts are not part of a
-    bare transformer: tfsent_export.json records them for users who pool themselves."""
+    `directory`; returns it. The pooling, `normalize` and the prompts (None: the
+    encoder's own) are not part of a bare transformer, nor is an encoder's Dense head
+    (EmbeddingGemma's): tfsent_export.json records them for users who pool themselves;
+    the sentence_transformers format carries them all."""
     directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
-    prompts = prompt_map(query_prompt, document_prompt)
+    prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
+    normalize = encoder.normalize if normalize is None else bool(normalize)
 
     def write_files(folder):
         write_transformer(encoder, folder, length)

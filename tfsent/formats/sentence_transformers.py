@@ -1,7 +1,8 @@
 """The sentence-transformers format: `SentenceTransformer(DIR)` loads it offline. The
 transformer in Hugging Face's layout at the top level (`tfsent.encoders.huggingface.writing.write_transformer`), then
 modules.json's WeightedLayerPooling (layer-averaging poolings), Pooling, Dense (a `cls`
-pooler, a method's export head) and Normalize (only with `normalize=True`) modules; with
+pooler, the encoder's own Dense head (EmbeddingGemma's), a method's export head) and
+Normalize (`normalize`, by default the encoder's own) modules; with
 `onnx=True` also the ONNX files of its ONNX backend (`tfsent.formats.onnx`). Written by
 `export_sentence_transformers` (the registry's writer)."""
 
@@ -15,7 +16,8 @@ from tfsent.encoders.huggingface.writing import write_json, write_safetensors, w
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
-from tfsent.formats.huggingface import check_new_export, prompt_map, write_new_export
+from tfsent.formats.huggingface import (check_new_export, encoder_prompts, prompt_map,
+                                        write_new_export)
 
 ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
 # Poolings whose modules need only the last hidden state (the others' WeightedLayerPooling
@@ -24,6 +26,7 @@ ONNX_POOLINGS = ("mean", "cls", "cls_before_pooler")
 # Poolings sentence-transformers expresses, and how: (Pooling mode, extra modules).
 ST_POOLINGS = {
     "mean": "Pooling mean",
+    "last_token": "Pooling lasttoken",
     "cls_before_pooler": "Pooling cls",
     "cls": "Pooling cls + Dense(H, H, Tanh) with the pooler's weights",
     "first_last_avg": "WeightedLayerPooling (layers 1 and L, weight 1; others 0) + Pooling mean",
@@ -74,19 +77,22 @@ def check_onnx_files(pooling):
 
 
 def export_sentence_transformers(encoder, directory, pooling=None, head=None,
-                                 normalize=False, max_seq_length=None, metadata=None,
-                                 query_prompt="", document_prompt="", onnx=False):
+                                 normalize=None, max_seq_length=None, metadata=None,
+                                 query_prompt=None, document_prompt=None, onnx=False):
     """Writes the sentence_transformers format to the new `directory`; returns it.
 
     Args:
         pooling: the embedding's pooling (default: the encoder's); one of ST_POOLINGS.
-        head: a layer on the pooled embedding (Dense modules: `heads.dense_stack`).
-        normalize: add a Normalize module.
+        head: a layer on the pooled embedding (Dense modules: `heads.dense_stack`), after
+            the encoder's own Dense head when it has one.
+        normalize: add a Normalize module (None: when the encoder normalises, as a
+            sentence-transformers folder with a Normalize module loads).
         max_seq_length: truncation length, special tokens included (default: the
             tokenizer's, clamped to the position table).
         metadata: extra entries for tfsent_export.json (e.g. method, step).
         query_prompt, document_prompt: the `prompts` ("query", "document") that
-            sentence-transformers' `encode_query` / `encode_document` apply.
+            sentence-transformers' `encode_query` / `encode_document` apply (None: the
+            encoder's own, `encoder.prompts`; "": none).
         onnx: also write onnx/model.onnx and onnx/model_qint8_avx512_vnni.onnx
             (`tfsent.formats.onnx`, the tfsent[onnx] extra), where `SentenceTransformer(DIR,
             backend="onnx", model_kwargs={"file_name": ...})` finds them (~2x the
@@ -98,7 +104,8 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
     dense_stack(head)
     if onnx:
         check_onnx_files(pooling)
-    prompts = prompt_map(query_prompt, document_prompt)
+    prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
+    normalize = encoder.normalize if normalize is None else bool(normalize)
 
     def write_files(folder):
         details = write(encoder, folder, pooling, head, normalize, length, prompts)
@@ -119,7 +126,8 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=
     `tfsent_export.json` records. `prompts` ({"query": ..., "document": ...}) go into
     config_sentence_transformers.json, where `encode_query` / `encode_document` find them."""
     check_sentence_transformers_pooling(pooling)
-    dense_layers = dense_stack(head)  # refuses inexpressible heads before anything is written
+    # refuses inexpressible heads before anything is written
+    dense_layers = dense_stack(getattr(encoder, "dense_head", None)) + dense_stack(head)
     backbone = encoder.backbone
     if pooling == "cls":
         pooler = encoder.pooler_dense if families.TABLE[encoder.family].has_pooler else None
@@ -155,7 +163,8 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=
                           {"layer_weights": np.asarray(weights, np.float32)})
     path = add("Pooling", "Pooling")
     os.makedirs(path)
-    mode = "cls" if pooling in ("cls", "cls_before_pooler") else "mean"
+    mode = ("cls" if pooling in ("cls", "cls_before_pooler") else
+            "lasttoken" if pooling == "last_token" else "mean")
     write_json(os.path.join(path, "config.json"),
                {"word_embedding_dimension": hidden,
                 "pooling_mode_cls_token": mode == "cls",
@@ -163,7 +172,7 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=
                 "pooling_mode_max_tokens": False,
                 "pooling_mode_mean_sqrt_len_tokens": False,
                 "pooling_mode_weightedmean_tokens": False,
-                "pooling_mode_lasttoken": False,
+                "pooling_mode_lasttoken": mode == "lasttoken",
                 "include_prompt": True})
     for kernel, bias, activation in dense_layers:
         _write_st_dense(add("Dense", "Dense"), kernel, bias, activation)

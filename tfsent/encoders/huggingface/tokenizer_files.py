@@ -7,9 +7,9 @@ import os
 
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import read_json
-from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceTokenizer,
-                                        QwenBPETokenizer, SentencePieceTokenizer,
-                                        SentenceTokenizer)
+from tfsent.encoders.tokenizers import (HF_TOKENIZER_FILES, ByteBPETokenizer,
+                                        GemmaSentencePieceTokenizer, QwenBPETokenizer,
+                                        SentencePieceTokenizer, SentenceTokenizer)
 from tfsent.errors import InputError
 
 
@@ -27,6 +27,18 @@ def tokenizer_settings(directory):
             if isinstance(data, dict):
                 settings.update(data)
     return settings
+
+
+def read_hf_tokenizer_files(directory):
+    """{file name: text} of the Hugging Face tokenizer files (`HF_TOKENIZER_FILES`) in
+    `directory` that a decoder family's tokenizer keeps for its exports."""
+    out = {}
+    for name in HF_TOKENIZER_FILES:
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                out[name] = f.read()
+    return out
 
 
 def _tokenizer_json(directory):
@@ -82,7 +94,8 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
                              f"{families.TABLE[family].appended_token!r}", path=path)
         pad = _special_token(settings.get("pad_token")) or appended
         tokenizer = QwenBPETokenizer(vocabulary, merges, {"sep": appended, "pad": pad},
-                                     max_seq_length, pad_to_max_length)
+                                     max_seq_length, pad_to_max_length,
+                                     hf_files=read_hf_tokenizer_files(directory))
     elif kind == "gemma_sentencepiece":
         tokenizer = _gemma_tokenizer(family, directory, settings, max_seq_length,
                                      pad_to_max_length)
@@ -121,7 +134,8 @@ def _gemma_tokenizer(family, directory, settings, max_seq_length, pad_to_max_len
         raise InputError("tokenizer_config.json does not set add_bos_token and "
                          "add_eos_token (EmbeddingGemma's `<bos> text <eos>`, which tfsent "
                          "runs)", path=os.path.join(directory, "tokenizer_config.json"))
-    return GemmaSentencePieceTokenizer(path, max_seq_length, pad_to_max_length)
+    return GemmaSentencePieceTokenizer(path, max_seq_length, pad_to_max_length,
+                                       hf_files=read_hf_tokenizer_files(directory))
 
 
 def _appended_token(path, data):

@@ -14,6 +14,7 @@ from absl import logging
 
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import hf_config
+from tfsent.encoders.huggingface.decoders import decoder_checkpoint
 from tfsent.encoders.huggingface.weights import SAFETENSORS_FILE, hf_state_dict
 from tfsent.errors import ConfigError
 
@@ -37,9 +38,14 @@ _WORDPIECE_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": 
 # tfsent tokenizer class -> its kind (`families.Family.tokenizer_kind`), and how errors
 # call that kind.
 _TOKENIZER_KINDS = {"SentenceTokenizer": "wordpiece", "ByteBPETokenizer": "byte_bpe",
-                    "SentencePieceTokenizer": "sentencepiece"}
+                    "SentencePieceTokenizer": "sentencepiece",
+                    "QwenBPETokenizer": "qwen_bpe",
+                    "GemmaSentencePieceTokenizer": "gemma_sentencepiece"}
 _KIND_NAMES = {"wordpiece": "WordPiece", "byte_bpe": "byte-level BPE",
-               "sentencepiece": "SentencePiece"}
+               "sentencepiece": "SentencePiece", "qwen_bpe": "Qwen byte-level BPE",
+               "gemma_sentencepiece": "Gemma SentencePiece"}
+# Kinds whose files are the source folder's, kept by the tokenizer (`hf_files`).
+_KEPT_FILE_KINDS = ("qwen_bpe", "gemma_sentencepiece")
 
 
 def write_hf_model(backbone, directory, activation=None, pad_token_id=None, config_extra=None,
@@ -109,6 +115,9 @@ def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
     if kind != families.TABLE[family].tokenizer_kind:
         raise ConfigError(f"a {_KIND_NAMES[kind]} tokenizer does not belong to a {family} "
                           "model")
+    if kind in _KEPT_FILE_KINDS:
+        write_kept_tokenizer_files(tokenizer, directory, family, max_seq_length)
+        return
     tokenizer_class = families.TABLE[family].hf_tokenizer_class
     if kind == "wordpiece":
         with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
@@ -142,12 +151,45 @@ def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
     write_json(os.path.join(directory, "special_tokens_map.json"), specials)
 
 
+def write_kept_tokenizer_files(tokenizer, directory, family, max_seq_length):
+    """A decoder family's tokenizer files as its source folder had them (the tokenizer's
+    `hf_files`: tokenizer.json, tokenizer_config.json, special_tokens_map.json), with
+    tokenizer_config.json's model_max_length set to the export's length; Gemma's
+    tokenizer.model too. ConfigError when the tokenizer kept no tokenizer.json."""
+    kept = dict(getattr(tokenizer, "hf_files", None) or {})
+    if "tokenizer.json" not in kept:
+        raise ConfigError(f"this {family} tokenizer keeps no tokenizer.json of the folder it "
+                          "was loaded from (an encoder directory saved before tfsent kept "
+                          "them); load the encoder from its Hugging Face / "
+                          "sentence-transformers folder and export that")
+    settings = json.loads(kept.pop("tokenizer_config.json", "{}"))
+    settings["model_max_length"] = int(max_seq_length)
+    settings.setdefault("tokenizer_class", families.TABLE[family].hf_tokenizer_class)
+    for name, text in kept.items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    write_json(os.path.join(directory, "tokenizer_config.json"), settings)
+    if tokenizer_kind(tokenizer) == "gemma_sentencepiece":
+        with open(os.path.join(directory, "tokenizer.model"), "wb") as f:
+            f.write(tokenizer.model)
+
+
 def write_transformer(encoder, directory, max_seq_length, config_extra=None,
                       extra_tensors=None):
     """The encoder's transformer and tokenizer in Hugging Face's layout, into the existing
-    `directory` (`write_hf_model`'s `config_extra` and `extra_tensors` added)."""
+    `directory` (`write_hf_model`'s `config_extra` and `extra_tensors` added). A family
+    keras-hub runs (qwen3, gemma3) is written by `decoders.decoder_checkpoint`."""
     tokenizer = encoder.tokenizer
     pad = getattr(tokenizer, "pad_id", None)
-    write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra,
-                   extra_tensors)
+    if families.TABLE[encoder.family].runs_own_forward:
+        write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra,
+                       extra_tensors)
+    else:
+        special_ids = {"pad": int(pad), "eos": int(tokenizer.sep_id),
+                       "bos": int(tokenizer.cls_id)}
+        config, tensors = decoder_checkpoint(encoder.backbone, special_ids, max_seq_length)
+        config.update(config_extra or {})
+        write_safetensors(os.path.join(directory, SAFETENSORS_FILE),
+                          {**tensors, **(extra_tensors or {})})
+        write_json(os.path.join(directory, "config.json"), config)
     write_tokenizer_files(tokenizer, directory, encoder.family, max_seq_length)
