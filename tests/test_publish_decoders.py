@@ -117,8 +117,8 @@ def test_transformers_automodel_pools_as_tfsent(exports, peer, family):
         features = encoder.tokenizer.with_options(pad_to_max_length=False)([text])
         states = encoder(features)["sequence_output"].numpy()[0]
         pooled = states[-1] if encoder.pooling == "last_token" else states.mean(0)
-        scale = np.abs(pooled).max()
-        np.testing.assert_allclose(np.asarray(reference) / scale, pooled / scale, atol=1e-5)
+        scale = np.abs(pooled).max()  # raw states: measured 9e-6 (qwen3), 1e-6 (gemma3)
+        np.testing.assert_allclose(np.asarray(reference) / scale, pooled / scale, atol=5e-5)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

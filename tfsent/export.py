@@ -92,8 +92,9 @@ def _define_flags():
                         f"= tf_saved_model): {formats.help_text()}.")
     flags.DEFINE_string("export_dir", None, "Directory of versioned SavedModels, or the new "
                         "directory of the other formats.")
-    flags.DEFINE_bool("normalize", False, "L2-normalise the embedding (sentence_transformers: "
-                      "a Normalize module; keras_hub: the TextEmbedder's normalize).")
+    flags.DEFINE_bool("normalize", None, "L2-normalise the embedding (sentence_transformers: "
+                      "a Normalize module, by default when the model normalises (its folder "
+                      "had one); keras_hub: the TextEmbedder's normalize).")
     flags.DEFINE_bool("with_onnx", False, "sentence_transformers, cross_encoder_hf: also "
                       "write onnx/model.onnx and onnx/model_qint8_avx512_vnni.onnx for its "
                       "ONNX backend (the tfsent[onnx] extra; ~2x the checkpoint's size).")
