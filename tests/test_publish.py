@@ -202,6 +202,9 @@ def st_pipeline_numpy(directory, hidden_states, mask):
         elif kind == "Pooling":
             if config["pooling_mode_cls_token"]:
                 sentence = token_embeddings[:, 0]
+            elif config.get("pooling_mode_lasttoken"):  # the last position the mask keeps
+                last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
+                sentence = token_embeddings[np.arange(len(mask)), last]
             else:
                 m = mask[:, :, None].astype(np.float32)
                 sentence = (token_embeddings * m).sum(1) / np.maximum(m.sum(1), 1e-9)

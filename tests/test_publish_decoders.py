@@ -187,3 +187,12 @@ def test_a_tokenizer_without_its_source_files_is_refused(exports, tmp_path):
             formats.export(encoder, str(tmp_path / "hf"), format="huggingface")
     finally:
         encoder.tokenizer.hf_files = kept
+
+
+def test_onnx_files_are_refused_for_the_decoder_families(exports, tmp_path):
+    """The ONNX writer builds post-LayerNorm encoder graphs only (docs/families.md)."""
+    for family, e in exports.items():
+        with pytest.raises(ConfigError, match=f"{family} family cannot be exported as onnx"):
+            formats.export(e["encoder"], str(tmp_path / family), format="sentence_transformers",
+                           onnx=True)
+        assert not os.path.exists(tmp_path / family)

@@ -66,9 +66,14 @@ def _write_st_dense(directory, kernel, bias, activation):
                 "bias": bias is not None, "activation_function": ST_ACTIVATIONS[activation]})
 
 
-def check_onnx_files(pooling):
+def check_onnx_files(pooling, family=None):
     """ConfigError (before any work) unless the ONNX files can go with this export: a
-    pooling that needs only the last hidden state, and the tfsent[onnx] extra."""
+    family the ONNX writer builds, a pooling that needs only the last hidden state, and
+    the tfsent[onnx] extra."""
+    formats_of_family = families.TABLE[family].export_formats if family else None
+    if formats_of_family is not None and "onnx" not in formats_of_family:
+        raise ConfigError(f"--with_onnx: the {family} family cannot be exported as onnx yet "
+                          f"(it exports as {', '.join(formats_of_family)}; docs/families.md)")
     if pooling not in ONNX_POOLINGS:
         raise ConfigError(f"--pooling={pooling}: sentence-transformers' ONNX backend gives its "
                           "modules the last hidden state only; the ONNX files go with "
@@ -103,7 +108,7 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
     check_sentence_transformers_pooling(pooling)
     dense_stack(head)
     if onnx:
-        check_onnx_files(pooling)
+        check_onnx_files(pooling, encoder.family)
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
     normalize = encoder.normalize if normalize is None else bool(normalize)
 
