@@ -101,8 +101,9 @@ def test_sentence_transformers_encodes_as_tfsent(exports, peer, family):
     query = encoder.prompts["query_prompt"]
     assert got["prompts"]["query"] == query
     assert got["padding_side"] == ("left" if family == "qwen3" else "right")
-    documents = encoder.encode(SENTENCES, batch_size=4)  # L2-normalised, as the folder's
-    queries = encoder.encode([query + s for s in SENTENCES], batch_size=4)
+    # one call (one trace): the texts, then prompt + text; L2-normalised, as the folder's
+    both = encoder.encode(SENTENCES + [query + s for s in SENTENCES], batch_size=4)
+    documents, queries = both[:len(SENTENCES)], both[len(SENTENCES):]
     np.testing.assert_allclose(got["documents"], documents, atol=1e-5)
     np.testing.assert_allclose(got["queries"], queries, atol=1e-5)
     assert np.abs(np.asarray(got["queries"]) - documents).max() > 1e-2  # the prompt counts
@@ -111,14 +112,19 @@ def test_sentence_transformers_encodes_as_tfsent(exports, peer, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_transformers_automodel_pools_as_tfsent(exports, peer, family):
     """The bare transformer (no Dense head, no normalisation): the pooled last hidden
-    state of each sentence, unpadded."""
+    state of each sentence (the peer's unpadded; tfsent's right-padded, pooled over the
+    mask in numpy)."""
     encoder = exports[family]["encoder"]
-    for text, reference in zip(SENTENCES, peer[family]["pooled"]):
-        features = encoder.tokenizer.with_options(pad_to_max_length=False)([text])
-        states = encoder(features)["sequence_output"].numpy()[0]
-        pooled = states[-1] if encoder.pooling == "last_token" else states.mean(0)
-        scale = np.abs(pooled).max()  # raw states: measured 9e-6 (qwen3), 1e-6 (gemma3)
-        np.testing.assert_allclose(np.asarray(reference) / scale, pooled / scale, atol=5e-5)
+    features = encoder.tokenizer.with_options(pad_to_max_length=False)(SENTENCES)
+    states = encoder(features)["sequence_output"].numpy()
+    mask = features["padding_mask"].numpy().astype(np.float32)
+    if encoder.pooling == "last_token":
+        pooled = states[np.arange(len(mask)), mask.sum(1).astype(int) - 1]
+    else:
+        pooled = (states * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+    scale = np.abs(pooled).max()  # raw states: measured 9e-6 (qwen3), 1e-6 (gemma3)
+    np.testing.assert_allclose(np.asarray(peer[family]["pooled"]) / scale, pooled / scale,
+                               atol=5e-5)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -163,7 +169,9 @@ def test_tfsent_loads_its_export_back(exports, family):
     original = e["encoder"]
     assert (again.family, again.pooling, again.normalize, again.prompts) == (
         original.family, original.pooling, original.normalize, original.prompts)
-    np.testing.assert_allclose(again.encode(SENTENCES), original.encode(SENTENCES), atol=1e-6)
+    features = original.tokenize(SENTENCES)  # the forward itself (encode is traced above)
+    np.testing.assert_allclose(again(features)["embedding"].numpy(),
+                               original(features)["embedding"].numpy(), atol=1e-6)
 
 
 def test_prompts_and_normalize_can_be_overridden(exports, tmp_path):
@@ -196,3 +204,21 @@ def test_onnx_files_are_refused_for_the_decoder_families(exports, tmp_path):
             formats.export(e["encoder"], str(tmp_path / family), format="sentence_transformers",
                            onnx=True)
         assert not os.path.exists(tmp_path / family)
+
+
+def test_a_training_runs_encoder_directory_publishes(exports, tmp_path):
+    """What a run's `publish:` line does: a tfsent encoder directory (which keeps the
+    source's tokenizer files) exported again gives the same folder contents."""
+    from tfsent.encoders.encoder_dir import save_encoder_dir
+
+    e = exports["gemma3"]
+    save_encoder_dir(e["encoder"], str(tmp_path / "encoder"))
+    again = load_encoder(str(tmp_path / "encoder"))
+    path = formats.export(again, str(tmp_path / "hf"), format="huggingface")
+    for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "config.json"):
+        with open(os.path.join(path, name), "rb") as f, \
+                open(os.path.join(e["huggingface"], name), "rb") as g:
+            assert f.read() == g.read(), name
+    written = load_file(os.path.join(path, "model.safetensors"))
+    for key, value in load_file(os.path.join(e["huggingface"], "model.safetensors")).items():
+        np.testing.assert_array_equal(written[key], value, err_msg=key)
