@@ -91,7 +91,8 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
         head: a layer on the pooled embedding (Dense modules: `heads.dense_stack`), after
             the encoder's own Dense head when it has one.
         normalize: add a Normalize module (None: when the encoder normalises, as a
-            sentence-transformers folder with a Normalize module loads).
+            sentence-transformers folder with a Normalize module loads, and no `head`
+            is given).
         max_seq_length: truncation length, special tokens included (default: the
             tokenizer's, clamped to the position table).
         metadata: extra entries for tfsent_export.json (e.g. method, step).
@@ -110,7 +111,8 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
     if onnx:
         check_onnx_files(pooling, encoder.family)
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
-    normalize = encoder.normalize if normalize is None else bool(normalize)
+    if normalize is None:  # the encoder's own, for its own embedding (not a method's head)
+        normalize = bool(encoder.normalize) and head is None
 
     def write_files(folder):
         details = write(encoder, folder, pooling, head, normalize, length, prompts)
