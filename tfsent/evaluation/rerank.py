@@ -31,8 +31,8 @@ def check_retriever(model, flag="--model"):
     """Refuses (ConfigError) a cross-encoder given as the retriever `flag`: it has no
     sentence embeddings to search with (cheap: reads files only,
     `formats.model_paths.check_bi_encoder`)."""
-    check_bi_encoder(model, flag, hint=f"; the cross-encoder goes to --rerank, a bi-encoder "
-                                       f"to {flag}")
+    check_bi_encoder(model, flag, hint="; a cross-encoder goes to --rerank"
+                     if flag == "--model" else "")
 
 
 def check_rerank(reranker, top, tasks, retrieval, variants=False):

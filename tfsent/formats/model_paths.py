@@ -17,12 +17,16 @@ import json
 import os
 import zipfile
 
+from tfsent.encoders.encoder_dir import ENCODER_CONFIG_FILE
 from tfsent.errors import ConfigError
 from tfsent.formats.metadata import METADATA_FILE, export_format
 
 CROSS_ENCODER_FORMATS = ("cross_encoder", "cross_encoder_hf")
 CROSS_ENCODER_CLASS = "CrossEncoder"  # tfsent.methods.CrossEncoder's class name
 CROSS_ENCODER_METHOD = "cross_encoder"  # the method name a run's config.json records
+# Files that mark an encoder folder: Hugging Face / sentence-transformers, tfsent's encoder
+# directory, a tfsent export in a new folder.
+_ENCODER_FILES = ("config.json", "modules.json", ENCODER_CONFIG_FILE, METADATA_FILE)
 
 
 def keras_class_name(path):
@@ -94,8 +98,8 @@ def check_cross_encoder(path, option):
         what = f"a {keras_class_name(path) or 'unreadable'} model's .keras file"
     elif _json(os.path.join(path, "config.json")).get("method"):
         what = f"a {_json(os.path.join(path, 'config.json'))['method']} training run"
-    elif os.path.isdir(path) and (os.path.exists(os.path.join(path, "config.json"))
-                                  or os.path.exists(os.path.join(path, METADATA_FILE))):
+    elif os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
+                                     for name in _ENCODER_FILES):
         what = "a sentence encoder's folder"
     else:
         return
