@@ -40,6 +40,15 @@ torch.set_num_threads(1)
 jobs, out = json.load(open(sys.argv[1], encoding="utf-8")), {}
 for name, job in jobs.items():
     pairs = [tuple(p) for p in job["pairs"]]
+    if "make_from" in job:  # a reranker as transformers writes one: base model + new head
+        torch.manual_seed(0)
+        hf = AutoModelForSequenceClassification.from_pretrained(job["make_from"],
+                                                                num_labels=1).eval()
+        for param_name, param in hf.named_parameters():
+            if "classifier" in param_name:  # a head far from its initial scale
+                torch.nn.init.normal_(param, std=0.5)
+        hf.save_pretrained(job["dir"])
+        AutoTokenizer.from_pretrained(job["make_from"]).save_pretrained(job["dir"])
     hf = AutoModelForSequenceClassification.from_pretrained(job["dir"]).eval()
     result = {"num_labels": hf.config.num_labels, "architecture": type(hf).__name__}
     if "ids" in job:  # tfsent's pair ids (no tokenizer here)
@@ -51,7 +60,8 @@ for name, job in jobs.items():
         result["max_length"] = model.max_seq_length
         tokenizer = AutoTokenizer.from_pretrained(job["dir"])
         features = tokenizer([p[0] for p in pairs], [p[1] for p in pairs], padding=True,
-                             truncation="longest_first", return_tensors="pt")
+                             truncation="longest_first", max_length=job.get("max_length"),
+                             return_tensors="pt")
     with torch.no_grad():
         result["hf"] = hf(**features).logits[:, 0].tolist()
     out[name] = result
@@ -290,16 +300,26 @@ def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, publish
         np.testing.assert_allclose(out[family], want, atol=1e-4, err_msg=family)
 
 
-def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, published,
-                                                                  tmp_path):
-    from tfsent.encoders import families
+# Rerankers transformers itself writes (a base checkpoint + a one-label head, saved with
+# save_pretrained), for the reverse direction: tfsent starting a cross-encoder from them.
+MADE_BY_TRANSFORMERS = ("roberta", "distilbert")
 
+
+@pytest.fixture(scope="module")
+def peer_out(trained, published, hf_checkpoint_dirs, tmp_path_factory):
+    """The peer's answers (one subprocess for the module): {family: sentence-transformers'
+    and transformers' scores of tfsent's folder}, {"made:" + family: transformers' scores
+    of the reranker it wrote to "dir"}."""
     python = peer_python()
+    root = tmp_path_factory.mktemp("peer")
     jobs = {family: {"dir": path, "pairs": HARD_PAIRS} for family, path in published.items()}
     for family in IDS_ONLY:
         jobs[family]["ids"] = {k: v.tolist() for k, v in _hf_inputs(
             trained[family], _pair_features(trained[family])).items()}
-    jobs_file = tmp_path / "jobs.json"
+    for family in MADE_BY_TRANSFORMERS:
+        jobs[f"made:{family}"] = {"make_from": hf_checkpoint_dirs[family], "max_length": 32,
+                                  "dir": str(root / f"made_{family}"), "pairs": HARD_PAIRS}
+    jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs, ensure_ascii=False), encoding="utf-8")
     r = subprocess.run([python, "-c", PEER_SCRIPT, str(jobs_file)], capture_output=True,
                        text=True, timeout=600,
@@ -307,6 +327,15 @@ def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, publis
                                 TOKENIZERS_PARALLELISM="false"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
+    for name, job in jobs.items():
+        out[name]["dir"] = job["dir"]
+    return out
+
+
+def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, peer_out):
+    from tfsent.encoders import families
+
+    out = {name: result for name, result in peer_out.items() if ":" not in name}
     assert set(out) == set(PUBLISHED)
     for family, model in trained.items():
         want = model.score([p[0] for p in HARD_PAIRS], [p[1] for p in HARD_PAIRS])
@@ -320,6 +349,24 @@ def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, publis
         assert np.ptp(want) > 0.1  # the pairs are told apart
         print(f"{family}: scores {np.round(want, 3).tolist()}, max |hf - tfsent| "
               f"{np.max(np.abs(np.array(got['hf']) - want)):.2e}")
+
+
+def test_a_reranker_saved_by_transformers_starts_a_cross_encoder(peer_out):
+    """A *ForSequenceClassification folder written by transformers' save_pretrained (its
+    tokenizer.json, its own head names) loads as a cross-encoder start whose scores are
+    transformers' own (pairs truncated at 32 tokens on both sides)."""
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    for family in MADE_BY_TRANSFORMERS:
+        made = peer_out[f"made:{family}"]
+        model = CrossEncoder(load_encoder(made["dir"], pooling="cls", max_seq_length=32))
+        assert model.read_hf_head(made["dir"]) == {
+            "roberta": ["classifier.dense", "classifier.out_proj"],
+            "distilbert": ["pre_classifier", "classifier"]}[family]
+        got = model(_pair_features(model)).numpy()  # eager: no tracing
+        np.testing.assert_allclose(got, made["hf"], atol=1e-5, err_msg=family)
+        assert np.ptp(got) > 0.01  # the pairs are told apart
 
 
 def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
@@ -352,8 +399,9 @@ def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
 
 def test_old_cross_encoder_files_load_with_their_linear_head(trained, tmp_path):
     """A CrossEncoder .keras file saved before the heads followed the family's (config
-    without "head", a Dense(1) `score_head`) loads with the "linear" head and its scores;
-    its SavedModel export (format cross_encoder) is self-contained and serves as before."""
+    without "head", a Dense(1) `score_head`) loads with the "linear" head and its scores
+    (a file written by the code before this change was checked the same way once; their
+    cross_encoder SavedModels hold their own graph and serve unchanged)."""
     import zipfile
 
     import keras
