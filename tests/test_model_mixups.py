@@ -97,33 +97,20 @@ def test_run_configs_refuse_a_model_of_the_other_kind(exports, tiny_encoder_dir)
     assert config.encoder == exports["hub"]
 
 
-def test_commands_refuse_a_cross_encoder_model_in_one_line(exports, tmp_path):
-    """index and export (a sentence-embedding format) given a cross-encoder as --model:
-    exit status 2, one error line, nothing written (both run at once; mine makes the same
-    call, `check_bi_encoder(FLAGS.model, "--model")`, as its first step, and evaluate's
-    --model goes through `check_retriever`: test_rerank_eval.py)."""
+def test_export_refuses_a_cross_encoder_model_in_one_line(exports, tmp_path):
+    """`python -m tfsent.export --model=CE.keras` for a sentence-embedding format: exit
+    status 2, one error line, nothing written. (index and mine make the same call,
+    `check_bi_encoder(FLAGS.model, "--model")`, as their first step, and evaluate's --model
+    goes through `check_retriever`, test_rerank_eval.py: one command process here keeps the
+    module cheap.)"""
     out = tmp_path / "out"
-    commands = {
-        "index": (exports["version"], ["--corpus=corpus.jsonl", f"--export_dir={out}"],
-                  "; a cross-encoder goes to --reranker"),
-        "export": (exports["keras"], [f"--export_dir={out}"],
-                   " (a cross-encoder exports as --format=cross_encoder or cross_encoder_hf "
-                   "from its .keras file)"),
-    }
-    names = {"version": "a cross_encoder export", "keras": "a CrossEncoder's .keras file"}
-    running = {name: subprocess.Popen(
-        [sys.executable, "-m", f"tfsent.{name}", f"--model={model}", *flags],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-        for name, (model, flags, _) in commands.items()}
-    for name, process in running.items():
-        _, stderr = process.communicate(timeout=300)
-        model, _, hint = commands[name]
-        what = names[next(k for k in names if exports[k] == model)]
-        assert process.returncode == 2, (name, stderr[-2000:])
-        assert stderr.strip().splitlines()[-1] == (
-            f"error: --model={model} is {what}, a cross-encoder (it scores (query, passage) "
-            f"pairs and has no sentence embeddings): give a bi-encoder (a sentence encoder) "
-            f"here{hint}"), name
-        assert "Traceback" not in stderr
-    assert not out.exists()
+    r = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={exports['keras']}",
+                        f"--export_dir={out}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: --model={exports['keras']} is a CrossEncoder's .keras file, a cross-encoder "
+        "(it scores (query, passage) pairs and has no sentence embeddings): give a bi-encoder "
+        "(a sentence encoder) here (a cross-encoder exports as --format=cross_encoder or "
+        "cross_encoder_hf from its .keras file)")
+    assert "Traceback" not in r.stderr and not out.exists()
