@@ -109,7 +109,7 @@ class CrossEncoder(SentenceMethod):
             the student's tokenizer (not tracked: never trained or saved with the student;
             a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: must be "cls" (the head reads the first token).
-        seed: seed of the head's dropout stream and initial weights.
+        seed: seed of the head's dropout stream.
         head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
             the `cls` pooling, the head of cross-encoders saved before the heads followed
             the family's (their .keras files load with it).
@@ -271,7 +271,7 @@ class CrossEncoder(SentenceMethod):
 
     @classmethod
     def from_config(cls, config):
-        # Files saved before the head followed the family's record none: a Dense(1).
+        # Files saved before the head followed the family's record none: a Dense(1) head.
         return super().from_config({"head": LINEAR_HEAD, **config})
 
 
