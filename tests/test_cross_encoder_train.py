@@ -196,7 +196,7 @@ def test_evaluate_takes_the_run_folder(trained, case):
     ({"rerank_top": 0}, "rerank_top"),
     ({"rerank_top": 13}, "above the corpus size"),
     ({"train_data": "beir:{beir}:train"}, "python -m tfsent.mine"),
-    ({"retriever": "{export}"}, "is a cross-encoder export"),
+    ({"retriever": "{export}"}, "retriever=.* is a cross_encoder export, a cross-encoder"),
     ({"retriever": "no/such/folder"}, "no such file or folder"),
     ({"test_tasks": "STSBenchmark"}, "no sentence embeddings"),
 ])

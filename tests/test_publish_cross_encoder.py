@@ -1,8 +1,10 @@
 """A cross-encoder published as a Hugging Face sequence-classification folder
-(`tfsent.formats.cross_encoder_hf`): the real sentence-transformers `CrossEncoder.predict`
-and transformers' `AutoModelForSequenceClassification` (PyTorch, the peer venv, one
-subprocess for every case) give tfsent's scores on hard pairs; checks without torch: the
-head's tensors, the refusals."""
+(`tfsent.formats.cross_encoder_hf`), one per family with a mapped head (bert, roberta,
+xlm-roberta, distilbert): the real sentence-transformers `CrossEncoder.predict` and
+transformers' `AutoModelForSequenceClassification` (PyTorch, the peer venv, one subprocess
+for every family) give tfsent's scores on hard pairs; checks without torch: the head's
+tensors under Hugging Face's names, Hugging Face's head formula in NumPy, the folder read
+back as a cross-encoder start, the refusals."""
 
 import json
 import os
@@ -15,7 +17,11 @@ import pytest
 from conftest import REPO
 from test_publish_peer import peer_python
 
-PUBLISHED = ("bert", "roberta")
+PUBLISHED = ("bert", "roberta", "xlm-roberta", "distilbert")
+# The peer venv has no `sentencepiece`, which transformers needs to build the XLM-R
+# tokenizer from sentencepiece.bpe.model: the peer runs that model on tfsent's pair ids
+# (equal to Hugging Face's: test_cross_encoder.py) and sentence-transformers skips it.
+IDS_ONLY = ("xlm-roberta",)
 HARD_PAIRS = [
     ("what is the capital of japan", "東京は日本の首都です。 Tokyo is Japan's capital."),
     ("an empty passage", ""),
@@ -34,26 +40,54 @@ torch.set_num_threads(1)
 jobs, out = json.load(open(sys.argv[1], encoding="utf-8")), {}
 for name, job in jobs.items():
     pairs = [tuple(p) for p in job["pairs"]]
-    model = CrossEncoder(job["dir"])
-    st = model.predict(pairs, batch_size=4, convert_to_numpy=True).tolist()
-    tokenizer = AutoTokenizer.from_pretrained(job["dir"])
+    if "make_from" in job:  # a reranker as transformers writes one: base model + new head
+        torch.manual_seed(0)
+        hf = AutoModelForSequenceClassification.from_pretrained(job["make_from"],
+                                                                num_labels=1).eval()
+        for param_name, param in hf.named_parameters():
+            if "classifier" in param_name:  # a head far from its initial scale
+                torch.nn.init.normal_(param, std=0.5)
+        hf.save_pretrained(job["dir"])
+        AutoTokenizer.from_pretrained(job["make_from"]).save_pretrained(job["dir"])
     hf = AutoModelForSequenceClassification.from_pretrained(job["dir"]).eval()
-    features = tokenizer([p[0] for p in pairs], [p[1] for p in pairs], padding=True,
-                         truncation="longest_first", return_tensors="pt")
+    result = {"num_labels": hf.config.num_labels, "architecture": type(hf).__name__}
+    if "ids" in job:  # tfsent's pair ids (no tokenizer here)
+        features = {k: torch.tensor(v) for k, v in job["ids"].items()}
+    else:
+        model = CrossEncoder(job["dir"])
+        result["st"] = model.predict(pairs, batch_size=4, convert_to_numpy=True).tolist()
+        result["activation"] = type(model.activation_fn).__name__
+        result["max_length"] = model.max_seq_length
+        tokenizer = AutoTokenizer.from_pretrained(job["dir"])
+        features = tokenizer([p[0] for p in pairs], [p[1] for p in pairs], padding=True,
+                             truncation="longest_first", max_length=job.get("max_length"),
+                             return_tensors="pt")
     with torch.no_grad():
-        logits = hf(**features).logits
-    out[name] = {"st": st, "hf": logits[:, 0].tolist(), "num_labels": hf.config.num_labels,
-                 "architecture": type(hf).__name__,
-                 "activation": type(model.activation_fn).__name__,
-                 "max_length": model.max_seq_length}
+        result["hf"] = hf(**features).logits[:, 0].tolist()
+    out[name] = result
 json.dump(out, sys.stdout)
 """
 
 
+def _pair_features(model, pairs=HARD_PAIRS):
+    import tensorflow as tf
+
+    return model.encoder.tokenizer.with_options(pad_to_max_length=False).tokenize_pairs(
+        tf.constant([p[0] for p in pairs]), tf.constant([p[1] for p in pairs]))
+
+
+def _hf_inputs(model, features):
+    """{Hugging Face input name: int64 array} of tfsent pair features."""
+    feed = {"input_ids": features["token_ids"], "attention_mask": features["padding_mask"]}
+    if "segment_ids" in features:
+        feed["token_type_ids"] = features["segment_ids"]
+    return {k: np.asarray(v, np.int64) for k, v in feed.items()}
+
+
 @pytest.fixture(scope="module")
 def trained(hf_checkpoint_dirs):
-    """{family: CrossEncoder} on the tiny checkpoints with every weight (backbone, pooler,
-    score head) drawn at random around its scale (test_publish_peer.randomize): scores that
+    """{family: CrossEncoder} (each with its family's head) on the tiny checkpoints with
+    every weight (backbone, pooler, score head) drawn at random around its scale (test_publish_peer.randomize): scores that
     differ by units between pairs, without the minute a training run's tracing costs on a
     loaded 2-core machine (training's own tests: test_cross_encoder.py)."""
     from test_publish_peer import randomize
@@ -74,8 +108,8 @@ def trained(hf_checkpoint_dirs):
 @pytest.fixture(scope="module")
 def published(trained, tmp_path_factory):
     """{family: folder} written by `CrossEncoder.export(DIR, format="cross_encoder_hf")`
-    (bert) and by `python -m tfsent.export --model=FILE.keras` on the model's `.keras` file
-    (roberta), with the ONNX files where the tfsent[onnx] extra is installed."""
+    and, for roberta, by `python -m tfsent.export --model=FILE.keras` on the model's
+    `.keras` file, with the ONNX files where the tfsent[onnx] extra is installed."""
     root = tmp_path_factory.mktemp("ce_hf")
     keras_file = str(root / "roberta.keras")
     trained["roberta"].save(keras_file)
@@ -87,9 +121,10 @@ def published(trained, tmp_path_factory):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines() == [roberta]
     assert f'sentence_transformers.CrossEncoder("{roberta}")' in r.stderr  # next steps
-    return {"bert": trained["bert"].export(str(root / "bert"), format="cross_encoder_hf",
-                                           onnx=_has_onnx()),
-            "roberta": roberta}
+    out = {family: model.export(str(root / family), format="cross_encoder_hf",
+                                onnx=_has_onnx())
+           for family, model in trained.items() if family != "roberta"}
+    return {**out, "roberta": roberta}
 
 
 def _has_onnx():
@@ -102,44 +137,101 @@ def _has_onnx():
 
 
 def test_folder_layout_and_head_without_torch(trained, published):
+    """config.json names the family's *ForSequenceClassification with one label; the
+    score head's Dense layers are the checkpoint's head modules (kernels transposed)."""
     from safetensors.numpy import load_file
 
+    from tfsent.encoders import families
     from tfsent.formats import read_metadata
 
+    modules = {"bert": ["classifier"], "roberta": ["classifier.dense", "classifier.out_proj"],
+               "xlm-roberta": ["classifier.dense", "classifier.out_proj"],
+               "distilbert": ["pre_classifier", "classifier"]}
     for family, path in published.items():
         config = json.load(open(os.path.join(path, "config.json")))
+        assert config["architectures"] == [
+            families.TABLE[family].hf_sequence_classification[0]]
         assert len(config["id2label"]) == 1
         assert config["sentence_transformers"]["activation_fn"].endswith("Identity")
         assert read_metadata(path)["format"] == "cross_encoder_hf"
         tensors = load_file(os.path.join(path, "model.safetensors"))
-        kernel = trained[family].score_head.kernel.numpy()[:, 0]
-        if family == "bert":
-            assert config["architectures"] == ["BertForSequenceClassification"]
-            np.testing.assert_array_equal(tensors["classifier.weight"][0], kernel)
-            assert "bert.pooler.dense.weight" in tensors
-        else:
-            assert config["architectures"] == ["RobertaForSequenceClassification"]
-            eps = np.diag(tensors["classifier.dense.weight"])
-            np.testing.assert_allclose(tensors["classifier.out_proj.weight"][0] * eps, kernel,
-                                       rtol=1e-6, atol=1e-7)
-            assert np.all(eps > 0) and not np.any(tensors["classifier.dense.bias"])
+        layers = getattr(trained[family].score_head, "layers", [trained[family].score_head])
+        assert len(layers) == len(modules[family])
+        for module, layer in zip(modules[family], layers):
+            np.testing.assert_array_equal(tensors[f"{module}.weight"], layer.kernel.numpy().T)
+            np.testing.assert_array_equal(tensors[f"{module}.bias"], layer.bias.numpy())
+        assert ("bert.pooler.dense.weight" in tensors) == (family == "bert")
+    assert os.path.exists(os.path.join(published["xlm-roberta"], "sentencepiece.bpe.model"))
 
 
-def test_linear_tanh_head_matches_the_linear_head_in_numpy(trained):
-    """The roberta head's tanh(eps x) / eps on the model's own first-token states equals
-    the linear head to 1e-6 relative (the bound of cross_encoder_hf's docstring)."""
-    import tensorflow as tf
+def _hf_head_numpy(family, tensors, first, pooled):
+    """Hugging Face's sequence-classification head (its modeling code's formula, written
+    out in NumPy) on the first token's final state `first` (BERT: the pooler's output
+    `pooled`), from the published tensors; dropout off."""
+    def dense(x, name):
+        return x @ tensors[f"{name}.weight"].T.astype(np.float64) + tensors[f"{name}.bias"]
+    if family == "bert":
+        return dense(pooled, "classifier")[:, 0]
+    if family == "distilbert":
+        return dense(np.maximum(dense(first, "pre_classifier"), 0.0), "classifier")[:, 0]
+    return dense(np.tanh(dense(first, "classifier.dense")), "classifier.out_proj")[:, 0]
 
-    from tfsent.formats.cross_encoder_hf import head_tensors
 
-    model = trained["roberta"]
-    features = model.encoder.tokenizer.tokenize_pairs(
-        tf.constant([p[0] for p in HARD_PAIRS]), tf.constant([p[1] for p in HARD_PAIRS]))
-    states = model.encoder(features, pooling="cls")["embedding"].numpy().astype(np.float64)
-    tensors = head_tensors(model.encoder, model.score_head, "dense_tanh")
-    hidden = np.tanh(states @ tensors["classifier.dense.weight"].T.astype(np.float64))
-    got = hidden @ tensors["classifier.out_proj.weight"][0] + tensors["classifier.out_proj.bias"]
-    np.testing.assert_allclose(got, model(features).numpy(), rtol=1e-5, atol=1e-5)
+def test_published_head_in_numpy_gives_tfsent_scores(trained, published):
+    from safetensors.numpy import load_file
+
+    for family, model in trained.items():
+        features = _pair_features(model)
+        states = model.encoder(features, pooling="cls_before_pooler")["embedding"]
+        pooled = model.encoder(features, pooling="cls")["embedding"]
+        tensors = load_file(os.path.join(published[family], "model.safetensors"))
+        got = _hf_head_numpy(family, tensors, np.float64(states), np.float64(pooled))
+        np.testing.assert_allclose(got, model(features).numpy(), rtol=1e-5, atol=1e-5,
+                                   err_msg=family)
+
+
+def test_hand_computed_heads():
+    """Each head kind on a 2-d state, by hand: bert 0.5*1 - 1*2 + 0.25 = -1.25; roberta
+    tanh([1, 2] @ I + [0, -2]) = tanh([1, 0]) -> 2 * 0.761594 + 0.1 = 1.623188; distilbert
+    relu([1, -2]) = [1, 0] -> 3 * 1 - 1 = 2."""
+    eye = np.eye(2, dtype=np.float32)
+    x = np.array([[1.0, 2.0]])
+    np.testing.assert_allclose(_hf_head_numpy("bert", {
+        "classifier.weight": np.array([[0.5, -1.0]]), "classifier.bias": np.array([0.25])},
+        None, x), [-1.25])
+    np.testing.assert_allclose(_hf_head_numpy("roberta", {
+        "classifier.dense.weight": eye, "classifier.dense.bias": np.array([0.0, -2.0]),
+        "classifier.out_proj.weight": np.array([[2.0, 5.0]]),
+        "classifier.out_proj.bias": np.array([0.1])}, x, None), [1.623188], rtol=1e-6)
+    np.testing.assert_allclose(_hf_head_numpy("distilbert", {
+        "pre_classifier.weight": np.diag([1.0, -1.0]), "pre_classifier.bias": np.zeros(2),
+        "classifier.weight": np.array([[3.0, 7.0]]), "classifier.bias": np.array([-1.0])},
+        x, None), [2.0])
+
+
+def test_published_folder_starts_a_cross_encoder_with_its_head(trained, published,
+                                                               hf_checkpoint_dirs):
+    """A *ForSequenceClassification folder read back (`load_encoder` + `read_hf_head`, as
+    a cross_encoder run starting from it does) scores as the model that wrote it; a base
+    checkpoint leaves the head as initialised."""
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    for family in ("roberta", "distilbert"):
+        model = CrossEncoder(load_encoder(published[family], pooling="cls",
+                                          max_seq_length=32))
+        read = model.read_hf_head(published[family])
+        assert read == {"roberta": ["classifier.dense", "classifier.out_proj"],
+                        "distilbert": ["pre_classifier", "classifier"]}[family]
+        features = _pair_features(trained[family])  # eager calls: no tracing
+        np.testing.assert_allclose(model(features).numpy(),
+                                   trained[family](features).numpy(), atol=1e-5)
+    base = CrossEncoder(load_encoder(hf_checkpoint_dirs["roberta"], pooling="cls",
+                                     max_seq_length=32))
+    before = [w.numpy() for w in base.score_head.weights]
+    assert base.read_hf_head(hf_checkpoint_dirs["roberta"]) == []  # an MLM checkpoint
+    for old, new in zip(before, base.score_head.weights):
+        np.testing.assert_array_equal(old, new.numpy())
 
 
 def test_onnx_logits_are_tfsent_scores(trained, published):
@@ -152,12 +244,8 @@ def test_onnx_logits_are_tfsent_scores(trained, published):
     import onnxruntime
 
     for family, model in trained.items():
-        features = model.encoder.tokenizer.with_options(pad_to_max_length=False).tokenize_pairs(
-            tf.constant([p[0] for p in HARD_PAIRS]), tf.constant([p[1] for p in HARD_PAIRS]))
-        feed = {"input_ids": features["token_ids"], "attention_mask": features["padding_mask"]}
-        if family == "bert":
-            feed["token_type_ids"] = features["segment_ids"]
-        feed = {k: np.asarray(v, np.int64) for k, v in feed.items()}
+        features = _pair_features(model)
+        feed = _hf_inputs(model, features)
         want = model(features).numpy()
         for name, atol in (("model.onnx", 1e-4), ("model_qint8_avx512_vnni.onnx", 0.1)):
             session = onnxruntime.InferenceSession(
@@ -197,7 +285,8 @@ def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, publish
         pytest.skip(message)
     jobs_file = tmp_path / "jobs.json"
     jobs_file.write_text(json.dumps({f: {"dir": d, "pairs": HARD_PAIRS}
-                                     for f, d in published.items()}, ensure_ascii=False),
+                                     for f, d in published.items() if f not in IDS_ONLY},
+                                    ensure_ascii=False),
                          encoding="utf-8")
     r = subprocess.run([python, "-c", ONNX_PEER_SCRIPT, str(jobs_file)], capture_output=True,
                        text=True, timeout=600,
@@ -205,16 +294,32 @@ def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, publish
                                 TOKENIZERS_PARALLELISM="false"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
-    for family, model in trained.items():
-        want = model.score([p[0] for p in HARD_PAIRS], [p[1] for p in HARD_PAIRS])
+    assert set(out) == set(PUBLISHED) - set(IDS_ONLY)
+    for family in out:
+        want = trained[family].score([p[0] for p in HARD_PAIRS], [p[1] for p in HARD_PAIRS])
         np.testing.assert_allclose(out[family], want, atol=1e-4, err_msg=family)
 
 
-def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, published,
-                                                                  tmp_path):
+# Rerankers transformers itself writes (a base checkpoint + a one-label head, saved with
+# save_pretrained), for the reverse direction: tfsent starting a cross-encoder from them.
+MADE_BY_TRANSFORMERS = ("roberta", "distilbert")
+
+
+@pytest.fixture(scope="module")
+def peer_out(trained, published, hf_checkpoint_dirs, tmp_path_factory):
+    """The peer's answers (one subprocess for the module): {family: sentence-transformers'
+    and transformers' scores of tfsent's folder}, {"made:" + family: transformers' scores
+    of the reranker it wrote to "dir"}."""
     python = peer_python()
+    root = tmp_path_factory.mktemp("peer")
     jobs = {family: {"dir": path, "pairs": HARD_PAIRS} for family, path in published.items()}
-    jobs_file = tmp_path / "jobs.json"
+    for family in IDS_ONLY:
+        jobs[family]["ids"] = {k: v.tolist() for k, v in _hf_inputs(
+            trained[family], _pair_features(trained[family])).items()}
+    for family in MADE_BY_TRANSFORMERS:
+        jobs[f"made:{family}"] = {"make_from": hf_checkpoint_dirs[family], "max_length": 32,
+                                  "dir": str(root / f"made_{family}"), "pairs": HARD_PAIRS}
+    jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs, ensure_ascii=False), encoding="utf-8")
     r = subprocess.run([python, "-c", PEER_SCRIPT, str(jobs_file)], capture_output=True,
                        text=True, timeout=600,
@@ -222,18 +327,46 @@ def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, publis
                                 TOKENIZERS_PARALLELISM="false"))
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
+    for name, job in jobs.items():
+        out[name]["dir"] = job["dir"]
+    return out
+
+
+def test_sentence_transformers_cross_encoder_gives_tfsent_scores(trained, peer_out):
+    from tfsent.encoders import families
+
+    out = {name: result for name, result in peer_out.items() if ":" not in name}
+    assert set(out) == set(PUBLISHED)
     for family, model in trained.items():
         want = model.score([p[0] for p in HARD_PAIRS], [p[1] for p in HARD_PAIRS])
         got = out[family]
-        assert got["num_labels"] == 1 and got["activation"] == "Identity"
-        assert got["architecture"].endswith("ForSequenceClassification")
-        assert got["max_length"] == 32
-        np.testing.assert_allclose(got["st"], want, atol=1e-4, err_msg=family)
-        np.testing.assert_allclose(got["hf"], want, atol=1e-4, err_msg=family)
+        assert got["num_labels"] == 1
+        assert got["architecture"] == families.TABLE[family].hf_sequence_classification[0]
+        np.testing.assert_allclose(got["hf"], want, atol=1e-5, err_msg=family)
+        if family not in IDS_ONLY:
+            assert got["activation"] == "Identity" and got["max_length"] == 32
+            np.testing.assert_allclose(got["st"], want, atol=1e-5, err_msg=family)
         assert np.ptp(want) > 0.1  # the pairs are told apart
-        print(f"{family}: scores {np.round(want, 3).tolist()}, max |st - tfsent| "
-              f"{np.max(np.abs(np.array(got['st']) - want)):.2e}, max |hf - tfsent| "
+        print(f"{family}: scores {np.round(want, 3).tolist()}, max |hf - tfsent| "
               f"{np.max(np.abs(np.array(got['hf']) - want)):.2e}")
+
+
+def test_a_reranker_saved_by_transformers_starts_a_cross_encoder(peer_out):
+    """A *ForSequenceClassification folder written by transformers' save_pretrained (its
+    tokenizer.json, its own head names) loads as a cross-encoder start whose scores are
+    transformers' own (pairs truncated at 32 tokens on both sides)."""
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    for family in MADE_BY_TRANSFORMERS:
+        made = peer_out[f"made:{family}"]
+        model = CrossEncoder(load_encoder(made["dir"], pooling="cls", max_seq_length=32))
+        assert model.read_hf_head(made["dir"]) == {
+            "roberta": ["classifier.dense", "classifier.out_proj"],
+            "distilbert": ["pre_classifier", "classifier"]}[family]
+        got = model(_pair_features(model)).numpy()  # eager: no tracing
+        np.testing.assert_allclose(got, made["hf"], atol=1e-5, err_msg=family)
+        assert np.ptp(got) > 0.01  # the pairs are told apart
 
 
 def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
@@ -247,10 +380,15 @@ def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
         formats.export(bert.encoder, str(tmp_path / "a"), format="cross_encoder_hf")
     with pytest.raises(ConfigError, match="no sentence embeddings"):
         formats.export(bert, str(tmp_path / "b"), format="huggingface")
-    encoder = load_encoder(hf_checkpoint_dirs["distilbert"], pooling="cls",
-                           max_seq_length=16)
-    with pytest.raises(ConfigError, match="distilbert.*not mapped yet.*bert, roberta"):
-        CrossEncoder(encoder).export(str(tmp_path / "c"), format="cross_encoder_hf")
+    encoder = load_encoder(hf_checkpoint_dirs["roberta"], pooling="cls", max_seq_length=16)
+    with pytest.raises(ConfigError, match=r"the score head is Dense\(1, linear\), "
+                       r"RobertaForSequenceClassification computes Dense\(32, tanh\) -> "
+                       r"Dense\(1, linear\).*cannot be published exactly"):
+        CrossEncoder(encoder, head="linear").export(str(tmp_path / "c"),
+                                                    format="cross_encoder_hf")
+    with pytest.raises(ConfigError, match="head='pooler' reads the pooler, which the "
+                                          "roberta family has not"):
+        CrossEncoder(encoder, head="pooler")
     with pytest.raises(InputError, match="no such .keras file"):
         formats.export(str(tmp_path / "missing.keras"), str(tmp_path / "d"),
                        format="cross_encoder_hf")
@@ -259,20 +397,29 @@ def test_refusals(trained, hf_checkpoint_dirs, tmp_path):
     assert not any((tmp_path / n).exists() for n in "abcd")
 
 
-def test_xlm_roberta_publishes_robertas_head(hf_checkpoint_dirs, tmp_path):
-    """XLM-R shares RoBERTa's head (its sentencepiece tokenizer keeps it out of the peer
-    test: transformers would need `sentencepiece` there)."""
-    from safetensors.numpy import load_file
+def test_old_cross_encoder_files_load_with_their_linear_head(trained, tmp_path):
+    """A CrossEncoder .keras file saved before the heads followed the family's (config
+    without "head", a Dense(1) `score_head`) loads with the "linear" head and its scores
+    (a file written by the code before this change was checked the same way once; their
+    cross_encoder SavedModels hold their own graph and serve unchanged)."""
+    import zipfile
 
-    from tfsent.encoders import load_encoder
+    import keras
+
     from tfsent.methods import CrossEncoder
 
-    model = CrossEncoder(load_encoder(hf_checkpoint_dirs["xlm-roberta"], pooling="cls",
-                                      max_seq_length=16))
-    path = model.export(str(tmp_path / "xlmr"), format="cross_encoder_hf")
-    config = json.load(open(os.path.join(path, "config.json")))
-    assert config["architectures"] == ["XLMRobertaForSequenceClassification"]
-    tensors = load_file(os.path.join(path, "model.safetensors"))
-    assert {"classifier.dense.weight", "classifier.out_proj.weight",
-            "roberta.embeddings.word_embeddings.weight"} <= set(tensors)
-    assert os.path.exists(os.path.join(path, "sentencepiece.bpe.model"))
+    model = CrossEncoder(trained["distilbert"].encoder, head="linear", seed=0)
+    path, old = str(tmp_path / "new.keras"), str(tmp_path / "old.keras")
+    model.save(path)
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                assert config["config"].pop("head") == "linear"
+                data = json.dumps(config).encode("utf-8")
+            dst.writestr(item, data)
+    loaded = keras.saving.load_model(old)
+    assert loaded.head_kind == "linear"
+    features = _pair_features(model)
+    np.testing.assert_allclose(loaded(features).numpy(), model(features).numpy(), atol=1e-6)

@@ -164,8 +164,8 @@ def test_bad_rerank_settings_are_refused_before_loading(case, rerank, top, tasks
 
 
 def test_a_cross_encoder_is_refused_where_a_bi_encoder_is_expected(case):
-    with pytest.raises(ConfigError, match="--model=.* is a cross-encoder export .* give it "
-                                          "to --rerank"):
+    with pytest.raises(ConfigError, match="--model=.* is a cross_encoder export, a "
+                                          "cross-encoder .* goes to --rerank"):
         rerank_eval.check_retriever(case["ce_dir"])
     rerank_eval.check_retriever(case["bi_export"])  # a bi-encoder passes
     # Without metadata to read, loading says what each export is.

@@ -28,6 +28,7 @@ from tfsent import cli, formats
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
 from tfsent.formats import quantize
+from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.matryoshka import check_dims
 
 # The flags whose writer option has another name.
@@ -70,6 +71,9 @@ def _export_from_flags():
     elif "int8" in quantize_modes and "calibration_sentences" in entry.options():
         raise ConfigError("--quantize=int8 needs --calibration_file (sentences, one per "
                           "line, like the ones the model will serve)")
+    if not entry.scores_pairs:
+        check_bi_encoder(FLAGS.model, "--model", hint=" (a cross-encoder exports as "
+                         "--format=cross_encoder or cross_encoder_hf from its .keras file)")
     if entry.scores_pairs:  # a CrossEncoder's .keras file: formats.export loads it
         options["max_seq_length"] = FLAGS.max_seq_length
         return formats.export(FLAGS.model, FLAGS.export_dir, format=entry.name,

@@ -20,6 +20,7 @@ from tfsent.data import beir
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
 from tfsent.formats.cross_encoder import cross_encoder_export_path
+from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.formats.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_kind
 
 
@@ -33,6 +34,7 @@ def main(argv):
 def _index_from_flags():
     """Checks the flags and the corpus, loads --model, writes the search export."""
     FLAGS = flags.FLAGS
+    check_bi_encoder(FLAGS.model, "--model", hint="; a cross-encoder goes to --reranker")
     kind = check_index_kind(FLAGS.quantize)
     for name in ("truncate_dim", "rescore_multiplier"):
         if getattr(FLAGS, name) is not None and getattr(FLAGS, name) < 1:

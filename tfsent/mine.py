@@ -20,6 +20,7 @@ from absl import flags
 
 from tfsent import cli
 from tfsent.data.sources import parse_beir
+from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.search.mined_files import mine_to_file
 from tfsent.search.mining import OUTPUT_FORMATS
 from tfsent.serving import load_any
@@ -34,6 +35,7 @@ def _mine_from_flags(FLAGS=None):  # noqa: N803  (absl's name for the flag value
     """`mine_to_file` on the flags (of `FLAGS`, absl's global flag values by default);
     returns the rows written."""
     FLAGS = flags.FLAGS if FLAGS is None else FLAGS
+    check_bi_encoder(FLAGS.model, "--model")  # mining ranks by sentence embeddings
     return mine_to_file(
         FLAGS.out, lambda: load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length),
         verbose=1 if FLAGS.progress else 0, **{name: FLAGS[name].value for name in _OPTIONS})

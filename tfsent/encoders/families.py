@@ -59,9 +59,9 @@ class Family(NamedTuple):
     hf_padding_side: str = "right"  # tokenizer_config.json's padding_side of releases
     appended_token: object = None  # the token a decoder family's tokenizer appends
     export_formats: object = None  # the tfsent.formats names it writes (None: every one)
-    # A cross-encoder published for AutoModelForSequenceClassification: (architecture, head
-    # kind) -- "pooler": `classifier` on the pooler's output (BERT); "dense_tanh":
-    # `classifier.dense` + tanh, then `classifier.out_proj` (RoBERTa's head). None: not yet.
+    # A cross-encoder's head, as the family's AutoModelForSequenceClassification has it:
+    # (architecture, head kind), the kind a key of CLASSIFICATION_HEADS. None: not mapped
+    # (the cross-encoder scores with a Dense(1) on the first token, published as SavedModel).
     hf_sequence_classification: object = None
     hf_model_type: object = None  # config.json's model_type when it is not the family name
     # keras-hub settings its Hugging Face converter gets wrong for sentence-transformers
@@ -93,6 +93,13 @@ class Family(NamedTuple):
         pooling's)."""
         return self.pooler is not None
 
+    @property
+    def classification_head(self):
+        """The `ClassificationHead` of the family's *ForSequenceClassification (None: not
+        mapped)."""
+        record = self.hf_sequence_classification
+        return None if record is None else CLASSIFICATION_HEADS[record[1]]
+
     def position_offset(self, pad_token_id=None):
         """Rows of the Hugging Face position table before position 0 (RoBERTa, XLM-R:
         pad_token_id + 1; keras-hub's positions, like tfsent's, start at 0). None: the
@@ -101,6 +108,30 @@ class Family(NamedTuple):
             return 0
         return int(self.pad_token_id if pad_token_id is None else pad_token_id) + 1
 
+
+class ClassificationHead(NamedTuple):
+    """Hugging Face's sequence-classification head of a kind, on the first token's state
+    (or, `on_pooler`, on the pooler's output): [dropout] -> [inner Dense(H, activation) ->
+    dropout] -> classifier Dense(labels). Module names are the checkpoint's (no prefix)."""
+
+    inner: object  # Hugging Face module of the hidden Dense(H -> H), or None
+    inner_activation: object  # its activation (keras name), or None
+    dropout_first: bool  # dropout on the first token's state before the first Dense
+    classifier: str  # Hugging Face module of the output Dense(H -> labels)
+    on_pooler: bool = False  # reads the pooler's output (the family's `cls` pooling)
+
+
+# The head kinds of `Family.hf_sequence_classification` (docs/families.md, "Cross-encoder
+# heads").
+CLASSIFICATION_HEADS = {
+    # BertForSequenceClassification: pooler (Dense + tanh) -> dropout -> classifier.
+    "pooler": ClassificationHead(None, None, True, "classifier", on_pooler=True),
+    # RobertaClassificationHead (RoBERTa, XLM-R): dropout -> dense + tanh -> dropout ->
+    # out_proj.
+    "dense_tanh": ClassificationHead("classifier.dense", "tanh", True, "classifier.out_proj"),
+    # DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
+    "pre_classifier": ClassificationHead("pre_classifier", "relu", False, "classifier"),
+}
 
 # Post-LayerNorm encoder blocks under BERT's names (BERT, RoBERTa, XLM-R).
 _BERT_LAYER = {
@@ -190,7 +221,8 @@ TABLE = {
         hf_tokenizer_class="DistilBertTokenizer", hf_config_keys=_DISTILBERT_CONFIG_KEYS,
         hf_config_fixed={"sinusoidal_pos_embds": False}, base_prefix="distilbert.",
         embeddings=_EMBEDDINGS, pooler=None, layer=_DISTILBERT_LAYER, zero_tensors={},
-        mlm_head=("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",))),
+        mlm_head=("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",)),
+        hf_sequence_classification=("DistilBertForSequenceClassification", "pre_classifier")),
     # Qwen3 (Qwen3-Embedding): a causal decoder with pre-RMSNorm blocks, rotary positions,
     # grouped-query attention; pooled at the last token, the <|endoftext|> its tokenizer
     # appends. Loaded by keras-hub's own Hugging Face converter (no weight map here).

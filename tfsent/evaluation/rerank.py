@@ -8,10 +8,8 @@ export (or a CrossEncoder `.keras` file); `evaluate_reranked` scores one BEIR sp
 and after, `evaluate_reranked_tasks` every task of a command with its printed table.
 """
 
-import json
 import os
 import time
-import zipfile
 
 import keras
 from absl import logging
@@ -22,28 +20,19 @@ from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
                                          is_retrieval_task, rerank, search_split, write_run)
 from tfsent.data import beir
 from tfsent.formats.metadata import export_format
+from tfsent.formats.model_paths import check_bi_encoder, check_cross_encoder, keras_class_name
 from tfsent.serving import ServedCrossEncoder
 
 RERANKED = "reranked"  # the key of the reranked measures inside a task's result
 CROSS_ENCODER_FORMAT = "cross_encoder"  # the export format whose metadata marks one
 
 
-def _keras_class_name(path):
-    """The class name a `.keras` file's config.json records ("" when it cannot be read)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return str(json.loads(archive.read("config.json")).get("class_name") or "")
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return ""
-
-
 def check_retriever(model, flag="--model"):
-    """Refuses (ConfigError) a cross-encoder export given as the retriever `flag`: it has
-    no sentence embeddings to search with (cheap: reads the export's metadata only)."""
-    if model and export_format(model) == CROSS_ENCODER_FORMAT:
-        raise ConfigError(f"{flag}={model} is a cross-encoder export (it scores (query, "
-                          f"passage) pairs, it has no sentence embeddings): give it to "
-                          f"--rerank and a bi-encoder to {flag}")
+    """Refuses (ConfigError) a cross-encoder given as the retriever `flag`: it has no
+    sentence embeddings to search with (cheap: reads files only,
+    `formats.model_paths.check_bi_encoder`)."""
+    check_bi_encoder(model, flag, hint="; a cross-encoder goes to --rerank"
+                     if flag == "--model" else "")
 
 
 def check_rerank(reranker, top, tasks, retrieval, variants=False):
@@ -72,13 +61,14 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False):
             raise ConfigError(f"--rerank_top={top} is above the corpus size of "
                               f"{task.source} ({size} documents)")
     if os.path.isfile(reranker) and reranker.endswith(".keras"):
-        name = _keras_class_name(reranker)
+        name = keras_class_name(reranker)
         if name != "CrossEncoder":
             raise ConfigError(f"--rerank={reranker} holds a {name or 'unreadable'} model, "
                               f"not a CrossEncoder")
         return
     found = export_format(reranker)
     if found is None:
+        check_cross_encoder(reranker, "--rerank")  # a bi-encoder's folder says so
         raise ConfigError(f"--rerank={reranker} is neither a SavedModel export (a folder "
                           f"with saved_model.pb or version subfolders) nor a .keras file")
     if found and found != CROSS_ENCODER_FORMAT:

@@ -29,7 +29,9 @@ Formats (one record each; its module writes it):
                          TextEmbedder task where keras-hub has one for the family).
 Shared by all: `staging.py` (a new directory is written beside its target and renamed into
 place; a folder of versions gains the next one: `next_version`), `metadata.py` (the
-`tfsent_export.json` every export carries: `write_metadata`, `read_metadata`).
+`tfsent_export.json` every export carries: `write_metadata`, `read_metadata`),
+`model_paths.py` (whether a path holds a bi-encoder or a cross-encoder: the check of a model
+given in the wrong place).
 
 A new format is one `ExportFormat` record here plus its writer module. A writer is named
 "module:function" and imported only when its format is used, so a format whose optional

@@ -19,6 +19,7 @@ import tensorflow as tf
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats import tf_serving
 from tfsent.formats.metadata import export_format, export_metadata, resolve_savedmodel_dir
+from tfsent.formats.model_paths import check_cross_encoder
 from tfsent.formats.saved_model import tf_variables, write_version
 from tfsent.formats.staging import new_version_path
 
@@ -76,6 +77,7 @@ def cross_encoder_export_path(path, option="reranker"):
     no SavedModel or it is another kind of export (a bi-encoder's)."""
     kind = export_format(path)
     if kind is None:
+        check_cross_encoder(path, option)  # a bi-encoder's folder or .keras file says so
         raise InputError(f"{option}: no SavedModel here (expected saved_model.pb or "
                          "integer version subdirectories)", path=os.fspath(path))
     if kind != "cross_encoder":

@@ -4,20 +4,19 @@ sentence-transformers' `CrossEncoder(DIR)` load, with the logits tfsent's `score
 
 The folder is the huggingface format's (`huggingface.py`: config.json, model.safetensors
 under Hugging Face's names through the same weight map, the family's tokenizer files with
-its pair template) plus the head, per the family's `hf_sequence_classification` record:
+its pair template) plus the head. A CrossEncoder's score head is the family's own
+*ForSequenceClassification head (`families.CLASSIFICATION_HEADS`), so each maps exactly:
 
-  bert ("pooler"): tfsent's score is pooler Dense(H, tanh) on the first token -> Dense(1),
-      which is BertForSequenceClassification's `bert.pooler` -> `classifier`: exact.
-  roberta, xlm-roberta ("dense_tanh"): tfsent's score is Dense(1) on the first token's
-      state; *RobertaForSequenceClassification always puts `classifier.dense` + tanh before
-      `classifier.out_proj`. That Dense is written as the diagonal eps_i (bias 0) and
-      out_proj's weights divided by eps_i, so the head computes
-      sum_i w_i tanh(eps_i x_i) / eps_i. With eps_i = c / (|gamma_i| sqrt(H - 1) + |beta_i|)
-      (gamma, beta: the last block's output LayerNorm, which bounds |x_i| by that sum) and
-      c = LINEAR_TANH_RANGE, |eps_i x_i| <= c, so each term is off by at most c^2 / 3
-      relative (1 - tanh(u) / u <= u^2 / 3): 3e-5 at worst, below float32 rounding for
-      typical states (|x_i| far below the bound).
-  distilbert (a ReLU pre-classifier), qwen3: refused (no head mapping yet).
+  bert ("pooler"): pooler Dense(H, tanh) on the first token -> Dense(1): `bert.pooler`
+      (the backbone's) -> `classifier`.
+  roberta, xlm-roberta ("dense_tanh"): Dense(H, tanh) -> Dense(1) on the first token:
+      `classifier.dense` -> `classifier.out_proj`.
+  distilbert ("pre_classifier"): Dense(H, ReLU) -> Dense(1) on the first token:
+      `pre_classifier` -> `classifier`.
+
+A head that is not the family's (a "linear" Dense(1) of a RoBERTa / XLM-R / DistilBERT
+cross-encoder saved before the heads followed the family's) and the families without a
+mapping (qwen3, gemma3) are refused: Hugging Face's head would compute something else.
 
 config.json: the family's *ForSequenceClassification architecture, one label (`num_labels`
 1), and `sentence_transformers.activation_fn` = Identity: sentence-transformers (checked
@@ -28,8 +27,8 @@ another activation; Identity makes `CrossEncoder.predict` return tfsent's logits
 `onnx=True` also writes onnx/model.onnx (and onnx/model_qint8_avx512_vnni.onnx, int8
 weights) for sentence-transformers' ONNX backend (`CrossEncoder(DIR, backend="onnx")`,
 through optimum's ORTModelForSequenceClassification) and plain onnxruntime: the graph of
-`tfsent.formats.onnx` over tfsent's own head (first token -> pooler where the family has
-one -> Dense(1), no tanh approximation), inputs `input_ids`, `attention_mask` (and
+`tfsent.formats.onnx` over the same head (first token -> pooler where the family has one
+-> the head's Dense layers), inputs `input_ids`, `attention_mask` (and
 `token_type_ids` for BERT) as the folder's tokenizer gives them for the pair, one output
 `logits` (batch, 1).
 """
@@ -40,61 +39,56 @@ import os
 import numpy as np
 
 import tfsent.encoders.families as families
-from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.encoders.huggingface.writing import write_transformer
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
+from tfsent.formats.heads import dense_stack
 from tfsent.formats.huggingface import check_new_export, write_new_export
 from tfsent.formats.sentence_transformers import ONNX_SUBDIR
 
 FORMAT = "cross_encoder_hf"
-# |eps_i x_i| <= this in the "dense_tanh" head (see the module docstring).
-LINEAR_TANH_RANGE = 1e-2
 ST_ACTIVATION = "torch.nn.modules.linear.Identity"
 
 
 def check_head(encoder, head):
-    """(architecture, head kind) of the encoder's family; ConfigError for a missing or
-    non-Dense(1) head and for a family without a head mapping."""
+    """(architecture, head kind) of the encoder's family; ConfigError for a missing head,
+    a family without a head mapping, and a head whose Dense layers are not the family's
+    (`families.CLASSIFICATION_HEADS`)."""
     if head is None:
         raise ConfigError(f"format {FORMAT}: needs the score head of a cross-encoder (export "
                           f"a tfsent.methods.CrossEncoder: model.export(DIR, format='{FORMAT}'))")
-    if tuple(head.kernel.shape) != (encoder.hidden_dim, 1):
-        raise ConfigError(f"format {FORMAT}: the score head must be Dense(1) on the "
-                          f"{encoder.hidden_dim}-d first-token state, got kernel "
-                          f"{tuple(head.kernel.shape)}")
     record = families.TABLE[encoder.family].hf_sequence_classification
     if record is None:
         can = [f for f, r in families.TABLE.items() if r.hf_sequence_classification]
         raise ConfigError(f"format {FORMAT}: the {encoder.family} family's "
-                          "*ForSequenceClassification head is not mapped yet (families "
+                          "*ForSequenceClassification head is not mapped (families "
                           f"that publish: {', '.join(can)})")
+    kind = families.CLASSIFICATION_HEADS[record[1]]
+    h = encoder.hidden_dim
+    want = ([((h, h), kind.inner_activation)] if kind.inner else []) + [((h, 1), "linear")]
+    got = [(tuple(kernel.shape), act) for kernel, _, act in dense_stack(head)]
+    if got != want:
+        def show(layers):
+            return " -> ".join(f"Dense({shape[1]}, {act})" for shape, act in layers)
+        raise ConfigError(
+            f"format {FORMAT}: the score head is {show(got)}, {record[0]} computes "
+            f"{show(want)} on the first token (a {encoder.family} cross-encoder saved with "
+            "the 'linear' head cannot be published exactly: train one with the family's "
+            "head, or serve it as format cross_encoder)")
     return record
 
 
-def linear_tanh_scales(norm, hidden_dim, c=LINEAR_TANH_RANGE):
-    """eps_i = c / (|gamma_i| sqrt(H - 1) + |beta_i|) (at most 1) of the LayerNorm `norm`
-    whose output the head reads: |eps_i x_i| <= c for every output x of that LayerNorm."""
-    gamma = np.abs(np.asarray(norm.gamma.numpy(), np.float64))
-    beta = np.abs(np.asarray(norm.beta.numpy(), np.float64))
-    bound = gamma * np.sqrt(hidden_dim - 1) + beta
-    return c / np.maximum(bound, c)
-
-
 def head_tensors(encoder, head, kind):
-    """{Hugging Face name: float32 array} of the classification head (see the module
-    docstring for each kind)."""
-    kernel = np.asarray(head.kernel.numpy(), np.float64)[:, 0]
-    bias = np.asarray(head.bias.numpy(), np.float32).reshape(1)
-    if kind == "pooler":
-        return {"classifier.weight": kernel[None, :].astype(np.float32),
-                "classifier.bias": bias}
-    norm = kh.transformer_block_parts(encoder.backbone.transformer_layers[-1]).ffn_norm
-    eps = linear_tanh_scales(norm, encoder.hidden_dim)
-    return {"classifier.dense.weight": np.diag(eps).astype(np.float32),
-            "classifier.dense.bias": np.zeros([encoder.hidden_dim], np.float32),
-            "classifier.out_proj.weight": (kernel / eps)[None, :].astype(np.float32),
-            "classifier.out_proj.bias": bias}
+    """{Hugging Face name: float32 array} of the classification head of `kind` (a key of
+    families.CLASSIFICATION_HEADS): the score head's Dense layers under the head's module
+    names, kernels transposed to PyTorch's (out, in)."""
+    record = families.CLASSIFICATION_HEADS[kind]
+    modules = ([record.inner] if record.inner else []) + [record.classifier]
+    out = {}
+    for module, (kernel, bias, _) in zip(modules, dense_stack(head)):
+        out[f"{module}.weight"] = np.ascontiguousarray(kernel.T, np.float32)
+        out[f"{module}.bias"] = np.asarray(bias, np.float32)
+    return out
 
 
 def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
@@ -115,8 +109,6 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
         write_transformer(encoder, folder, length, config, head_tensors(encoder, head, kind))
         details = {"architecture": architecture, "num_labels": 1, "head_kind": kind,
                    "activation_fn": ST_ACTIVATION}
-        if kind == "dense_tanh":
-            details["linear_tanh_range"] = LINEAR_TANH_RANGE
         if onnx:
             subdir = os.path.join(folder, ONNX_SUBDIR)
             os.makedirs(subdir)

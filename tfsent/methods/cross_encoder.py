@@ -1,13 +1,19 @@
 """Cross-encoder rerankers: one score per (query, passage) read jointly (docs/methods.md,
 "Cross-encoder")."""
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
+import tfsent.encoders.families as families
 from tfsent import checks, formats, losses
 from tfsent.checks import Field
+from tfsent.encoders.huggingface import read_classification_head
 from tfsent.errors import ConfigError, InputError
+from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.distill import same_tokenizer
 from tfsent.methods.replicas import global_mean
@@ -17,6 +23,35 @@ LOSSES = ("listwise", "bce", "margin_mse")
 LOSS = checks.Choices(LOSSES)
 _LOSS_FNS = {"listwise": losses.listwise_cross_entropy,
              "bce": losses.pairwise_binary_cross_entropy}
+# Score heads: the families' Hugging Face heads (families.CLASSIFICATION_HEADS), and
+# "linear", a Dense(1) on the `cls` pooling (BERT: the pooler's output, so BERT's "pooler"
+# head; the head of every cross-encoder saved before the heads followed the family's).
+LINEAR_HEAD = "linear"
+HEADS = (LINEAR_HEAD,) + tuple(families.CLASSIFICATION_HEADS)
+
+
+def family_head(family):
+    """The score head kind a `family` cross-encoder gets by default (its Hugging Face
+    *ForSequenceClassification head, else "linear")."""
+    record = families.TABLE[family].hf_sequence_classification if family else None
+    return LINEAR_HEAD if record is None else record[1]
+
+
+def build_score_head(kind, hidden_dim):
+    """The inference-time score head of `kind` on the (B, H) `cls` pooling: a Dense(1)
+    ("linear", "pooler"), or a keras Sequential [Dense(H, activation), Dense(1)] named as
+    the family's Hugging Face modules; built."""
+    record = families.CLASSIFICATION_HEADS.get(kind)
+    if record is None or record.inner is None:
+        head = keras.layers.Dense(1, name="score_head")
+    else:
+        head = keras.Sequential(
+            [keras.layers.Dense(hidden_dim, activation=record.inner_activation,
+                                name=record.inner.replace(".", "_")),
+             keras.layers.Dense(1, name=record.classifier.replace(".", "_"))],
+            name="score_head")
+    head.build((None, hidden_dim))
+    return head
 
 
 class _TeacherRef:
@@ -53,8 +88,11 @@ def load_teacher(teacher, encoder, option="teacher"):
 class CrossEncoder(SentenceMethod):
     """The encoder on the joint pair input `[CLS] query [SEP] passage [SEP]` (the family's
     pair template, `tokenizers.tokenize_pairs`) -> first-token representation (`cls`
-    pooling: through the pooler Dense(H, tanh) where the family has one, as Hugging Face's
-    *ForSequenceClassification does for BERT) -> dropout -> Dense(1): the relevance logit.
+    pooling: through the pooler Dense(H, tanh) where the family has one) -> the family's
+    Hugging Face sequence-classification head with one label (`head`,
+    families.CLASSIFICATION_HEADS; docs/families.md): BERT dropout -> Dense(1); RoBERTa,
+    XLM-R dropout -> Dense(H, tanh) -> dropout -> Dense(1); DistilBERT Dense(H, ReLU) ->
+    dropout -> Dense(1). The relevance logit is its output.
 
     Batches (`cross_pairs` data: `pipelines.pair_dataset(..., joint=True)`) hold each
     query with its positive and its N negatives, `labels` (B, 1 + N) 1 on the positive.
@@ -72,17 +110,21 @@ class CrossEncoder(SentenceMethod):
             a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: must be "cls" (the head reads the first token).
         seed: seed of the head's dropout stream.
+        head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
+            the `cls` pooling, the head of cross-encoders saved before the heads followed
+            the family's (their .keras files load with it).
     """
 
     metric_names = ("loss", "accuracy")
     input_kind = "cross_pairs"
+    scores_pairs = True  # a pair scorer: its `encoder` may be a cross-encoder's folder
     duplicate_free_batches = False  # each query meets only its own passages
     # `python -m tfsent.train` selects its checkpoints by the reranked nDCG@10 of a
     # retriever's dev top N (tfsent.training.rerank_dev) and exports format cross_encoder.
     dev_selection = "reranked"
 
     def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
-                 seed=None, teacher=None, **kwargs):
+                 seed=None, teacher=None, head=None, **kwargs):
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value not in (None, "cls"):
                 raise ConfigError(f"{name}={value!r}: a cross-encoder scores the first "
@@ -95,10 +137,16 @@ class CrossEncoder(SentenceMethod):
             raise ConfigError(f"teacher: only loss='margin_mse' uses a teacher (loss="
                               f"{self.loss_name!r})")
         self._teacher = _TeacherRef(teacher)
+        self.head_kind = checks.Choices(HEADS).check(
+            "head", family_head(encoder.family) if head is None else head)
+        record = families.CLASSIFICATION_HEADS.get(self.head_kind)
+        if record is not None and record.on_pooler and \
+                not families.TABLE[encoder.family].has_pooler:
+            raise ConfigError(f"head={self.head_kind!r} reads the pooler, which the "
+                              f"{encoder.family} family has not; heads: {', '.join(HEADS)}")
         self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
                                                  name="head_dropout")
-        self.score_head = keras.layers.Dense(1, name="score_head")
-        self.score_head.build((None, encoder.hidden_dim))
+        self.score_head = build_score_head(self.head_kind, encoder.hidden_dim)
         # score()'s traced functions by truncation length, outside Keras' tracking: one
         # trace per length, not one per call (a dev evaluation calls score chunk by chunk).
         object.__setattr__(self, "_score_functions", {})
@@ -114,9 +162,14 @@ class CrossEncoder(SentenceMethod):
 
     def call(self, inputs, training=False):
         """(B,) float32 relevance logits of tokenized pair features."""
-        pooled = self.encoder(inputs, training=training, pooling="cls")["embedding"]
-        pooled = self.head_dropout(pooled, training=training)
-        return tf.cast(self.score_head(pooled)[:, 0], tf.float32)
+        x = self.encoder(inputs, training=training, pooling="cls")["embedding"]
+        record = families.CLASSIFICATION_HEADS.get(self.head_kind)
+        layers = getattr(self.score_head, "layers", [self.score_head])
+        if record is None or record.dropout_first:
+            x = self.head_dropout(x, training=training)
+        for layer in layers[:-1]:  # Hugging Face's dropout after each hidden Dense
+            x = self.head_dropout(layer(x), training=training)
+        return tf.cast(layers[-1](x)[:, 0], tf.float32)
 
     def compute_losses(self, batch, training=True):
         labels = tf.cast(batch["labels"], tf.float32)
@@ -173,22 +226,64 @@ class CrossEncoder(SentenceMethod):
         """The score head: what the run keeps with the encoder in its best/ weights."""
         return self.score_head
 
+    def read_hf_head(self, directory):
+        """Sets the score head's weights from a Hugging Face *ForSequenceClassification
+        checkpoint folder of the encoder's family with one label (one tfsent published, a
+        reranker from the hub): the classifier, and the inner Dense where the head has
+        one. Returns the modules read ([] for a folder without such a head: a base or MLM
+        checkpoint, a tfsent folder, another label count; the head stays as initialised,
+        logged)."""
+        directory = os.fspath(directory)
+        record = families.TABLE[self.encoder.family].classification_head
+        if record is None or self.head_kind == LINEAR_HEAD or not os.path.isfile(
+                os.path.join(directory, "config.json")) or not any(
+                os.path.exists(os.path.join(directory, name))
+                for name in ("model.safetensors", "model.safetensors.index.json")):
+            return []
+        found = read_classification_head(self.encoder.family, directory,
+                                         self.encoder.hidden_dim)
+        if found is None:
+            return []
+        labels = found["classifier"][0].shape[1]
+        if labels != 1:
+            logging.warning("%s: its classifier has %d labels; the cross-encoder scores "
+                            "with one, so its head starts fresh", directory, labels)
+            return []
+        layers = getattr(self.score_head, "layers", [self.score_head])
+        read = [record.classifier]
+        layers[-1].kernel.assign(found["classifier"][0])
+        layers[-1].bias.assign(found["classifier"][1])
+        if len(layers) > 1 and found["inner"] is not None:
+            layers[0].kernel.assign(found["inner"][0])
+            layers[0].bias.assign(found["inner"][1])
+            read.insert(0, record.inner)
+        logging.info("cross-encoder head read from %s: %s", directory, ", ".join(read))
+        return read
+
     def encode(self, *args, **kwargs):
         raise ConfigError("a cross-encoder has no sentence embeddings; use score(queries, "
                           "passages)")
 
     def get_config(self):
         config = super().get_config()
-        config.update({"loss": self.loss_name, "seed": self.seed})
+        config.update({"loss": self.loss_name, "seed": self.seed, "head": self.head_kind})
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # Files saved before the head followed the family's record none: a Dense(1) head.
+        return super().from_config({"head": LINEAR_HEAD, **config})
 
 
 def _score_function(model, tokenizer):
     """A tf.function strings (B,), (B,) -> (B,) logits (tokenizer in the graph)."""
+    # Made outside the graph: a SentencePiece tokenizer's config holds its model's bytes,
+    # read in Python.
+    tokenizer = tokenizer.with_options(pad_to_max_length=False)
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
     def score(queries, passages):
-        return model(tokenizer.with_options(pad_to_max_length=False).tokenize_pairs(
-            queries, passages), training=False)
+        return model(tokenizer.tokenize_pairs(queries, passages), training=False)
     return score
 
 
@@ -196,9 +291,20 @@ def _validate(config):
     if config.get("pooling", "cls") != "cls":
         raise ConfigError(f"pooling={config['pooling']!r}: the cross_encoder method scores "
                           "the first token's representation; use pooling=cls")
+    check_bi_encoder(config.get("retriever"), "retriever",
+                     hint=": the dev top N comes from a bi-encoder's search")
     if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):
         raise ConfigError("loss=margin_mse and teacher go together: the teacher "
                           "CrossEncoder's .keras file gives the score margins")
+
+
+def _build_for_run(config, load):
+    """The run's CrossEncoder on `load(config.encoder)`, its head read from that folder
+    when it is a *ForSequenceClassification checkpoint (`CrossEncoder.read_hf_head`)."""
+    model = SPEC.build(load(config.encoder), config)
+    if isinstance(config.encoder, str) and os.path.isdir(config.encoder):
+        model.read_hf_head(config.encoder)
+    return model
 
 
 SPEC = MethodSpec(
@@ -222,4 +328,4 @@ SPEC = MethodSpec(
     run_args={"seed": "seed"},
     run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1,
                   "first_eval_step": 0},
-    validate=_validate)
+    validate=_validate, builder=_build_for_run)

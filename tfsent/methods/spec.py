@@ -10,6 +10,7 @@ config.
 
 from tfsent.data.kinds import DATA_KINDS
 from tfsent.errors import ConfigError
+from tfsent.formats.model_paths import check_bi_encoder
 
 # Run fields every method's constructor takes.
 COMMON_RUN_ARGS = {"pooling": "train_pooling", "export_pooling": "export_pooling"}
@@ -89,7 +90,12 @@ class MethodSpec:
         return self.build(load(config.encoder), config)
 
     def validate(self, config):
-        """Checks the method's fields (type and value) and runs the validation hook."""
+        """Checks the method's fields (type and value), that a sentence-embedding method's
+        `encoder` is no cross-encoder (`formats.model_paths`), and runs the validation
+        hook."""
+        if not getattr(self.cls, "scores_pairs", False):
+            check_bi_encoder(config.get("encoder"), "encoder",
+                             hint=f" (method {self.name} trains sentence embeddings)")
         for field in self.fields:
             if field.name in config:
                 field.validate(config[field.name])

@@ -31,7 +31,8 @@ from tfsent.encoders.huggingface.tokenizer_files import (make_tokenizer,
                                                          tokenizer_settings)
 from tfsent.encoders.huggingface.weights import (SAFETENSORS_FILE, SAFETENSORS_INDEX,
                                                  SafetensorsCheckpoint, hf_state_dict,
-                                                 load_weights, pooler_specs, read_mlm_head,
+                                                 load_weights, pooler_specs,
+                                                 read_classification_head, read_mlm_head,
                                                  weight_specs)
 
 __all__ = ["HF_ACTIVATIONS", "backbone_config", "check_keras_hub_fixed", "checked_family",
@@ -40,4 +41,5 @@ __all__ = ["HF_ACTIVATIONS", "backbone_config", "check_keras_hub_fixed", "checke
            "read_sentence_transformers", "make_tokenizer", "read_hf_tokenizer_files",
            "tokenizer_settings",
            "SAFETENSORS_FILE", "SAFETENSORS_INDEX", "SafetensorsCheckpoint", "hf_state_dict",
-           "load_weights", "pooler_specs", "read_mlm_head", "weight_specs"]
+           "load_weights", "pooler_specs", "read_classification_head", "read_mlm_head",
+           "weight_specs"]
