@@ -14,11 +14,12 @@ dropout off as both models ship) at batch 8 / length 128, three ways:
 
 Each (model, mode) runs in its own process (this script with --worker), so each peak is
 its own: `peak_rss_mb` is resource.getrusage(RUSAGE_SELF).ru_maxrss at the end (weights,
-optimizer slots, activations kept for the backward pass, TF's runtime), `rss_after_build_mb`
-the resident set once the model and optimizer are built; `step_s` is the last step's wall
-time (the first, traced, step is reported as `first_step_s`). `--tiny` swaps in tiny
-configs of the same shapes, run eagerly (a test runs it in seconds). A row that fails (out of memory)
-is reported with its error, the others still run.
+optimizer slots, activations kept for the backward pass, TF's runtime),
+`rss_after_build_mb` the resident set once the model and optimizer are built; `step_s` is
+the last step's wall time (the first, traced, step is reported as `first_step_s`).
+`--tiny` swaps in tiny configs of the same shapes, run eagerly (a test runs it in
+seconds). A row that fails (out of memory) is reported with its error, the others still
+run.
 """
 
 import json

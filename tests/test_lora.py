@@ -116,6 +116,18 @@ def test_bert_lora_trains_only_adapters_and_export_is_merged(tiny_encoder_dir, t
                                adapted, atol=1e-5)
     # The adapted encoder itself is unchanged by the merges: still adapted.
     assert len(lora.lora_layers(encoder)) == len(lora.lora_layers(model.encoder)) > 0
+    # Dev selection's best/ copy: merged kernels, loaded back into the adapted encoder
+    # (its adapters zeroed, the kernels merged) embeds as the adapted encoder did.
+    from tfsent.training.run_dir import RunState
+
+    state = RunState(str(tmp_path / "run"), model, model.optimizer)
+    state.save_best(1.0, 2)
+    for layer in lora.lora_layers(encoder):
+        layer.lora_kernel_b.assign(layer.lora_kernel_b.numpy() + 1.0)
+    assert state.load_best()
+    assert not any(np.abs(lyr.lora_kernel_b.numpy()).max() for lyr in lora.lora_layers(encoder))
+    np.testing.assert_allclose(encoder.encode(PROBE, max_seq_length=24, normalize=False),
+                               adapted, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

@@ -360,7 +360,8 @@ def _validate_lora_and_precision(config, method):
     family = own_settings(config.encoder).get("family")
     if family is None:
         return
-    check_family_settings(family, rank, config.get("mixed_precision"), f"encoder={config.encoder!r}")
+    check_family_settings(family, rank, config.get("mixed_precision"),
+                          f"encoder={config.encoder!r}")
 
 
 def check_family_settings(family, lora_rank, mixed_precision, where):
