@@ -9,8 +9,8 @@
 `enable_lora` is keras-hub's `Backbone.enable_lora(rank, target_layer_names)` on the
 family's `lora_targets` (`families.Family`: the query and value projections of every
 attention block, in every family), then the adapter scale: keras' LoRA layer computes
-x W + (alpha / rank) x A B, with A (in..., rank) he-uniform and B (rank, out) zero at the
-start (so the adapted encoder starts equal to the original), both float32 whatever the
+x W + (alpha / rank) x A B, with A (W's axes but the last, rank) he-uniform and B (rank,
+W's last axis) zero at the start (so the adapted encoder starts equal to the original), both float32 whatever the
 dtype policy. keras-hub freezes every other backbone layer and each adapted layer's
 kernel; tfsent also freezes the adapted layers' biases (only A and B train, PEFT's
 `bias="none"`). What is outside the backbone stays trainable: a sentence-transformers
@@ -63,7 +63,8 @@ def enable_lora(encoder, rank, alpha=None):
 
 def merged_kernel(layer):
     """The kernel a LoRA-enabled layer computes with, W + (alpha / rank) * A @ B, as a
-    float32 array of W's shape (A's leading axes are W's input axes)."""
+    float32 array of W's shape: A has W's axes but the last, then the rank (attention
+    kernels (hidden, heads, head_dim): A (hidden, heads, rank)), B (rank, W's last)."""
     w = np.asarray(keras.ops.convert_to_numpy(layer._kernel), np.float32)
     a = np.asarray(keras.ops.convert_to_numpy(layer.lora_kernel_a), np.float32)
     b = np.asarray(keras.ops.convert_to_numpy(layer.lora_kernel_b), np.float32)
