@@ -12,8 +12,8 @@ attention block, in every family), then the adapter scale: keras' LoRA layer com
 x W + (alpha / rank) x A B, with A (W's axes but the last, rank) he-uniform and B (rank,
 W's last axis) zero at the start (so the adapted encoder starts equal to the original),
 both float32 whatever the dtype policy. keras-hub freezes every other backbone layer and
-each adapted layer's kernel; tfsent also freezes the adapted layers' biases (only A and B train, PEFT's
-`bias="none"`). What is outside the backbone stays trainable: a sentence-transformers
+each adapted layer's kernel; tfsent also freezes the adapted layers' biases (only A and B
+train, PEFT's `bias="none"`). What is outside the backbone stays trainable: a sentence-transformers
 folder's Dense head (EmbeddingGemma's), which sentence-transformers' own adapters leave
 trainable too, and every method's own layers (projectors, heads).
 
