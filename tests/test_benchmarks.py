@@ -454,3 +454,23 @@ def test_the_machine_record_says_what_tensorflow_really_runs():
         record = json.loads(out.strip().splitlines()[-1])
         assert record["onednn"] is expected and record["onednn_env"] == value
         assert record["intra_op_threads"] == 0 and record["inter_op_threads"] == 0
+
+
+def test_large_model_memory_tiny(tmp_path):
+    """benchmarks/large_model_memory.py --tiny: a row in its own process (one: each costs a
+    TensorFlow import), its step time, peak RSS and parameter counts (LoRA: the adapters
+    and the Dense head train, far fewer than all)."""
+    out = tmp_path / "large.json"
+    r = _run("large_model_memory.py", "--tiny", "--steps=1", "--length=16",
+             "--models=embeddinggemma_300m", "--modes=lora16", f"--json={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["model"], row["mode"], row["tiny"]) == ("embeddinggemma_300m", "lora16", True)
+    assert row["losses_finite"]
+    for key in ("step_s", "peak_rss_mb", "rss_after_build_mb"):
+        assert _positive_finite(row[key]), (key, row)
+    assert row["peak_rss_mb"] >= row["rss_after_build_mb"] * 0.99
+    assert 0 < row["trainable_params"] < row["total_params"] / 2
+    assert "| embeddinggemma_300m | lora16 |" in r.stdout
+    bad = _run("large_model_memory.py", "--tiny", "--models=bert")
+    assert bad.returncode != 0 and "unknown 'bert'" in bad.stderr

@@ -95,9 +95,11 @@ def test_own_settings_of_each_kind_of_folder(folder, tmp_path):
     for name in ("modules.json", "config_sentence_transformers.json"):
         os.remove(os.path.join(bare, name))
     assert own_settings(bare) == {"pooling": "last_token", "declared": True,
-                                  "where": f"qwen3 releases ({bare})", "prompts": None}
+                                  "where": f"qwen3 releases ({bare})", "prompts": None,
+                                  "family": "qwen3"}
     bert = make_tiny_checkpoint("bert", str(tmp_path / "bert"))
-    assert (own_settings(bert)["pooling"], own_settings(bert)["declared"]) == ("mean", False)
+    assert (own_settings(bert)["pooling"], own_settings(bert)["declared"],
+            own_settings(bert)["family"]) == ("mean", False, "bert")
     tfsent_dir = tmp_path / "enc"
     tfsent_dir.mkdir()
     prompts = {"query_prompt": "q: ", "document_prompt": "d: "}
@@ -106,6 +108,7 @@ def test_own_settings_of_each_kind_of_folder(folder, tmp_path):
     own = own_settings(str(tfsent_dir))
     assert (own["pooling"], own["declared"], own["prompts"]) == ("cls_before_pooler", True,
                                                                  prompts)
+    assert own["family"] == "bert"  # (a directory from before tfsent recorded the family)
     assert own_settings("bert_base_en_uncased")["pooling"] == "mean"
     config = _config("retrieval", f"encoder={tfsent_dir}")
     assert (config.pooling, config.query_prompt, config.document_prompt) == (

@@ -11,6 +11,7 @@ import numpy as np
 
 from tfsent import fsio
 import tfsent.encoders.families as families
+from tfsent.encoders.lora import merge_lora
 from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceTokenizer,
                                         QwenBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
@@ -62,6 +63,7 @@ def save_encoder_dir(encoder, directory):
     is replaced only if it is a tfsent encoder directory (holds `tfsent_encoder.json`);
     any other non-empty folder is refused with a ConfigError. A symlinked `directory` is
     written through (the folder it points to is replaced, the link kept)."""
+    encoder = merge_lora(encoder)  # LoRA adapters merged into plain kernels
     with fsio.staged_dir(directory, "tfsent encoder directory",
                          replace=_check_encoder_dir) as tmp:
         encoder.backbone.save_weights(os.path.join(tmp, "backbone.weights.h5"))

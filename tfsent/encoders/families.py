@@ -73,6 +73,13 @@ class Family(NamedTuple):
     # (sliding layers, then one full-attention layer) and the rotary base per layer type.
     layer_type_period: object = None
     rope_thetas: object = None
+    # The layer names keras-hub's `Backbone.enable_lora` adapts (`tfsent.encoders.lora`):
+    # every family's attention query and value projections (EinsumDense layers named
+    # "query" / "value" in keras' MultiHeadAttention and keras-hub's Qwen3 / Gemma3
+    # attention). Empty: the family takes no LoRA.
+    lora_targets: tuple = ("query", "value")
+    # float16 compute (mixed_float16) is safe for the family's activations.
+    float16_safe: bool = True
 
     @property
     def runs_own_forward(self):
@@ -259,7 +266,10 @@ TABLE = {
         keras_hub_overrides={"is_embedding_model": False, "pooling_intermediate_dim": None,
                              "embedding_dim": None},
         layer_type_period=6,
-        rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0}),
+        rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0},
+        # Gemma's residual stream grows past float16's 65504 (Google trains and serves it
+        # in bfloat16 or float32): mixed_float16 is refused (mixed_bfloat16 works).
+        float16_safe=False),
 }
 FAMILIES = tuple(TABLE)
 # The family of files saved before tfsent recorded one (format-1 encoder directories, CMLM

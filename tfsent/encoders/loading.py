@@ -148,7 +148,8 @@ def own_settings(name_or_path):
     {"pooling": a tfsent pooling (None: a Pooling module tfsent cannot run, which
      `load_encoder` refuses), "declared": False when the pooling is only tfsent's default,
      "where": where it came from (for logs), "prompts": {"query_prompt",
-     "document_prompt"} or None}.
+     "document_prompt"} or None, "family": the encoder family, None when the name is no
+     folder or a keras-hub preset directory}.
 
     The pooling is a sentence-transformers folder's Pooling module (or a Dense that is the
     checkpoint's pooler: `cls`), a tfsent encoder directory's, the family's pooling for a
@@ -157,7 +158,7 @@ def own_settings(name_or_path):
     (a preset name, a path that does not exist) gets the defaults: loading it says more."""
     name = os.fspath(name_or_path)
     default = {"pooling": DEFAULT_POOLING, "declared": False, "where": "tfsent's default",
-               "prompts": None}
+               "prompts": None, "family": None}
     if name in SHORT_NAMES:
         try:
             name = resolve_short_name(name)
@@ -168,12 +169,14 @@ def own_settings(name_or_path):
     if os.path.exists(os.path.join(name, ENCODER_CONFIG_FILE)):
         meta = huggingface.read_json(os.path.join(name, ENCODER_CONFIG_FILE))
         return {"pooling": meta.get("pooling", DEFAULT_POOLING), "declared": True,
-                "where": f"tfsent encoder directory {name}", "prompts": meta.get("prompts")}
+                "where": f"tfsent encoder directory {name}", "prompts": meta.get("prompts"),
+                "family": meta.get("family", families.UNRECORDED_FAMILY)}
     if os.path.exists(os.path.join(name, "modules.json")):
         st = huggingface.read_sentence_transformers(name)
         if "pooling" in st:
             own = {"pooling": st["pooling"], "declared": True,
-                   "where": f"the Pooling module of {name}"}
+                   "where": f"the Pooling module of {name}",
+                   "family": huggingface.read_hf_config(st["transformer_dir"])[0]}
         else:
             own = _hf_dir_pooling(st["transformer_dir"])
         return dict(own, prompts=st.get("prompts"))
@@ -192,7 +195,7 @@ def _hf_dir_pooling(directory):
     family = huggingface.read_hf_config(directory)[0]
     pooling = families.TABLE[family].default_pooling
     return {"pooling": pooling, "declared": pooling != DEFAULT_POOLING,
-            "where": f"{family} releases ({directory})"}
+            "where": f"{family} releases ({directory})", "family": family}
 
 
 def _load_hf_dir(directory, values, pad_to_max_length, dtype, seed):

@@ -60,6 +60,7 @@ import warnings
 from absl import logging
 
 import tfsent.encoders.families as families
+from tfsent.encoders.lora import merge_lora
 from tfsent.encoders.model import set_exporter
 from tfsent.errors import ConfigError, InputError
 from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
@@ -352,6 +353,7 @@ def export(encoder, target, format="tf_saved_model", quantize=(), **options):
     quantize = quantize_tuple(quantize)
     entry = get_format(format, "format")
     encoder, options = _cross_encoder_parts(encoder, entry, options)
+    encoder = merge_lora(encoder)  # LoRA adapters merged: plain kernels leave the run
     entry = check_export(format, target, quantize, options, option="format",
                          target_option="target", quantize_option="quantize")
     if entry.needs_tokenizer and encoder.tokenizer is None:

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from tfsent import fsio
 from tfsent.encoders import call_in_buckets, check_pooling
+from tfsent.encoders.lora import merge_lora
 from tfsent.errors import ConfigError
 from tfsent.formats import quantize, tf_serving
 # METADATA_FILE and list_versions: also importable from here, as before the metadata module.
@@ -53,6 +54,7 @@ class ServingModule(tf.Module):
     def __init__(self, encoder, pooling, max_seq_length=None, head=None, jit_compile=False,
                  truncate_dim=None, query_prompt="", document_prompt=""):
         super().__init__()
+        encoder = merge_lora(encoder)  # (a no-op when formats.export merged it already)
         self.query_prompt = str(query_prompt or "")
         self.document_prompt = str(document_prompt or "")
         # The encoder and head are kept out of the saved object graph (object.__setattr__

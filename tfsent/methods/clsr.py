@@ -49,6 +49,8 @@ class CLSR(SentenceMethod):
     """
 
     metric_names = ("loss",)
+    # Why `lora_rank` is refused (tfsent.training.config): nothing of the encoder trains.
+    lora_refusal = "its encoder is frozen (an MLP trains on the encoder's cached embeddings)"
     input_kind = "embedding_pairs"  # raw `fit` examples: positive (sentence, sentence) pairs
 
     def __init__(self, encoder, hidden_dim=None, output_dim=None, temperature=0.1,

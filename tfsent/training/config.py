@@ -17,6 +17,7 @@ from absl import logging
 from tfsent import checks
 from tfsent.checks import Field
 from tfsent.data import mixture
+import tfsent.encoders.families as families
 from tfsent.encoders.loading import DEFAULT_ENCODER, own_settings
 from tfsent.encoders.pooling import POOLINGS
 from tfsent.errors import ConfigError, did_you_mean
@@ -83,6 +84,12 @@ RUN_FIELDS = [
           doc="global gradient-norm clipping (0: off)"),
     Field("grad_cache_chunk", 0, checks.COUNT,
           doc="GradCache: embed in chunks of N sentences per replica (0: off)"),
+    Field("lora_rank", 0, checks.COUNT, types=(int,),
+          doc="LoRA: rank of adapters on the encoder's attention query / value projections, "
+              "the backbone's other weights frozen, merged into plain kernels at export "
+              "(0: off, full fine-tuning)"),
+    Field("lora_alpha", 0.0, checks.NON_NEGATIVE,
+          doc="LoRA: the adapters' scale is lora_alpha / lora_rank (0: = lora_rank, scale 1)"),
     Field("max_grad_norm", 1e6, checks.NON_NEGATIVE,
           doc="stop the run when the gradient norm exceeds this (0: off)"),
     # Model selection on a dev set.
@@ -319,6 +326,7 @@ def validate(config, method=None):
         raise ConfigError(f"steps_per_execution ({config.steps_per_execution}) must divide "
                           f"eval_every ({config.eval_every})")
     _validate_mixture(config, method)
+    _validate_lora_and_precision(config, method)
     from tfsent import formats
 
     export_pooling = config.export_pooling or config.pooling
@@ -327,6 +335,47 @@ def validate(config, method=None):
         formats.check_sentence_transformers_pooling(export_pooling)
     if method is not None:
         get_method(method).validate(config)  # its fields, then its validation hook
+
+
+def _validate_lora_and_precision(config, method):
+    """`lora_rank` against the method (one that trains no encoder, or exports through its
+    own format, refuses it) and the encoder's family (its `lora_targets`), and
+    `mixed_float16` against the family (`float16_safe`); the family is read from the
+    encoder's files, before any model loads (a preset name is checked when it loads,
+    `training.loop.build_model`)."""
+    rank = config.get("lora_rank", 0)
+    if config.get("lora_alpha") and not rank:
+        raise ConfigError(f"lora_alpha={config.lora_alpha} is set but lora_rank is 0 (LoRA "
+                          "off); set lora_rank > 0 or leave lora_alpha at 0")
+    if rank and method is not None:
+        cls = get_method(method).cls
+        refusal = getattr(cls, "lora_refusal", None)
+        if refusal is None and getattr(cls, "dev_selection", None) == "reranked":
+            refusal = ("the cross-encoder is exported through its own format, which does "
+                       "not merge adapters")
+        if refusal:
+            raise ConfigError(f"lora_rank={rank}: method {method} takes no LoRA: {refusal}")
+    if not rank and config.get("mixed_precision") != "mixed_float16":
+        return
+    family = own_settings(config.encoder).get("family")
+    if family is None:
+        return
+    check_family_settings(family, rank, config.get("mixed_precision"),
+                          f"encoder={config.encoder!r}")
+
+
+def check_family_settings(family, lora_rank, mixed_precision, where):
+    """ConfigError naming the field when the encoder `family` cannot take `lora_rank`
+    (no `lora_targets`) or `mixed_precision` (mixed_float16 on a family whose
+    activations overflow float16)."""
+    record = families.TABLE[family]
+    if lora_rank and not record.lora_targets:
+        raise ConfigError(f"lora_rank={lora_rank}: the {family} family of {where} has no "
+                          "LoRA targets")
+    if mixed_precision == "mixed_float16" and not record.float16_safe:
+        raise ConfigError(f"mixed_precision=mixed_float16: the {family} family of {where} "
+                          "overflows float16 (its activations exceed 65504); use "
+                          "mixed_bfloat16 or leave mixed_precision unset")
 
 
 def _validate_mixture(config, method):

@@ -17,7 +17,7 @@ from absl import logging
 from tfsent.data import kinds, mixture, readers
 from tfsent.data.sources import DEMO_NAMES, parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
-from tfsent.encoders import families, load_encoder
+from tfsent.encoders import families, load_encoder, lora
 from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
@@ -31,7 +31,7 @@ from tfsent.training.callbacks import (DevEncoder, DevTensorBoard, DivergenceGua
                                        EarlyDevCheck, NanGuard, RetrievalDevEvaluation,
                                        RunCheckpoint, RunClock, STSDevEvaluation, Throughput)
 from tfsent.training import rerank_dev
-from tfsent.training.config import resolve_encoder_fields
+from tfsent.training.config import check_family_settings, resolve_encoder_fields
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, prepare_run_dir, read_json,
                                      run_finished, size_summary, write_json_atomic)
@@ -99,6 +99,16 @@ def build_model(spec, config, steps, jit):
 
     model = spec.build_run_model(config, load)
     encoder = model.encoder  # (distill: the student)
+    # A preset name's family is known only now (a folder's was checked with the config).
+    check_family_settings(encoder.family, config.get("lora_rank", 0),
+                          config.get("mixed_precision"), f"encoder={config.encoder!r}")
+    if config.get("lora_rank", 0):
+        layers = lora.enable_lora(encoder, config.lora_rank, config.get("lora_alpha") or None)
+        logging.info("LoRA rank %d (scale %g) on %d %s layers (%s); the backbone's other "
+                     "weights are frozen", config.lora_rank, layers[0].lora_alpha /
+                     config.lora_rank, len(layers), encoder.family,
+                     ", ".join(families.TABLE[encoder.family].lora_targets))
+    lora.log_parameter_counts(model)
     model.set_grad_cache(config.grad_cache_chunk)
     optimizer = make_optimizer(config, steps)
     model.compile(optimizer=optimizer, jit_compile=jit,

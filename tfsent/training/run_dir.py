@@ -32,6 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfsent import fsio
+from tfsent.encoders.lora import merge_lora
 from tfsent.errors import ConfigError
 
 
@@ -73,7 +74,12 @@ class RunState:
         self.model = model
         self.best_dir = os.path.join(self.write_dir, "best")
         self.best_json = os.path.join(self.best_dir, "best.json")
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        # What this reaches: every variable the model tracks (frozen ones too: LoRA's
+        # base, CMLM-CSE's extractor), the optimizer's (the trainable variables, their
+        # slots, the step), and the dropout streams' positions (`dropout_streams`, so
+        # that a resumed run draws the masks an uninterrupted one draws).
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                              dropout_streams=dropout_streams(model))
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(self.write_dir, "checkpoints"), max_to_keep=1)
 
@@ -141,7 +147,9 @@ class RunState:
         os.makedirs(folder, exist_ok=True)
         encoder, head = self._exported_parts()
         tmp = os.path.join(folder, "encoder.tmp.weights.h5")
-        encoder.save_weights(tmp)
+        # LoRA: the merged kernels in float32 (keras' own LoRA save rounds them to the
+        # compute dtype); loading them back into the adapted encoder zeroes its adapters.
+        merge_lora(encoder).save_weights(tmp)
         fsio.commit_file(tmp, os.path.join(folder, ENCODER_WEIGHTS))
         if head is not None:
             tmp = os.path.join(folder, "head.tmp.npz")
@@ -168,6 +176,18 @@ class RunState:
             for variable, value in zip(head.weights, arrays):
                 variable.assign(value)
         return True
+
+
+def dropout_streams(model):
+    """The state variables (tf.Variables) of every keras SeedGenerator inside `model`."""
+    states, seen = [], set()
+    for layer in model._flatten_layers(include_self=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            state = getattr(generator.state, "value", generator.state)
+            if id(state) not in seen:
+                seen.add(id(state))
+                states.append(state)
+    return states
 
 
 def folder_bytes(path):
