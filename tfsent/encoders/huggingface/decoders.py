@@ -14,6 +14,7 @@ gives Hugging Face's back), and it has no Qwen3 exporter.
 import keras
 import numpy as np
 
+import tfsent.encoders.families as families
 from tfsent.errors import ConfigError
 
 # config.json's max_position_embeddings of the releases (Qwen3-Embedding, EmbeddingGemma);
@@ -47,6 +48,12 @@ def _max_positions(backbone, max_seq_length):
     return max(_MAX_POSITIONS[type(backbone).__name__], int(max_seq_length or 0))
 
 
+def _model_type(backbone):
+    """config.json's `model_type` of the backbone's family (the family table's)."""
+    family = families.TABLE[families.family_of(backbone)]
+    return family.hf_model_type or family.name
+
+
 def qwen3_checkpoint(backbone, special_ids, max_seq_length=None):
     """(config.json dict, {Hugging Face name: array}) of a keras-hub Qwen3Backbone as a
     Qwen3Model. `special_ids`: {"eos": id, "pad": id} (`<|endoftext|>`'s)."""
@@ -58,7 +65,7 @@ def qwen3_checkpoint(backbone, special_ids, max_seq_length=None):
         raise ConfigError(f"rope_scaling_factor {backbone.rope_scaling_factor}: keras-hub's "
                           "Qwen3 converter reads no rope scaling, so tfsent writes none")
     config = {
-        "architectures": ["Qwen3Model"], "model_type": "qwen3",
+        "architectures": ["Qwen3Model"], "model_type": _model_type(backbone),
         "vocab_size": int(backbone.vocabulary_size), "hidden_size": int(backbone.hidden_dim),
         "num_hidden_layers": int(backbone.num_layers),
         "num_attention_heads": int(backbone.num_query_heads),
@@ -138,7 +145,7 @@ def gemma3_checkpoint(backbone, special_ids, max_seq_length=None):
         rope[kind] = entry
     head_dim = int(backbone.head_dim)
     config = {
-        "architectures": ["Gemma3TextModel"], "model_type": "gemma3_text",
+        "architectures": ["Gemma3TextModel"], "model_type": _model_type(backbone),
         "vocab_size": int(backbone.vocabulary_size), "hidden_size": int(backbone.hidden_dim),
         "num_hidden_layers": int(backbone.num_layers),
         "num_attention_heads": int(backbone.num_query_heads),
