@@ -11,7 +11,7 @@ from absl import logging
 from tfsent.encoders import check_pooling
 from tfsent.encoders.huggingface import checked_family
 from tfsent.errors import ConfigError
-from tfsent.formats.metadata import export_metadata, write_metadata
+from tfsent.formats.metadata import encoder_prompts, export_metadata, write_metadata
 from tfsent.encoders.huggingface.writing import tokenizer_kind, write_transformer
 from tfsent.formats.staging import check_new_target, staged_dir
 
@@ -21,14 +21,6 @@ def prompt_map(query_prompt="", document_prompt=""):
     `prompts`; what tfsent_export.json records)."""
     return {name: text for name, text in (("query", query_prompt),
                                           ("document", document_prompt)) if text}
-
-
-def encoder_prompts(encoder, query_prompt=None, document_prompt=None):
-    """(query prompt, document prompt) of an export: the ones given, None ones the
-    encoder's own (`encoder.prompts`: a sentence-transformers folder's), else ""."""
-    stored = getattr(encoder, "prompts", None) or {}
-    return (stored.get("query_prompt", "") if query_prompt is None else query_prompt,
-            stored.get("document_prompt", "") if document_prompt is None else document_prompt)
 
 
 def check_new_export(encoder, directory, pooling=None, max_seq_length=None):

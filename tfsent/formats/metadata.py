@@ -97,3 +97,11 @@ def read_metadata(path, required=True):
             return {}
         raise InputError(f"no readable tfsent export metadata ({e})", path=target) from None
     return metadata
+
+
+def encoder_prompts(encoder, query_prompt=None, document_prompt=None):
+    """(query prompt, document prompt) of an export: the ones given, None ones the
+    encoder's own (`encoder.prompts`: a sentence-transformers folder's), else ""."""
+    stored = getattr(encoder, "prompts", None) or {}
+    return (stored.get("query_prompt", "") if query_prompt is None else query_prompt,
+            stored.get("document_prompt", "") if document_prompt is None else document_prompt)

@@ -42,8 +42,8 @@ from tfsent.encoders.lora import merge_lora
 from tfsent.errors import ConfigError
 from tfsent.formats import quantize, tf_serving
 # METADATA_FILE and list_versions: also importable from here, as before the metadata module.
-from tfsent.formats.metadata import METADATA_FILE, export_metadata, list_versions, \
-    write_metadata  # noqa: F401
+from tfsent.formats.metadata import METADATA_FILE, encoder_prompts, export_metadata, \
+    list_versions, write_metadata  # noqa: F401
 from tfsent.formats.staging import new_version_path
 from tfsent.matryoshka import check_dims
 
@@ -172,10 +172,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     check_pooling(pooling)
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
-    stored = getattr(encoder, "prompts", None) or {}
-    query_prompt = stored.get("query_prompt", "") if query_prompt is None else query_prompt
-    document_prompt = (stored.get("document_prompt", "") if document_prompt is None
-                       else document_prompt)
+    query_prompt, document_prompt = encoder_prompts(encoder, query_prompt, document_prompt)
     final = new_version_path(export_dir, version)
     width = embedding_width(encoder, head)
     if truncate_dim is not None:

@@ -16,7 +16,8 @@ from tfsent.encoders.huggingface.writing import write_json, write_safetensors, w
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
-from tfsent.formats.huggingface import (check_new_export, encoder_prompts, prompt_map,
+from tfsent.formats.metadata import encoder_prompts
+from tfsent.formats.huggingface import (check_new_export, prompt_map,
                                         write_new_export)
 
 ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
