@@ -216,15 +216,18 @@ def test_cache_written_reused_and_corrupt_file_recalibrated(tmp_path, caplog):
 
 @pytest.fixture(scope="module")
 def real_probes():
-    """The real probe, oneDNN on and off, each in its own process (TF import + XLA
-    compilation: the slow part of this file)."""
-    return {f"onednn={o},threads=default": cs.run_probe(o, budget=0.05) for o in ("on", "off")}
+    """The real probe (tfsent's train step and encode function, the tiny size), oneDNN on
+    and off, each in its own process (TF import + XLA compilation: the slow part of this
+    file)."""
+    return {f"onednn={o},threads=default": cs.run_probe(o, budget=0.05, size="tiny")
+            for o in ("on", "off")}
 
 
 def test_real_probes_run_as_asked_and_decide(real_probes):
     for name, result in real_probes.items():
         assert result["onednn_enabled"] == (name.startswith("onednn=on"))  # TF's own answer
-        assert result["calls"] >= 3
+        assert result["calls"] >= 3 and result["size"] == "tiny"
+        assert result["threads_running"] == "0/0"  # TF's own pools: no TFSENT_THREADS leaked
         assert all(result[k] > 0 for k in ("encode_graph", "encode_xla", "train_graph",
                                            "train_xla"))
     choice = cs.decide(real_probes, cs.tf_onednn_default(cs.read_cpu()))

@@ -10,9 +10,9 @@ Four settings, each `auto` by default:
 
 `auto` means TF's and tfsent's own defaults (BUILTIN), unless TFSENT_CPU_SETTINGS=measure
 asks for the measured choice (off by default: see `measuring_wanted`): then, at first use
-on a machine, a calibration (a small transformer
-layer stack timed forward and forward+backward, plain graph and XLA, in one subprocess per
-candidate oneDNN / thread setting, since neither can change inside a process) picks the
+on a machine, a calibration (`tfsent.cpu_probe`: tfsent's own SimCSE train step and
+`encode` function on a 2-layer minilm-shaped encoder, plain graph and XLA, in one subprocess
+per candidate oneDNN / thread setting, since neither can change inside a process) picks the
 fastest, keeping TF's own default unless another setting wins by more than MARGIN. The
 result is cached per machine (CPU model, ISA flags, physical cores, TF version) under
 $TFSENT_CACHE or ~/.cache/tfsent/, and one line says what runs.
@@ -28,8 +28,7 @@ When TensorFlow was imported before tfsent, oneDNN (and threads, once TF's runti
 started) are what they are: the line says so and names what actually runs.
 
 This module imports nothing of tfsent, and TensorFlow only inside functions: it runs before
-TensorFlow is imported, and its `probe_main` is the calibration's
-probe, loaded from this file in a subprocess.
+TensorFlow is imported.
 """
 
 import contextlib
@@ -55,7 +54,7 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
                            "amx_int8")
 KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the probe times tfsent's own train step and encode (cpu_probe)
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
@@ -79,7 +78,7 @@ def configure(**settings):
 
 
 def _config_error(message):
-    from tfsent.errors import ConfigError  # only on bad input: keeps the probe tfsent-free
+    from tfsent.errors import ConfigError  # only on bad input: nothing of tfsent at start
     return ConfigError(message)
 
 
@@ -224,20 +223,24 @@ def thread_candidates(cpu):
 
 # -- the calibration ------------------------------------------------------------------------
 
-def run_probe(onednn, threads="default", budget=0.8, timeout=300):
-    """Times the probe workload in a fresh Python process with TF_ENABLE_ONEDNN_OPTS set to
-    `onednn` and the thread setting `threads`; returns its medians and TF's own oneDNN
-    state."""
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn == "on" else "0",
-               TF_CPP_MIN_LOG_LEVEL="2")
-    spec = json.dumps({"threads": threads, "budget": budget})
-    # Loaded from its file under another name: no `import tfsent` (which would calibrate),
-    # and the package's folder is not put on sys.path (its module names would shadow others).
-    code = ("import importlib.util, sys\n"
-            "s = importlib.util.spec_from_file_location('tfsent_cpu_probe', sys.argv[1])\n"
-            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
-            "m.probe_main(sys.argv[2])")
-    proc = subprocess.run([sys.executable, "-c", code, os.path.abspath(__file__), spec],
+def run_probe(onednn, threads="default", budget=0.8, timeout=600, size="minilm"):
+    """Times the probe workload (`tfsent.cpu_probe`: tfsent's SimCSE train step and encode
+    function on a 2-layer minilm-shaped encoder) in a fresh Python process with
+    TF_ENABLE_ONEDNN_OPTS set to `onednn` and the thread setting `threads`; returns its
+    medians and TF's own oneDNN state."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (SET_BY_US, ENV_VARS["onednn"], ENV_VARS["threads"])}
+    env.update(TF_ENABLE_ONEDNN_OPTS="1" if onednn == "on" else "0", TF_CPP_MIN_LOG_LEVEL="2",
+               TFSENT_CPU_SETTINGS="default")  # the child applies the candidate, no calibration
+    if threads != "default":
+        env[ENV_VARS["threads"]] = threads
+    # The package this file belongs to, importable in the child whatever its working folder.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    spec = json.dumps({"threads": threads, "budget": budget, "size": size})
+    # Run as a file (the probe imports all of tfsent, which imports this module first).
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_probe.py")
+    proc = subprocess.run([sys.executable, script, spec],
                           capture_output=True, text=True, env=env, timeout=timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -510,78 +513,3 @@ def jit_train(config_value=None):
 def summary():
     """The settings line of this process ("" before `import tfsent` finished)."""
     return _ACTIVE.get("_line", "")
-
-
-# -- the probe (run as a script in the calibration's subprocesses) ------------------------------
-
-def probe_main(spec_json):
-    """Times a 2-layer transformer stack (hidden 384, 12 heads, MLP 1536: minilm's layer)
-    forward at batch 16 x 48 tokens ("encode") and forward + backward + SGD update at batch
-    16 x 32 with an in-batch contrastive loss ("train"), each as a plain tf.function and
-    with jit_compile=True, calls interleaved; prints the medians as JSON."""
-    import numpy as np
-    import tensorflow as tf
-    from tensorflow.python.util import _pywrap_util_port
-
-    spec = json.loads(spec_json)
-    if spec["threads"] != "default":
-        intra, inter = (int(v) for v in spec["threads"].split("/"))
-        tf.config.threading.set_intra_op_parallelism_threads(intra)
-        tf.config.threading.set_inter_op_parallelism_threads(inter)
-    hidden, heads, mlp, layers = 384, 12, 1536, 2
-    rng = np.random.default_rng(0)
-
-    def var(*shape):
-        return tf.Variable(rng.normal(0, 0.02, shape).astype(np.float32))
-
-    weights = [dict(qkv=var(hidden, 3 * hidden), out=var(hidden, hidden),
-                    up=var(hidden, mlp), down=var(mlp, hidden)) for _ in range(layers)]
-    variables = [v for w in weights for v in w.values()]
-
-    def norm(x):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        return (x - mean) * tf.math.rsqrt(variance + 1e-12)
-
-    def forward(x):
-        batch, length = tf.shape(x)[0], tf.shape(x)[1]
-        for w in weights:
-            qkv = tf.reshape(tf.matmul(x, w["qkv"]), [batch, length, 3, heads, hidden // heads])
-            q, k, v = (tf.transpose(qkv[:, :, i], [0, 2, 1, 3]) for i in range(3))
-            att = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / 8.0)
-            ctx = tf.reshape(tf.transpose(tf.matmul(att, v), [0, 2, 1, 3]),
-                             [batch, length, hidden])
-            x = norm(x + tf.matmul(ctx, w["out"]))
-            x = norm(x + tf.matmul(tf.nn.gelu(tf.matmul(x, w["up"])), w["down"]))
-        return tf.reduce_mean(x, axis=1)
-
-    def train(x):
-        with tf.GradientTape() as tape:
-            e = tf.math.l2_normalize(forward(x), axis=-1)
-            logits = tf.matmul(e, e, transpose_b=True) * 20.0
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                tf.range(tf.shape(x)[0]), logits))
-        for v, g in zip(variables, tape.gradient(loss, variables)):
-            v.assign_sub(0.01 * g)
-        return loss
-
-    enc_x = tf.constant(rng.normal(size=(16, 48, hidden)).astype(np.float32))
-    train_x = tf.constant(rng.normal(size=(16, 32, hidden)).astype(np.float32))
-    fns = {"encode_graph": (tf.function(forward), enc_x),
-           "encode_xla": (tf.function(forward, jit_compile=True), enc_x),
-           "train_graph": (tf.function(train), train_x),
-           "train_xla": (tf.function(train, jit_compile=True), train_x)}
-    times = {name: [] for name in fns}
-    for fn, x in fns.values():  # trace / compile, then one warm call
-        fn(x).numpy()
-        fn(x).numpy()
-    deadline = time.perf_counter() + 4 * spec["budget"]
-    while min(len(t) for t in times.values()) < 3 or (
-            time.perf_counter() < deadline and min(len(t) for t in times.values()) < 15):
-        for name, (fn, x) in fns.items():
-            start = time.perf_counter()
-            fn(x).numpy()
-            times[name].append(time.perf_counter() - start)
-    result = {name: float(np.median(t)) for name, t in times.items()}
-    result.update(onednn_enabled=bool(_pywrap_util_port.IsMklEnabled()),
-                  calls=min(len(t) for t in times.values()), threads=spec["threads"])
-    sys.stdout.write(json.dumps(result) + "\n")  # the probe's answer to its parent

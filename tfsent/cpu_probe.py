@@ -1,0 +1,136 @@
+"""The workload `tfsent.cpu_settings` times to choose TensorFlow's CPU settings, run as a
+script (`python .../tfsent/cpu_probe.py SPEC_JSON`, the package importable) in one fresh
+process per candidate (oneDNN and the thread pools are fixed when TensorFlow
+starts). The parent sets TF_ENABLE_ONEDNN_OPTS and TFSENT_THREADS for the candidate and
+TFSENT_CPU_SETTINGS=default, so this process's `import tfsent` applies the candidate and
+does not calibrate again.
+
+The workload is tfsent's own code on a randomly initialised encoder with minilm-l6's layer
+shape (BERT blocks, hidden 384, 12 heads, MLP 1536, a 30,522-token vocabulary, dropout 0.1,
+mean pooling), 2 layers deep so that the calibration stays short:
+  train   unsupervised SimCSE's `train_step` (two dropout views in one pass, in-batch
+          InfoNCE, AdamW with the embedding table's sparse gradient), batch 16 x 32 tokens,
+          as a plain tf.function ("train_graph") and with jit_compile ("train_xla"), as the
+          training run compiles it;
+  encode  `SentenceEncoder.encode`'s batch function (the in-graph tokenizer, the forward
+          pass, pooling) on 32 strings of about 40 tokens, plain ("encode_graph") and with
+          XLA over the padded buckets ("encode_xla").
+Calls interleaved, median per function; prints one JSON line: the medians (seconds), TF's own
+oneDNN state, the thread pools that ran, the number of calls.
+
+An earlier probe (a bare matmul stack with SGD) ranked oneDNN the other way from the full
+training benchmark on one machine kind (benchmarks/README.md, "CPU settings"); timing the
+real step and the real encode function is what this one fixes.
+"""
+
+import json
+import sys
+import time
+
+# The workload sizes: "minilm" for the calibration, "tiny" for tests of the mechanism.
+SIZES = {
+    "minilm": dict(vocabulary=30522, hidden_dim=384, num_heads=12, intermediate_dim=1536,
+                   num_layers=2, train_batch=16, train_length=32, encode_batch=32,
+                   encode_words=40),
+    "tiny": dict(vocabulary=200, hidden_dim=32, num_heads=2, intermediate_dim=64,
+                 num_layers=1, train_batch=4, train_length=16, encode_batch=4,
+                 encode_words=10),
+}
+_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _texts(rng, count, words, vocabulary_size):
+    """`count` strings of `words` vocabulary words each (one wordpiece per word)."""
+    ids = rng.integers(0, vocabulary_size - len(_SPECIAL), size=(count, words))
+    return [" ".join(f"w{i}" for i in row) for row in ids]
+
+
+def build_workload(size):
+    """{name: zero-argument function that runs one call and waits for its result}."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfsent.methods.simcse import SimCSE
+    from tfsent.testing import tiny_encoder
+
+    s = SIZES[size]
+    vocabulary = _SPECIAL + [f"w{i}" for i in range(s["vocabulary"] - len(_SPECIAL))]
+    encoder = tiny_encoder(vocabulary, num_layers=s["num_layers"], hidden_dim=s["hidden_dim"],
+                           num_heads=s["num_heads"], intermediate_dim=s["intermediate_dim"],
+                           max_seq_length=s["train_length"], pooling="mean", dropout=0.1)
+    model = SimCSE(encoder, temperature=0.05)
+    optimizer = keras.optimizers.AdamW(learning_rate=3e-5)
+    model.compile(optimizer=optimizer)
+    optimizer.build(model.trainable_variables)
+    rng = np.random.default_rng(0)
+    # Words per training sentence: enough to fill train_length after [CLS] / [SEP].
+    train_batch = encoder.tokenizer(tf.constant(
+        _texts(rng, s["train_batch"], s["train_length"], s["vocabulary"])))
+    encode_strings = tf.constant(_texts(rng, s["encode_batch"], s["encode_words"],
+                                        s["vocabulary"]))
+    length = s["encode_words"] + 2
+    train_graph = tf.function(model.train_step)
+    train_xla = tf.function(model.train_step, jit_compile=True)
+    calls = {
+        "encode_graph": (encoder._get_encode_fn("mean", length, False), encode_strings),
+        "encode_xla": (encoder._get_encode_fn("mean", length, True), encode_strings),
+        "train_graph": (train_graph, train_batch),
+        "train_xla": (train_xla, train_batch),
+    }
+
+    def runner(fn, arg):
+        def run():
+            tf.nest.map_structure(lambda t: t.numpy(), fn(arg))  # waits for the result
+        return run
+
+    return {name: runner(fn, arg) for name, (fn, arg) in calls.items()}
+
+
+def time_interleaved(workload, budget, min_calls=3, max_calls=15):
+    """Medians (seconds) of the workload's functions, called in turn: each compiled and
+    warmed by two calls, then at least `min_calls` timed calls each, more while the budget
+    (4 x `budget` seconds of timing) lasts, at most `max_calls`."""
+    import numpy as np
+
+    for run in workload.values():
+        run()
+        run()
+    times = {name: [] for name in workload}
+    deadline = time.perf_counter() + 4 * budget
+    while min(len(t) for t in times.values()) < min_calls or (
+            time.perf_counter() < deadline and min(len(t) for t in times.values()) < max_calls):
+        for name, run in workload.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}, \
+        min(len(t) for t in times.values())
+
+
+def main(spec_json):
+    """Runs the probe described by `spec_json` ({"budget", "size", "threads"}) and prints
+    its JSON line."""
+    spec = json.loads(spec_json)
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    import tfsent  # noqa: F401  (applies TF_ENABLE_ONEDNN_OPTS / TFSENT_THREADS' candidate)
+
+    result, calls = time_interleaved(build_workload(spec.get("size", "minilm")),
+                                     float(spec["budget"]))
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    inter = tf.config.threading.get_inter_op_parallelism_threads()
+    result.update(onednn_enabled=bool(_pywrap_util_port.IsMklEnabled()), calls=calls,
+                  threads=spec["threads"], threads_running=f"{intra}/{inter}",
+                  size=spec.get("size", "minilm"))
+    sys.stdout.write(json.dumps(result) + "\n")  # the probe's answer to its parent
+
+
+if __name__ == "__main__":
+    # Run as a file: its folder (tfsent/) leads sys.path, where tfsent's module names
+    # (data, search, ...) would shadow other packages; the package is imported by name.
+    import os
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
+    main(sys.argv[1])
