@@ -22,6 +22,7 @@ from test_families_qwen3 import HARD
 
 from tfsent import formats
 from tfsent.encoders import load_encoder
+from tfsent.errors import ConfigError
 from tfsent.formats import litert
 from tfsent.formats.metadata import read_metadata
 
@@ -186,6 +187,8 @@ def test_gemma3_preset_is_embeddinggemma_in_keras_hub(encoders, expected, preset
     np.testing.assert_allclose(got, expected["gemma3"][1], atol=1e-5)
     info = read_metadata(presets["gemma3"])
     assert info["text_embedder"] == "Gemma3TextEmbedder" and info["embedding_head_in_backbone"]
+    with pytest.raises(ConfigError, match="sentence-transformers folder only"):
+        load_encoder(presets["gemma3"])  # the round trip is the sentence_transformers export
 
 
 def test_gemma3_preset_without_a_task_when_keras_hub_cannot_hold_the_head(encoders,

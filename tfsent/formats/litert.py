@@ -141,8 +141,9 @@ def new_axes_as_expand_dims():
     (`mask[:, None, :, :]`, `x[..., None]`: what keras-hub's Qwen3 and Gemma3 attention
     layers do to their masks) is traced as `tf.expand_dims`, the same numbers: TFLite has
     no builtin kernel for a strided slice that adds axes to a tensor of dynamic shape (the
-    converter would need a Flex op). Any other indexing is TensorFlow's own. Restored on
-    exit."""
+    converter would need a Flex op). Any other indexing is TensorFlow's own. The switch is
+    `tf.Tensor.__getitem__` itself, so it holds for the whole process while the context
+    lasts (the converted function is traced in it, and nothing else), restored on exit."""
 
     def getitem(tensor, key):
         axes = _new_axes(key, tensor.shape.rank)
