@@ -12,7 +12,8 @@ that expresses the encoder, the task (`keras_hub.models.TextEmbedder.from_preset
 
 Anything else (another pooling, another head) is written as the backbone and the
 tokenizer, and tfsent_export.json says why there is no task. What keras-hub's own
-preprocessors do differently from tfsent's tokenizers: docs/export.md ("keras-hub").
+preprocessors do differently from tfsent's tokenizers (Qwen3's end token): docs/families.md
+("Publishing qwen3 and gemma3: LiteRT and keras-hub presets").
 """
 
 import keras
