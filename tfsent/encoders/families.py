@@ -194,8 +194,10 @@ _ROBERTA = Family(
     mlm_head=("lm_head.dense", "lm_head.layer_norm", ("lm_head.bias", "lm_head.decoder.bias")),
     hf_sequence_classification=("RobertaForSequenceClassification", "dense_tanh"))
 
-# What the families keras-hub runs export as (ONNX, LiteRT and keras-hub presets: not yet).
-_DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface")
+# What the families keras-hub runs export as (ONNX: not yet; tfsent's ONNX writer builds
+# post-LayerNorm encoder graphs only, docs/families.md).
+_DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface", "litert",
+                           "keras_hub")
 
 TABLE = {
     "bert": Family(
@@ -252,7 +254,7 @@ TABLE = {
     # prepends <bos> and appends <eos>. Loaded by keras-hub's converter.
     "gemma3": Family(
         name="gemma3", keras_hub_backbone="Gemma3Backbone", keras_hub_tokenizer="Gemma3Tokenizer",
-        keras_hub_text_embedder=None, activation="gelu_approximate",
+        keras_hub_text_embedder="Gemma3TextEmbedder", activation="gelu_approximate",
         layer_norm_epsilon=1e-6, positions_after_padding=False, pad_token_id=0,
         tokenizer_kind="gemma_sentencepiece", hf_model_class="Gemma3TextModel",
         hf_tokenizer_class="GemmaTokenizer", hf_config_keys={}, hf_config_fixed={},

@@ -14,12 +14,17 @@ this relies on (checked against keras-hub 0.32; `setup.py` pins the tested range
     `CachedMultiHeadAttention` with `_query_dense`, `_key_dense`, `_value_dense`,
     `_output_dense`: EinsumDense layers, q/k/v shaped (B, L, heads, head_dim)),
     `_self_attention_layer_norm`, `_feedforward_intermediate_dense`,
-    `_feedforward_output_dense` and `_feedforward_layer_norm`.
+    `_feedforward_output_dense` and `_feedforward_layer_norm`;
+  - publishing a keras-hub preset of EmbeddingGemma (`tfsent.formats.keras_hub_preset`):
+    Gemma3Backbone's `is_embedding_model` config and the layer names of its head
+    (`pooling_dense_1`, `embedding_projection`), Gemma3Tokenizer's `has_vision_tokens`
+    (tests/test_export_decoders.py checks both).
 If an upgrade of keras-hub renames any of these, this module is the only one to change,
 and tests/test_pooling.py::test_forward_equals_keras_hub_backbone and
 tests/test_families_encoders.py::test_forward_equals_keras_hub_backbone say so.
 """
 
+import inspect
 from typing import NamedTuple
 
 import keras_hub
@@ -134,6 +139,57 @@ def load_preset(name, family=None, dtype=None):
         backbone = backbone_class(family).from_preset(name, **kwargs)
     tokenizer = tokenizer_class(family).from_preset(name)
     return family, backbone, tokenizer
+
+
+def sentencepiece_tokenizer(family, proto):
+    """The keras-hub SentencePiece tokenizer of `family` on the serialized model `proto`.
+    A tokenizer class with a `has_vision_tokens` switch (Gemma3Tokenizer) gets it on only
+    when the vocabulary holds the image tokens (as keras-hub's converter decides: a text
+    model such as EmbeddingGemma may lack them, and keras-hub refuses a missing one)."""
+    cls = tokenizer_class(family)
+    if "has_vision_tokens" not in inspect.signature(cls.__init__).parameters:
+        return cls(proto=proto)
+    tokenizer = cls(proto=proto, has_vision_tokens=False)
+    if set(_VISION_TOKENS) <= set(tokenizer.get_vocabulary()):
+        tokenizer = cls(proto=proto, has_vision_tokens=True)
+    return tokenizer
+
+
+_VISION_TOKENS = ("<img>", "<start_of_image>", "<end_of_image>")
+# The layers keras-hub's Gemma3Backbone(is_embedding_model=True) adds after its mean
+# pooling: Dense(pooling_intermediate_dim) and Dense(embedding_dim), both without bias or
+# activation, then an L2 norm.
+_EMBEDDING_HEAD_LAYERS = ("pooling_dense_1", "embedding_projection")
+
+
+def builds_embedding_head(backbone):
+    """True when the backbone's class can be built as keras-hub's embedding model (a mean
+    pooling, two bias-free Dense layers and an L2 norm inside the backbone:
+    Gemma3Backbone's `is_embedding_model`)."""
+    return "is_embedding_model" in backbone.get_config()
+
+
+def embedding_model_backbone(backbone, kernels):
+    """A copy of `backbone` built as keras-hub's embedding model (`is_embedding_model=True`,
+    see `builds_embedding_head`) with the same weights, its two Dense layers holding
+    `kernels` ((hidden, intermediate) and (intermediate, embedding) arrays)."""
+    first, second = kernels
+    config = dict(backbone.get_config(), is_embedding_model=True,
+                  pooling_intermediate_dim=int(first.shape[1]),
+                  embedding_dim=int(second.shape[1]))
+    copy = type(backbone).from_config(config)
+    for layer in backbone.layers:
+        if layer.weights:
+            copy.get_layer(layer.name).set_weights(layer.get_weights())
+    for name, kernel in zip(_EMBEDDING_HEAD_LAYERS, kernels):
+        copy.get_layer(name).set_weights([kernel])
+    return copy
+
+
+def embedding_head_kernels(backbone):
+    """The kernels of the two Dense layers of a keras-hub embedding-model backbone (see
+    `embedding_model_backbone`), as numpy arrays."""
+    return [backbone.get_layer(name).get_weights()[0] for name in _EMBEDDING_HEAD_LAYERS]
 
 
 def tokenizer_files(family, kh_tokenizer):

@@ -20,7 +20,10 @@ DIR (new, or an empty folder) gets:
                       from `tokenizers` / `transformers` as for the published model. Their
                       `model_max_length` is the max length: truncate to it
                       (`truncation=True`).
-  tfsent_export.json  inputs, outputs, max length, pooling, normalisation, precision.
+  tfsent_export.json  inputs, outputs, max length, pooling, normalisation, precision, the
+                      padding side of the tokenizer files (qwen3: left; with rotary
+                      positions either side gives the same vectors), the query / document
+                      prompts (the caller prepends them to the text).
 
 How: a tf.function of the ids around the encoder's forward, frozen and converted by TF's
 `tf.lite.TFLiteConverter.from_concrete_functions` with builtin ops only (no Flex / TF
@@ -41,15 +44,18 @@ INT8_PROBE_MIN_COSINE for int8), so a conversion that computes something else is
 The export (and running the file) needs the optional extra `tfsent[litert]`.
 """
 
+import contextlib
 import os
 
 import numpy as np
 import tensorflow as tf
 
+import tfsent.encoders.families as families
 from tfsent.encoders import check_pooling
 from tfsent.errors import ConfigError, InputError
 from tfsent.encoders.huggingface.writing import write_tokenizer_files
 from tfsent.formats.huggingface import check_new_export, write_new_export
+from tfsent.formats.metadata import encoder_prompts
 from tfsent.formats.saved_model import ServingModule
 
 MODEL_FILE = "model.tflite"
@@ -110,8 +116,9 @@ def convert(encoder, pooling=None, quantize="", head=None):
     # module itself also tracks the tokenizer, whose lookup tables have no TFLite op).
     weights = tf.Module()
     weights.tf_variables = module.tf_variables
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serve.get_concrete_function()], weights)
+    with new_axes_as_expand_dims():  # keras-hub's decoder blocks index masks with None
+        function = serve.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], weights)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -123,6 +130,54 @@ def convert(encoder, pooling=None, quantize="", head=None):
         named = [line for line in lines if "TF Select ops" in line] or lines[-1:]
         raise ConfigError(f"the {encoder.family} encoder does not convert to LiteRT "
                           f"builtin ops: {named[0].strip()[:500]}") from e
+
+
+_GETITEM = tf.Tensor.__getitem__
+
+
+@contextlib.contextmanager
+def new_axes_as_expand_dims():
+    """While the converted function is traced, indexing that only adds axes
+    (`mask[:, None, :, :]`, `x[..., None]`: what keras-hub's Qwen3 and Gemma3 attention
+    layers do to their masks) is traced as `tf.expand_dims`, the same numbers: TFLite has
+    no builtin kernel for a strided slice that adds axes to a tensor of dynamic shape (the
+    converter would need a Flex op). Any other indexing is TensorFlow's own. The switch is
+    `tf.Tensor.__getitem__` itself, so it holds for the whole process while the context
+    lasts (the converted function is traced in it, and nothing else), restored on exit."""
+
+    def getitem(tensor, key):
+        axes = _new_axes(key, tensor.shape.rank)
+        if axes is None:
+            return _GETITEM(tensor, key)
+        for axis in axes:  # positions in the result, ascending
+            tensor = tf.expand_dims(tensor, axis)
+        return tensor
+
+    tf.Tensor.__getitem__ = getitem
+    try:
+        yield
+    finally:
+        tf.Tensor.__getitem__ = _GETITEM
+
+
+def _new_axes(key, rank):
+    """The result positions of the new axes of an index `key` made only of full slices
+    (`:`), `None` and at most one `...` over a tensor of `rank`; None for any other key."""
+    key = key if isinstance(key, tuple) else (key,)
+    # By identity: a key may hold tensors or arrays, whose == is elementwise.
+    kinds = ["new" if k is None else "rest" if k is Ellipsis else "full"
+             if isinstance(k, slice) and all(v is None for v in (k.start, k.stop, k.step))
+             else "other" for k in key]
+    if "new" not in kinds or "other" in kinds or kinds.count("rest") > 1 \
+            or ("rest" in kinds and rank is None):
+        return None
+    full = kinds.count("full")
+    axes, position = [], 0
+    for kind in kinds:
+        if kind == "new":
+            axes.append(position)
+        position += rank - full if kind == "rest" else 1
+    return axes
 
 
 def run_litert(model, input_ids, attention_mask, num_threads=None):
@@ -158,7 +213,7 @@ def check_ids(input_ids, attention_mask):
 
 
 def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=None,
-                  head=None, metadata=None):
+                  head=None, metadata=None, query_prompt=None, document_prompt=None):
     """Writes `encoder` as a LiteRT model with its tokenizer files to the new `directory`
     (absent or empty; written in a staging folder and renamed into place); returns its
     absolute path.
@@ -172,15 +227,20 @@ def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=
             (default: the tokenizer's, clamped to the position table).
         head: a layer applied to the pooled embedding (a method's export head).
         metadata: extra entries for tfsent_export.json.
-    Prompts and normalisation belong to the caller: the file takes token ids and serves
-    both `embedding` and `embedding_normalized`.
+        query_prompt, document_prompt: recorded in tfsent_export.json (None: the
+            encoder's own, `encoder.prompts`); the file takes token ids, so the caller
+            prepends a prompt to the text before tokenizing.
+    Normalisation belongs to the caller too: the file serves both `embedding` and
+    `embedding_normalized`.
     """
     quantize = check_quantize(quantize)
     directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
+    query_prompt, document_prompt = encoder_prompts(encoder, query_prompt, document_prompt)
     interpreter_class()  # the extra, before any work
     model = convert(encoder, pooling, quantize, head)
     probe_cosine = _check_probe(encoder, model, pooling, head, length, quantize)
     width = int(probe_cosine["width"])
+    padding_side = families.TABLE[encoder.family].hf_padding_side
 
     def write_files(folder):
         with open(os.path.join(folder, MODEL_FILE), "wb") as f:
@@ -193,7 +253,9 @@ def export_litert(encoder, directory, pooling=None, quantize="", max_seq_length=
                 "dynamic_shapes": True, "normalization": "embedding_normalized is "
                 "embedding divided by its L2 norm; embedding is not normalised",
                 "padding": "attention_mask 0 marks padding (any padding id)",
+                "padding_side": padding_side,
                 "token_type_ids": "not an input (single sentences: all 0)",
+                "query_prompt": query_prompt, "document_prompt": document_prompt,
                 "quantize": quantize or "none", "embedding_dim": width,
                 "probe_min_cosine": probe_cosine["min"]}
 
