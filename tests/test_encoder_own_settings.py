@@ -96,7 +96,7 @@ def test_own_settings_of_each_kind_of_folder(folder, tmp_path):
         os.remove(os.path.join(bare, name))
     assert own_settings(bare) == {"pooling": "last_token", "declared": True,
                                   "where": f"qwen3 releases ({bare})", "prompts": None,
-                                  "family": "qwen3"}
+                                  "truncate_dim": None, "family": "qwen3"}
     bert = make_tiny_checkpoint("bert", str(tmp_path / "bert"))
     assert (own_settings(bert)["pooling"], own_settings(bert)["declared"],
             own_settings(bert)["family"]) == ("mean", False, "bert")

@@ -3,9 +3,10 @@ sentence-transformers and Hugging Face folders, checked by the real clients in O
 process (PyTorch venv): `SentenceTransformer(folder)` gives tfsent's `encode` with and
 without the folder's query prompt; `AutoModel` + `AutoTokenizer` on the huggingface folder
 give the same pooled hidden states and the same token ids on hard cases (with truncation
-too). Without the peer: the written tensors equal the source folder's (the inverse of
-keras-hub's converters), config.json gives back the source's settings (Gemma's sliding
-window as Hugging Face counts it), and `load_encoder` on the export equals the original."""
+too); a folder exported with a `truncate_dim` is cut to it by sentence-transformers. Without
+the peer: the written tensors equal the source folder's (the inverse of keras-hub's
+converters), config.json gives back the source's settings (Gemma's sliding window as
+Hugging Face counts it), and `load_encoder` on the export equals the original."""
 
 import json
 import os
@@ -26,6 +27,7 @@ from tfsent.errors import ConfigError
 FAMILIES = {"qwen3": make_qwen3_embedding_dir, "gemma3": make_embeddinggemma_dir}
 SENTENCES = HARD[1:9]
 TRUNCATE = 5  # a length shorter than most hard cases: where the appended token goes
+TRUNCATE_DIM = 8  # the qwen3 export's truncate_dim (its embedding: 32)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,14 @@ import torch
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
-jobs, sentences, hard, truncate = json.loads(sys.argv[1])
+jobs, sentences, hard, truncate, truncated = json.loads(sys.argv[1])
 out = {}
+for name, path in truncated.items():  # folders declaring truncate_dim
+    st = SentenceTransformer(path, device="cpu")
+    out[name] = {"truncate_dim": st.truncate_dim, "dimension": st.get_embedding_dimension(),
+                 "default": st.encode(sentences, batch_size=4).tolist(),
+                 "normalized": st.encode(sentences, batch_size=4,
+                                         normalize_embeddings=True).tolist()}
 for family, job in jobs.items():
     st = SentenceTransformer(job["sentence_transformers"], device="cpu")
     result = {"modules": [type(m).__name__ for m in st],
@@ -74,12 +82,17 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def peer(exports):
+def peer(exports, tmp_path_factory):
     python = peer_python()
     jobs = {family: {"sentence_transformers": e["sentence_transformers"],
                      "huggingface": e["huggingface"], "pooling": e["encoder"].pooling}
             for family, e in exports.items()}
-    run = subprocess.run([python, "-c", _PEER, json.dumps([jobs, SENTENCES, HARD, TRUNCATE])],
+    # qwen3 published with a truncate_dim (tests/test_truncate_dim.py: the encoder's own)
+    truncated = {"qwen3_truncated": formats.export(
+        exports["qwen3"]["encoder"], str(tmp_path_factory.mktemp("truncated") / "st"),
+        format="sentence_transformers", truncate_dim=TRUNCATE_DIM)}
+    args = json.dumps([jobs, SENTENCES, HARD, TRUNCATE, truncated])
+    run = subprocess.run([python, "-c", _PEER, args],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -107,6 +120,27 @@ def test_sentence_transformers_encodes_as_tfsent(exports, peer, family):
     np.testing.assert_allclose(got["documents"], documents, atol=1e-5)
     np.testing.assert_allclose(got["queries"], queries, atol=1e-5)
     assert np.abs(np.asarray(got["queries"]) - documents).max() > 1e-2  # the prompt counts
+
+
+def test_sentence_transformers_keeps_the_exported_truncate_dim(exports, peer):
+    """SentenceTransformer(folder) takes the export's truncate_dim as its default. It
+    cuts its Normalize module's unit vector (norm < 1); tfsent cuts, then normalises: the
+    same direction, and `normalize_embeddings=True` gives tfsent's vectors
+    (docs/export.md, "A model's own truncate_dim")."""
+    encoder, got = exports["qwen3"]["encoder"], peer["qwen3_truncated"]
+    assert got["truncate_dim"] == got["dimension"] == TRUNCATE_DIM
+    whole = encoder.encode(SENTENCES, batch_size=4, truncate_dim=0)  # unit vectors
+    ours = encoder.encode(SENTENCES, batch_size=4, truncate_dim=TRUNCATE_DIM)
+    assert ours.shape == (len(SENTENCES), TRUNCATE_DIM)
+    np.testing.assert_allclose(got["default"], whole[:, :TRUNCATE_DIM], atol=1e-5)
+    norms = np.linalg.norm(got["default"], axis=1)
+    assert norms.max() < 0.99
+    # renormalising the cut divides the differences by its norm too
+    np.testing.assert_allclose(got["normalized"], ours, atol=1e-5 / norms.min())
+    print("truncate_dim %d: max abs %.1e (normalized), %.1e (default); cut norms %.2f-%.2f"
+          % (TRUNCATE_DIM, np.abs(np.asarray(got["normalized"]) - ours).max(),
+             np.abs(np.asarray(got["default"]) - whole[:, :TRUNCATE_DIM]).max(), norms.min(),
+             norms.max()))
 
 
 @pytest.mark.parametrize("family", FAMILIES)

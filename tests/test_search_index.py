@@ -326,7 +326,7 @@ def test_chunked_scan_equals_one_chunk(tiny_encoder_dir):
     ("missing", "corpus.jsonl: file not found"),
     ("duplicate", "duplicate document _id 'x'"),
     ("quantize", "--quantize: 'int4' is not an index quantization"),
-    ("truncate", "--truncate_dim must be >= 1, got 0"),
+    ("truncate", "--truncate_dim must be >= 0, got -1"),
 ])
 def test_cli_refuses_bad_input_before_loading_the_model(case, expected, tmp_path,
                                                         tiny_corpus):
@@ -338,7 +338,7 @@ def test_cli_refuses_bad_input_before_loading_the_model(case, expected, tmp_path
         with open(corpus, "w") as f:
             f.write('{"_id": "x", "text": "a"}\n{"_id": "x", "text": "b"}\n')
     else:
-        extra = {"quantize": ["--quantize=int4"], "truncate": ["--truncate_dim=0"]}[case]
+        extra = {"quantize": ["--quantize=int4"], "truncate": ["--truncate_dim=-1"]}[case]
     export_dir = tmp_path / "export"
     # A model that does not exist: the error must come before any attempt to load it.
     r = _index_cli("--model=/nonexistent/model", f"--corpus={corpus}",

@@ -21,13 +21,13 @@ file); one more table row per task and its measures under "reranked" in the JSON
 
 Smaller and quantized embeddings, one table row each, and in the JSON an object per variant
 with its figure and its "retention" (% of the full float figure): --truncate_dim=64 (the
-first 64 dimensions, before normalisation), --dims=384,128,64,32, --quantize=int8,binary
-(int8 ranges from --calibration_file or those stored in an export made with
---quantize=int8; binary: packed sign bits, Hamming). --query_prompt / --document_prompt:
-text before each retrieval query / document (default: an export's own prompts; empty for
-none). --plots_dir (the `plots` extra) writes STS scatters, a random-pair cosine histogram
-and the alignment/uniformity plane; --compare_model adds a second model to every picture
-and prints its table too.
+first 64 dimensions, before normalisation; without it a model's own truncate_dim applies,
+0: none), --dims=384,128,64,32, --quantize=int8,binary (int8 ranges from --calibration_file
+or those stored in an export made with --quantize=int8; binary: packed sign bits,
+Hamming). --query_prompt / --document_prompt: text before each retrieval query / document
+(default: an export's own prompts; empty for none). --plots_dir (the `plots` extra) writes
+STS scatters, a random-pair cosine histogram and the alignment/uniformity plane;
+--compare_model adds a second model to every picture and prints its table too.
 """
 
 import json
@@ -42,8 +42,8 @@ from tfsent.evaluation.rerank import (check_rerank, check_retriever, evaluate_re
                                       load_reranker)
 from tfsent.evaluation.retrieval import check_tasks
 from tfsent.evaluation.runner import (MemoEncoder, check_run_files, evaluate_encoder,
-                                      evaluation_next_steps, evaluation_prompts, model_label,
-                                      parse_variants)
+                                      evaluation_next_steps, evaluation_prompts,
+                                      full_width_for, model_label, parse_variants)
 from tfsent.serving import load_any
 
 
@@ -61,9 +61,8 @@ def _evaluate_from_flags():
     retrieval = check_tasks(tasks)
     check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
                  FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize))
-    run_files = check_run_files(FLAGS.run_file, retrieval,
-                                [FLAGS.model, FLAGS.compare_model, FLAGS.rerank],
-                                FLAGS.output_json)
+    inputs = [FLAGS.model, FLAGS.compare_model, FLAGS.rerank]
+    run_files = check_run_files(FLAGS.run_file, retrieval, inputs, FLAGS.output_json)
     if FLAGS.plots_dir:
         plots.require_matplotlib()  # fail before any encoding when the extra is missing
     if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
@@ -71,9 +70,9 @@ def _evaluate_from_flags():
                           f"data/downstream folder; tools/download_data.py fetches it)")
     dims, quantizations, calibration = parse_variants(
         FLAGS.truncate_dim, FLAGS.dims, FLAGS.quantize, FLAGS.calibration_file)
+    full_width = full_width_for(FLAGS.truncate_dim, FLAGS.dims)  # the flags' sizes: of all
     if FLAGS.output_json:
-        fsio.check_new_file(FLAGS.output_json, "--output_json", overwrite=True,
-                            inputs=[FLAGS.model, FLAGS.compare_model, FLAGS.rerank])
+        fsio.check_new_file(FLAGS.output_json, "--output_json", overwrite=True, inputs=inputs)
     models = [FLAGS.model] + ([FLAGS.compare_model] if FLAGS.compare_model else [])
     for name, flag in zip(models, ("--model", "--compare_model")):
         check_retriever(name, flag)
@@ -83,7 +82,7 @@ def _evaluate_from_flags():
         label = model_label(name)
         label = label if label not in encoders else f"{label} ({i})"
         encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
-                                      FLAGS.batch_size)
+                                      FLAGS.batch_size, truncate_dim=full_width)
     reranker = load_reranker(FLAGS.rerank) if FLAGS.rerank else None
     all_results, tables = {}, {}
     for i, (label, memo) in enumerate(encoders.items()):
@@ -127,8 +126,8 @@ def _define_flags():
                         "plots (its table is printed too; --output_json holds --model's).")
     flags.DEFINE_string("compare_pooling", None, "Pooling of --compare_model (default: "
                         "--pooling).")
-    flags.DEFINE_integer("truncate_dim", None, "Evaluate the first D dimensions of the "
-                         "embedding (truncated before normalisation).")
+    flags.DEFINE_integer("truncate_dim", None, "Evaluate the first D dimensions (cut before "
+                         "normalising; 0: all, not the model's own truncate_dim).")
     flags.DEFINE_string("dims", "", "Comma-separated sizes, largest first (e.g. "
                         "384,128,64,32): one table row per truncation.")
     flags.DEFINE_string("quantize", "", "Also evaluate quantized embeddings: int8, binary or "

@@ -58,8 +58,8 @@ def _export_from_flags():
         if entry.name == "sentence_transformers":  # names what the format can express
             formats.check_sentence_transformers_pooling(FLAGS.pooling)
         check_pooling(FLAGS.pooling)
-    if FLAGS.truncate_dim is not None and FLAGS.truncate_dim < 1:
-        raise ConfigError(f"--truncate_dim must be >= 1, got {FLAGS.truncate_dim}")
+    if FLAGS.truncate_dim is not None and FLAGS.truncate_dim < 0:
+        raise ConfigError(f"--truncate_dim must be >= 0, got {FLAGS.truncate_dim}")
     metadata = {"model": FLAGS.model}
     if FLAGS.calibration_file and "int8" not in quantize_modes:
         raise ConfigError("--calibration_file sets the int8 ranges: use it with "
@@ -80,7 +80,7 @@ def _export_from_flags():
                               metadata=metadata, **options)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
-    if FLAGS.truncate_dim is not None:
+    if FLAGS.truncate_dim:  # 0: the whole embedding
         check_dims([FLAGS.truncate_dim], encoder.hidden_dim, "--truncate_dim")
     path = formats.export(encoder, FLAGS.export_dir, format=entry.name,
                           quantize=quantize_modes, metadata=metadata, **options)
@@ -106,7 +106,8 @@ def _define_flags():
                       "Serving on CPU then needs --xla_cpu_compilation_enabled=true).")
     flags.DEFINE_integer("truncate_dim", None, "Serve only the first D dimensions of the "
                          "embedding (a Matryoshka-trained model), truncated before "
-                         "normalisation.")
+                         "normalisation (default: the model's own truncate_dim, a "
+                         "sentence-transformers folder's; 0: all dimensions).")
     flags.DEFINE_string("quantize", "", "tf_saved_model: also serve quantized embeddings: "
                         "int8, binary or int8,binary (outputs embedding_int8 / "
                         "embedding_binary); onnx / litert: int8 weights.")

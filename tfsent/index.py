@@ -36,9 +36,9 @@ def _index_from_flags():
     FLAGS = flags.FLAGS
     check_bi_encoder(FLAGS.model, "--model", hint="; a cross-encoder goes to --reranker")
     kind = check_index_kind(FLAGS.quantize)
-    for name in ("truncate_dim", "rescore_multiplier"):
-        if getattr(FLAGS, name) is not None and getattr(FLAGS, name) < 1:
-            raise ConfigError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
+    for name, least in (("truncate_dim", 0), ("rescore_multiplier", 1)):  # 0: all dims
+        if getattr(FLAGS, name) is not None and getattr(FLAGS, name) < least:
+            raise ConfigError(f"--{name} must be >= {least}, got {getattr(FLAGS, name)}")
     if FLAGS.rescore_multiplier != DEFAULT_RESCORE_MULTIPLIER and kind != "binary":
         raise ConfigError("--rescore_multiplier applies to --quantize=binary only")
     if FLAGS.pooling is not None:
@@ -75,7 +75,8 @@ def _define_flags():
                         "min/max over the corpus) or binary (sign bits, Hamming search, "
                         "rescored with the float query).")
     flags.DEFINE_integer("truncate_dim", None, "Keep the first N dimensions of the "
-                         "embedding (before normalisation; a Matryoshka-trained model).")
+                         "embedding (before normalisation; a Matryoshka-trained model; "
+                         "default: the model's own truncate_dim; 0: all).")
     flags.DEFINE_integer("rescore_multiplier", DEFAULT_RESCORE_MULTIPLIER,
                          "--quantize=binary: rescore rescore_multiplier * k Hamming "
                          "candidates with the float query.")

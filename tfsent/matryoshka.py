@@ -51,6 +51,28 @@ def check_dims(dims, embedding_dim, option):
     return tuple(out)
 
 
+# The `truncate_dim` that asks for the whole embedding, whatever size the model declares
+# for itself (`encode(truncate_dim=0)`, `--truncate_dim=0`); the full width says the same.
+FULL_DIM = 0
+
+
+def resolve_truncate_dim(truncate_dim, own, embedding_dim, option="truncate_dim"):
+    """The number of leading dimensions to keep, or None for all of them.
+
+    `truncate_dim` is what the caller asked for: None (the model's `own` size, None when it
+    declares none), FULL_DIM (0: all `embedding_dim`) or a size 1..embedding_dim (the full
+    width itself gives None). ConfigError naming `option` for anything else."""
+    if truncate_dim is None:
+        truncate_dim = own
+    if truncate_dim is None or (not isinstance(truncate_dim, bool)
+                                and truncate_dim == FULL_DIM):
+        return None
+    if isinstance(truncate_dim, bool):
+        raise ConfigError(f"{option}: {truncate_dim!r} is not an integer")
+    (size,) = check_dims([truncate_dim], embedding_dim, option)
+    return None if size == embedding_dim else size
+
+
 def dims_text(dims):
     """"384,128,64" for (384, 128, 64)."""
     return ",".join(str(d) for d in dims)

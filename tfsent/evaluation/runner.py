@@ -25,19 +25,22 @@ from tfsent.evaluation import (TRANSFER_TASKS, format_table, resolve_tasks, retr
                                score, short_name)
 from tfsent.evaluation.retrieval import (check_tasks, encode_kwargs, evaluate_retrieval,
                                          is_retrieval_task, run_file_paths)
-from tfsent.matryoshka import check_dims
+from tfsent.matryoshka import FULL_DIM, check_dims
 from tfsent.evaluation.sts import evaluate_sts
 from tfsent.evaluation.transfer import evaluate_transfer
 from tfsent.serving import SavedModelEncoder, ServedQuantizedEncoder, resolve_savedmodel_dir
 
 
 class MemoEncoder:
-    """Wraps an encoder so each distinct sentence is embedded once across tasks and plots."""
+    """Wraps an encoder so each distinct sentence is embedded once across tasks and plots.
+    `truncate_dim` goes to the encoder's `encode` when set (0: the whole embedding, not
+    the size the model declares for itself; `full_width_for`)."""
 
-    def __init__(self, encoder, batch_size=64, max_seq_length=None):
+    def __init__(self, encoder, batch_size=64, max_seq_length=None, truncate_dim=None):
         self.encoder = encoder
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
+        self.truncate_dim = truncate_dim
         self.memo = {}
 
     def __call__(self, sentences, verbose=None):
@@ -45,9 +48,10 @@ class MemoEncoder:
         encoder when it takes one)."""
         missing = [s for s in dict.fromkeys(sentences) if s not in self.memo]
         if missing:
+            size = {} if self.truncate_dim is None else {"truncate_dim": self.truncate_dim}
             emb = self.encoder.encode(missing, batch_size=self.batch_size, normalize=False,
                                       max_seq_length=self.max_seq_length,
-                                      **encode_kwargs(self.encoder, verbose))
+                                      **encode_kwargs(self.encoder, verbose), **size)
             self.memo.update(zip(missing, emb))
         return np.stack([self.memo[s] for s in sentences])
 
@@ -204,6 +208,10 @@ def evaluate_encoder(memo, data_dir, tasks, mode="test", skip_missing=False, run
                               f"its data under --data_dir={data_dir}")
         return results
 
+    own = getattr(memo.encoder, "truncate_dim", None)
+    if own and memo.truncate_dim is None:
+        logging.info("evaluating the first %d dimensions, the model's own truncate_dim "
+                     "(--truncate_dim=0: all of them)", own)
     if dims == (None,) and not quantizations:
         results = run(memo, run_files)
         return results, format_table(results)
@@ -222,15 +230,23 @@ def evaluate_encoder(memo, data_dir, tasks, mode="test", skip_missing=False, run
     return with_retention(by_variant), table
 
 
+def full_width_for(truncate_dim=None, dims=""):
+    """The `truncate_dim` a MemoEncoder passes to the model's `encode`: 0 (the whole
+    embedding) when evaluate's --truncate_dim or --dims name sizes of it, so that a model
+    with a truncate_dim of its own is cut where the flags say; None (its own size) else."""
+    return FULL_DIM if truncate_dim is not None or dims else None
+
+
 def parse_variants(truncate_dim=None, dims="", quantizations="", calibration_file=None):
     """(dims, quantizations, calibration sentences or None) of evaluate's --truncate_dim
-    (one size), --dims (a table over sizes), --quantize and --calibration_file, checked
-    (ConfigError) before any model is loaded. dims (None,): the full width only."""
+    (one size; 0: the whole embedding), --dims (a table over sizes), --quantize and
+    --calibration_file, checked (ConfigError) before any model is loaded. dims (None,):
+    the full width only (the model's own truncate_dim unless --truncate_dim=0)."""
     if truncate_dim is not None and dims:
         raise ConfigError("give --truncate_dim (one size) or --dims (a table over sizes), "
                           "not both")
     sizes = (None,)
-    if truncate_dim is not None:
+    if truncate_dim is not None and truncate_dim != FULL_DIM:
         sizes = check_dims([truncate_dim], None, "--truncate_dim")
     elif dims:
         sizes = check_dims(dims, None, "--dims")

@@ -11,7 +11,8 @@ from absl import logging
 from tfsent.encoders import check_pooling
 from tfsent.encoders.huggingface import checked_family
 from tfsent.errors import ConfigError
-from tfsent.formats.metadata import encoder_prompts, export_metadata, write_metadata
+from tfsent.formats.metadata import (encoder_prompts, export_metadata, uncut_truncate_dim,
+                                     write_metadata)
 from tfsent.encoders.huggingface.writing import tokenizer_kind, write_transformer
 from tfsent.formats.staging import check_new_target, staged_dir
 
@@ -42,9 +43,13 @@ def write_new_export(directory, format_name, encoder, pooling, max_seq_length, h
     """Builds a new-directory export: `write_files(folder)` writes the format's files into
     a staging folder and returns its metadata details, recorded with `export_metadata`'s
     entries and the caller's `metadata` (`write_metadata`); the folder is then renamed to
-    `directory` (`staging.staged_dir`). Returns `directory`."""
+    `directory` (`staging.staged_dir`). Returns `directory`. A format whose details name no
+    `truncate_dim` (its files give the whole embedding) records the encoder's own for the
+    caller (`uncut_truncate_dim`)."""
     with staged_dir(directory, f"{format_name} export") as folder:
         details = write_files(folder)
+        if "truncate_dim" not in details:
+            details.update(uncut_truncate_dim(encoder, head))
         write_metadata(folder, export_metadata(format_name, encoder, pooling, max_seq_length,
                                                head, **details), metadata)
     logging.info("exported a %s encoder as %s to %s", encoder.family, format_name, directory)
@@ -55,10 +60,11 @@ def export_huggingface(encoder, directory, pooling=None, normalize=None,
                        max_seq_length=None, metadata=None, query_prompt=None,
                        document_prompt=None):
     """Writes the huggingface format (the bare transformer and its tokenizer) to the new
-    `directory`; returns it. The pooling, `normalize` and the prompts (None: the
-    encoder's own) are not part of a bare transformer, nor is an encoder's Dense head
-    (EmbeddingGemma's): tfsent_export.json records them for users who pool themselves;
-    the sentence_transformers format carries them all."""
+    `directory`; returns it. The pooling, `normalize`, the prompts (None: the
+    encoder's own) and the encoder's own `truncate_dim` are not part of a bare transformer,
+    nor is an encoder's Dense head (EmbeddingGemma's): tfsent_export.json records them for
+    users who pool themselves (sentence-transformers reads no model settings from a folder
+    without modules.json); the sentence_transformers format carries them all."""
     directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
     normalize = encoder.normalize if normalize is None else bool(normalize)

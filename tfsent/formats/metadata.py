@@ -17,6 +17,7 @@ import os
 import re
 
 from tfsent.errors import InputError
+from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.encoders.huggingface.writing import write_json
 
 METADATA_FILE = "tfsent_export.json"
@@ -105,3 +106,26 @@ def encoder_prompts(encoder, query_prompt=None, document_prompt=None):
     stored = getattr(encoder, "prompts", None) or {}
     return (stored.get("query_prompt", "") if query_prompt is None else query_prompt,
             stored.get("document_prompt", "") if document_prompt is None else document_prompt)
+
+
+def encoder_truncate_dim(encoder, truncate_dim=None, width=None, head=None,
+                         option="truncate_dim"):
+    """The size an export cuts its embedding to (None: none): `truncate_dim` when given
+    (0, `matryoshka.FULL_DIM`, or the full `width`: none), else the encoder's own
+    (`encoder.truncate_dim`: a sentence-transformers folder's), which is a size of the
+    encoder's embedding and so does not apply under a `head`. `width`: the exported
+    embedding's (default: the encoder's). ConfigError naming `option` for a bad size."""
+    own = None if head is not None else getattr(encoder, "truncate_dim", None)
+    return resolve_truncate_dim(truncate_dim, own, width or encoder.hidden_dim, option)
+
+
+def uncut_truncate_dim(encoder, head=None):
+    """The metadata entries of a format whose graph returns the whole embedding (onnx,
+    litert, keras_hub, huggingface) for an encoder with its own `truncate_dim`: that size,
+    recorded for the caller to apply; {} when it has none (or a `head` is exported)."""
+    own = encoder_truncate_dim(encoder, head=head)
+    if own is None:
+        return {}
+    return {"truncate_dim": own,
+            "truncation": f"not applied here: keep the first {own} dimensions of the "
+                          "embedding, then L2-normalise (as the model's own encode does)"}

@@ -42,10 +42,9 @@ from tfsent.encoders.lora import merge_lora
 from tfsent.errors import ConfigError
 from tfsent.formats import quantize, tf_serving
 # METADATA_FILE and list_versions: also importable from here, as before the metadata module.
-from tfsent.formats.metadata import METADATA_FILE, encoder_prompts, export_metadata, \
-    list_versions, write_metadata  # noqa: F401
+from tfsent.formats.metadata import METADATA_FILE, encoder_prompts, encoder_truncate_dim, \
+    export_metadata, list_versions, write_metadata  # noqa: F401
 from tfsent.formats.staging import new_version_path
-from tfsent.matryoshka import check_dims
 
 
 class ServingModule(tf.Module):
@@ -158,6 +157,8 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
     `head` is an optional layer applied to the pooled embedding (CLSR's encoder e).
+    `truncate_dim` keeps the first D dimensions (None: the encoder's own `truncate_dim`
+    when no `head` is given, else all; 0: all): `formats.metadata.encoder_truncate_dim`.
     `jit_compile=True` makes `serving_default` run the encoder under XLA on batches padded
     to bucketed shapes (`tfsent.encoders.WIDTH_BUCKETS`, rows to a power of two): faster
     once each shape is compiled; TF Serving on CPU then needs
@@ -175,8 +176,7 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     query_prompt, document_prompt = encoder_prompts(encoder, query_prompt, document_prompt)
     final = new_version_path(export_dir, version)
     width = embedding_width(encoder, head)
-    if truncate_dim is not None:
-        (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
+    truncate_dim = encoder_truncate_dim(encoder, truncate_dim, width, head)
     quantize_outputs = quantize.parse_quantize(quantize_outputs, "quantize_outputs")
     if "int8" in quantize_outputs and not calibration_sentences:
         raise ConfigError("int8 quantization needs calibration sentences (--calibration_file)")

@@ -71,7 +71,7 @@ from tfsent.encoders import check_pooling
 from tfsent.formats import quantize, tf_serving
 from tfsent.formats.cross_encoder import scoring_module
 from tfsent.errors import ConfigError, InputError
-from tfsent.matryoshka import check_dims
+from tfsent.formats.metadata import encoder_truncate_dim
 from tfsent.formats.saved_model import (ServingModule, embedding_width, encoder_metadata,
                                         write_version)
 from tfsent.formats.staging import new_version_path
@@ -325,7 +325,8 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
 
     Args:
         quantize_index: None/"" (float32), "int8" or "binary" (see the module docstring).
-        truncate_dim: keep the first D dimensions of the embedding (before normalising).
+        truncate_dim: keep the first D dimensions of the embedding (before normalising);
+            None: the encoder's own `truncate_dim` (else all), 0: all.
         query_prompt, document_prompt: strings prepended to each query (in the graph) and
             to each document (here) before tokenizing.
         rescore_multiplier: binary only: candidates rescored per result.
@@ -351,8 +352,7 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
         if int(value) < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     width = embedding_width(encoder)
-    if truncate_dim is not None:
-        (truncate_dim,) = check_dims([truncate_dim], width, "truncate_dim")
+    truncate_dim = encoder_truncate_dim(encoder, truncate_dim, width)
     if embeddings is not None:
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.shape != (len(corpus), width):

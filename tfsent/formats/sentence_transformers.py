@@ -11,12 +11,12 @@ import os
 import numpy as np
 
 import tfsent.encoders.families as families
-from tfsent.encoders.huggingface import SAFETENSORS_FILE
+from tfsent.encoders.huggingface import SAFETENSORS_FILE, ST_CONFIG_FILE
 from tfsent.encoders.huggingface.writing import write_json, write_safetensors, write_transformer
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
-from tfsent.formats.metadata import encoder_prompts
+from tfsent.formats.metadata import encoder_prompts, encoder_truncate_dim
 from tfsent.formats.huggingface import (check_new_export, prompt_map,
                                         write_new_export)
 
@@ -84,7 +84,8 @@ def check_onnx_files(pooling, family=None):
 
 def export_sentence_transformers(encoder, directory, pooling=None, head=None,
                                  normalize=None, max_seq_length=None, metadata=None,
-                                 query_prompt=None, document_prompt=None, onnx=False):
+                                 query_prompt=None, document_prompt=None, onnx=False,
+                                 truncate_dim=None):
     """Writes the sentence_transformers format to the new `directory`; returns it.
 
     Args:
@@ -104,19 +105,25 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
             (`tfsent.formats.onnx`, the tfsent[onnx] extra), where `SentenceTransformer(DIR,
             backend="onnx", model_kwargs={"file_name": ...})` finds them (~2x the
             checkpoint's size on disk).
+        truncate_dim: config_sentence_transformers.json's `truncate_dim`, the size
+            sentence-transformers' `encode` cuts to (None: the encoder's own, without a
+            `head`; 0: none).
     Everything the format cannot express is refused before anything is written.
     """
     directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     check_sentence_transformers_pooling(pooling)
-    dense_stack(head)
+    head_layers = dense_stack(head)
     if onnx:
         check_onnx_files(pooling, encoder.family)
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
+    width = head_layers[-1][0].shape[1] if head_layers else encoder.hidden_dim
+    truncate_dim = encoder_truncate_dim(encoder, truncate_dim, int(width), head)
     if normalize is None:  # the encoder's own, for its own embedding (not a method's head)
         normalize = bool(encoder.normalize) and head is None
 
     def write_files(folder):
-        details = write(encoder, folder, pooling, head, normalize, length, prompts)
+        details = write(encoder, folder, pooling, head, normalize, length, prompts,
+                        truncate_dim)
         if onnx:
             os.makedirs(os.path.join(folder, ONNX_SUBDIR))
             files = onnx_format.write_onnx_files(encoder, os.path.join(folder, ONNX_SUBDIR),
@@ -129,10 +136,12 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
                             head, write_files, metadata)
 
 
-def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=None):
+def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=None,
+          truncate_dim=None):
     """The sentence_transformers files into the existing `directory`; returns the details
     `tfsent_export.json` records. `prompts` ({"query": ..., "document": ...}) go into
-    config_sentence_transformers.json, where `encode_query` / `encode_document` find them."""
+    config_sentence_transformers.json, where `encode_query` / `encode_document` find them,
+    and so does `truncate_dim` (a checked size, or None), `encode`'s default size."""
     check_sentence_transformers_pooling(pooling)
     # refuses inexpressible heads before anything is written
     dense_layers = dense_stack(getattr(encoder, "dense_head", None)) + dense_stack(head)
@@ -187,9 +196,11 @@ def write(encoder, directory, pooling, head, normalize, max_seq_length, prompts=
     if normalize:
         os.makedirs(add("Normalize", "Normalize"))
     write_json(os.path.join(directory, "modules.json"), modules)
-    write_json(os.path.join(directory, "config_sentence_transformers.json"),
-               {"prompts": dict(prompts or {}), "default_prompt_name": None,
-                "similarity_fn_name": "cosine"})
+    model_config = {"prompts": dict(prompts or {}), "default_prompt_name": None,
+                    "similarity_fn_name": "cosine"}
+    if truncate_dim is not None:
+        model_config["truncate_dim"] = int(truncate_dim)
+    write_json(os.path.join(directory, ST_CONFIG_FILE), model_config)
     dim = dense_layers[-1][0].shape[1] if dense_layers else hidden
-    return {"embedding_dim": int(dim), "modules": [m["type"].rsplit(".", 1)[1]
-                                                   for m in modules]}
+    return {"embedding_dim": int(truncate_dim or dim), "truncate_dim": truncate_dim,
+            "modules": [m["type"].rsplit(".", 1)[1] for m in modules]}

@@ -18,7 +18,7 @@ from tfsent.data import preprocessing
 from tfsent.encoders.loading import load_encoder
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
-from tfsent.matryoshka import MatryoshkaLoss, check_dims
+from tfsent.matryoshka import FULL_DIM, MatryoshkaLoss, resolve_truncate_dim
 from tfsent.methods import grad_cache
 from tfsent.methods.grad_cache import FEATURE_KEYS
 
@@ -178,15 +178,17 @@ class SentenceMethod(keras.Model):
                use_head=True, pooling=None, truncate_dim=None):
         """Embeds strings as the exported model would (numpy (N, D)); `use_head=False`
         stops at the pooled encoder embedding; `pooling` overrides the export pooling;
-        `truncate_dim` keeps the first dimensions (before normalisation)."""
+        `truncate_dim` keeps the first dimensions (before normalisation; None: the
+        encoder's own `truncate_dim` when no head applies, as the export does; 0: all)."""
         out = self.encoder.encode(sentences, batch_size=batch_size, normalize=False, verbose=0,
                                   pooling=pooling or self.export_pooling,
-                                  max_seq_length=max_seq_length)
-        head = self.export_head
-        if head is not None and use_head:
+                                  max_seq_length=max_seq_length, truncate_dim=FULL_DIM)
+        head = self.export_head if use_head else None
+        if head is not None:
             out = np.array(head(out), np.float32)
+        own = getattr(self.encoder, "truncate_dim", None) if head is None else None
+        truncate_dim = resolve_truncate_dim(truncate_dim, own, out.shape[1])
         if truncate_dim is not None:
-            (truncate_dim,) = check_dims([truncate_dim], out.shape[1], "truncate_dim")
             out = np.ascontiguousarray(out[:, :truncate_dim])
         if normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)

@@ -8,6 +8,7 @@ from tfsent.checks import Field
 from tfsent.methods.replicas import gather_with_local_grad
 from tfsent.errors import ConfigError
 from tfsent.layers.heads import MLPEncoder
+from tfsent.matryoshka import FULL_DIM
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.spec import MethodSpec
 
@@ -99,7 +100,7 @@ class CLSR(SentenceMethod):
         to skip the base encoder (e.g. from the cache)."""
         if base_embeddings is None:
             base_embeddings = self.encoder.encode(sentences, batch_size=batch_size, verbose=0,
-                                                  normalize=False,
+                                                  normalize=False, truncate_dim=FULL_DIM,
                                                   pooling=pooling or self.export_pooling,
                                                   max_seq_length=max_seq_length)
         out = np.array(base_embeddings, np.float32)

@@ -282,6 +282,7 @@ class ConSERT(SentenceMethod):
         return self.classifier.rows_accuracy(
             lambda s: self.encoder.encode(s, batch_size, normalize=False, verbose=0,
                                           pooling=self.train_pooling,
+                                          truncate_dim=matryoshka.FULL_DIM,
                                           max_seq_length=max_seq_length), rows)
 
     @property

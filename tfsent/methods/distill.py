@@ -11,6 +11,7 @@ from tfsent.encoders.families import TABLE
 from tfsent.encoders.layer_drop import describe_encoder, keep_layers, parse_layers
 from tfsent.encoders.model import resolve_dropout_rates
 from tfsent.errors import ConfigError
+from tfsent.matryoshka import FULL_DIM
 from tfsent.methods.base import SentenceMethod, concat_features, encoder_dropout_field
 from tfsent.methods.spec import MethodSpec
 
@@ -143,7 +144,7 @@ class Distill(SentenceMethod):
                               "the model with teacher=... (a SentenceEncoder), or fit on "
                               "batches {'features': ..., 'target': ...}")
         return self.teacher.encode(sentences, batch_size=batch_size, verbose=0,
-                                   normalize=self.normalized,
+                                   normalize=self.normalized, truncate_dim=FULL_DIM,
                                    max_seq_length=self.encoder.tokenizer.max_seq_length)
 
     def student_embeddings(self, features, training):

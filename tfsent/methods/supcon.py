@@ -106,7 +106,8 @@ class SupConSBERT(SentenceMethod):
         training pooling (the head was trained on it)."""
         return self.classifier.rows_accuracy(
             lambda s: self.encode(s, batch_size, max_seq_length=max_seq_length,
-                                  pooling=self.train_pooling), rows)
+                                  pooling=self.train_pooling,
+                                  truncate_dim=matryoshka.FULL_DIM), rows)
 
     def get_config(self):
         config = super().get_config()

@@ -23,6 +23,7 @@ from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
 from tfsent.evaluation.retrieval import pooled_split, read_task_split
 from tfsent.evaluation.runner import run_tasks
+from tfsent.matryoshka import FULL_DIM, dims_text
 from tfsent.methods import get_method
 from tfsent.methods.distill import teacher_name
 from tfsent import formats
@@ -99,6 +100,7 @@ def build_model(spec, config, steps, jit):
 
     model = spec.build_run_model(config, load)
     encoder = model.encoder  # (distill: the student)
+    log_own_truncate_dim(encoder, model)
     # A preset name's family is known only now (a folder's was checked with the config).
     check_family_settings(encoder.family, config.get("lora_rank", 0),
                           config.get("mixed_precision"), f"encoder={config.encoder!r}")
@@ -115,6 +117,31 @@ def build_model(spec, config, steps, jit):
                   steps_per_execution=config.steps_per_execution)
     optimizer.build(model.trainable_variables)
     return encoder, model, optimizer
+
+
+def log_own_truncate_dim(encoder, model):
+    """For an encoder with a `truncate_dim` of its own (a sentence-transformers folder's):
+    one line saying that training uses the whole embedding (as sentence-transformers'
+    losses do: they call the model's forward, which does not cut) while the dev scores,
+    the exports and OUTPUT_DIR/encoder keep that size; a warning when the run's
+    `matryoshka_dims` leave that size out (no loss then trains the size that is served)."""
+    own = getattr(encoder, "truncate_dim", None)
+    if own is None:
+        return
+    if getattr(model, "export_head", None) is not None:
+        logging.info("the encoder's own truncate_dim %d does not apply to this method's "
+                     "export head; the exports serve the head's whole output", own)
+        return
+    logging.info("the encoder's own truncate_dim is %d: training uses all %d dimensions; "
+                 "dev selection, the exports and OUTPUT_DIR/encoder keep truncate_dim %d "
+                 "(export again with --truncate_dim=0 for all of them)", own,
+                 encoder.hidden_dim, own)
+    dims = getattr(model, "matryoshka_dims", None)
+    if dims and own not in dims:
+        logging.warning("matryoshka_dims=%s does not include the encoder's own truncate_dim "
+                        "%d, the size its exports serve: add %d to matryoshka_dims, or "
+                        "export with a --truncate_dim the run trains", dims_text(dims), own,
+                        own)
 
 
 def make_optimizer(config, steps):
@@ -149,7 +176,7 @@ def make_dataset(spec, config, encoder, examples, skip_batches, output_dir, mode
         embed = _cached_embedder(
             config, output_dir, config.encoder, config.pooling,
             lambda s: encoder.encode(s, batch_size=128, pooling=config.pooling,
-                                     normalize=False))
+                                     normalize=False, truncate_dim=FULL_DIM))
     elif embedder == "teacher":  # distill: the teacher's cached embeddings
         if model is None or model.teacher is None:
             raise ConfigError("distill: make_dataset needs model= (the Distill model whose "

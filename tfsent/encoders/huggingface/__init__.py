@@ -25,7 +25,8 @@ from tfsent.encoders.huggingface.config import (HF_ACTIVATIONS, backbone_config,
                                                 keras_hub_overrides, position_offset,
                                                 read_hf_config, read_json,
                                                 unsupported_family_message)
-from tfsent.encoders.huggingface.sentence_transformers import read_sentence_transformers
+from tfsent.encoders.huggingface.sentence_transformers import (ST_CONFIG_FILE, check_truncate_dim,
+                                                               read_sentence_transformers)
 from tfsent.encoders.huggingface.tokenizer_files import (make_tokenizer,
                                                          read_hf_tokenizer_files,
                                                          tokenizer_settings)
@@ -38,7 +39,8 @@ from tfsent.encoders.huggingface.weights import (SAFETENSORS_FILE, SAFETENSORS_I
 __all__ = ["HF_ACTIVATIONS", "backbone_config", "check_keras_hub_fixed", "checked_family",
            "keras_hub_overrides", "hf_config",
            "position_offset", "read_hf_config", "read_json", "unsupported_family_message",
-           "read_sentence_transformers", "make_tokenizer", "read_hf_tokenizer_files",
+           "read_sentence_transformers", "ST_CONFIG_FILE", "check_truncate_dim",
+           "make_tokenizer", "read_hf_tokenizer_files",
            "tokenizer_settings",
            "SAFETENSORS_FILE", "SAFETENSORS_INDEX", "SafetensorsCheckpoint", "hf_state_dict",
            "load_weights", "pooler_specs", "read_classification_head", "read_mlm_head",

@@ -1,6 +1,7 @@
 """sentence-transformers model directories (modules.json): the Transformer module's
 folder and the settings the other modules declare (Pooling, sentence_bert_config.json's
-max_seq_length and do_lower_case, Normalize, a Dense that is the checkpoint's own pooler)."""
+max_seq_length and do_lower_case, Normalize, a Dense that is the checkpoint's own pooler) and
+config_sentence_transformers.json's prompts and `truncate_dim`."""
 
 import os
 
@@ -14,6 +15,8 @@ _ST_POOLING = {"pooling_mode_cls_token": "cls_before_pooler",
                "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last_token"}
 _ST_OTHER_POOLING = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
                      "pooling_mode_weightedmean_tokens")
+# The model-level settings of a sentence-transformers folder (prompts, truncate_dim).
+ST_CONFIG_FILE = "config_sentence_transformers.json"
 # config_sentence_transformers.json prompt names read as the query / document prompts.
 _QUERY_PROMPTS = ("query",)
 _DOCUMENT_PROMPTS = ("document", "passage", "corpus")
@@ -23,7 +26,8 @@ def read_sentence_transformers(directory):
     """Settings of a sentence-transformers model directory (modules.json):
     {"transformer_dir", "pooling" (a tfsent pooling, or None with "pooling_error"),
      "max_seq_length", "normalize", "do_lower_case", "dense_modules" (the folders of Dense
-     modules after the Pooling one, in order)} (absent keys: not declared)."""
+     modules after the Pooling one, in order), "prompts" (`read_prompts`), "truncate_dim"
+     (`read_truncate_dim`)} (absent keys: not declared)."""
     path = os.path.join(directory, "modules.json")
     modules = read_json(path)
     if not isinstance(modules, list) or not modules:
@@ -68,17 +72,56 @@ def read_sentence_transformers(directory):
     if "transformer_dir" not in out:
         raise InputError("no sentence_transformers.models.Transformer module", path=path)
     out["prompts"] = read_prompts(directory)
+    out["truncate_dim"] = read_truncate_dim(directory)
     return out
+
+
+def _model_config(directory):
+    """(path, contents) of config_sentence_transformers.json; contents None when absent."""
+    path = os.path.join(directory, ST_CONFIG_FILE)
+    if not os.path.exists(path):
+        return path, None
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise InputError("expected a JSON object", path=path)
+    return path, config
+
+
+def read_truncate_dim(directory):
+    """config_sentence_transformers.json's `truncate_dim` (what sentence-transformers'
+    `encode` cuts its embeddings to by default), or None when absent or null. InputError
+    naming the file unless it is a positive integer (its upper bound, the embedding size,
+    is `check_truncate_dim`'s, once the encoder is built)."""
+    path, config = _model_config(directory)
+    value = (config or {}).get("truncate_dim")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"truncate_dim {value!r} is not a positive integer (the number of "
+                         "leading embedding dimensions encode keeps)", path=path)
+    return value
+
+
+def check_truncate_dim(truncate_dim, embedding_dim, path):
+    """InputError naming `path` when a folder's `truncate_dim` is not 1..embedding_dim."""
+    if truncate_dim is None:
+        return None
+    if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) \
+            or not 1 <= truncate_dim <= embedding_dim:
+        raise InputError(f"truncate_dim {truncate_dim!r} is not a size of this model's "
+                         f"{embedding_dim}-dimensional embedding (1..{embedding_dim})",
+                         path=path)
+    return truncate_dim
 
 
 def read_prompts(directory):
     """{"query_prompt", "document_prompt"} from config_sentence_transformers.json's
     `prompts` (names `query`; `document`, `passage` or `corpus`), None when it names
     neither."""
-    path = os.path.join(directory, "config_sentence_transformers.json")
-    if not os.path.exists(path):
+    path, config = _model_config(directory)
+    if config is None:
         return None
-    prompts = read_json(path).get("prompts") or {}
+    prompts = config.get("prompts") or {}
     if not isinstance(prompts, dict):
         raise InputError("`prompts` is not an object of name -> text", path=path)
 
