@@ -367,9 +367,9 @@ def measuring_wanted(environ):
     """True when TFSENT_CPU_SETTINGS asks for the calibration ("measure"; "auto" too).
     Off by default: the probe (`tfsent.cpu_probe`) agrees with the full benchmarks on the
     one machine kind checked so far (Intel Xeon family 6 model 207, where it chooses TF's
-    own defaults), but not yet on an AVX2 machine, where TF's default (oneDNN off) is the one in
-    question, and it costs over a minute at first use (benchmarks/README.md, "CPU
-    settings")."""
+    own defaults), but not yet on an AVX2 machine, where TF's default (oneDNN off) is
+    the one in question, and it costs over a minute at first use (benchmarks/README.md,
+    "CPU settings")."""
     value = environ.get("TFSENT_CPU_SETTINGS", "default").strip().lower()
     if value not in ("default", "measure", "auto"):
         raise _config_error(f"TFSENT_CPU_SETTINGS={value!r}: use default or measure")
