@@ -17,6 +17,7 @@ from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import ST_ACTIVATIONS, dense_stack
 from tfsent.formats.metadata import encoder_prompts, encoder_truncate_dim
+from tfsent.formats.saved_model import embedding_width
 from tfsent.formats.huggingface import (check_new_export, prompt_map,
                                         write_new_export)
 
@@ -112,12 +113,12 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
     """
     directory, pooling, length = check_new_export(encoder, directory, pooling, max_seq_length)
     check_sentence_transformers_pooling(pooling)
-    head_layers = dense_stack(head)
+    dense_stack(head)
     if onnx:
         check_onnx_files(pooling, encoder.family)
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
-    width = head_layers[-1][0].shape[1] if head_layers else encoder.hidden_dim
-    truncate_dim = encoder_truncate_dim(encoder, truncate_dim, int(width), head)
+    truncate_dim = encoder_truncate_dim(encoder, truncate_dim,
+                                        embedding_width(encoder, head), head)
     if normalize is None:  # the encoder's own, for its own embedding (not a method's head)
         normalize = bool(encoder.normalize) and head is None
 
