@@ -137,13 +137,14 @@ def test_main_command_cmlm_cse_with_no_flags(tmp_path, serve):
     assert metrics["steps"] == 150 and "dev_best" in metrics
 
 
-# Every method on its demo defaults, shortened for CI (one dev evaluation). Without XLA
-# except simcse_unsup: compiling the train step costs more than 10 steps take, and XLA is
-# covered by the no-flag cmlm_cse run, this simcse_unsup run and each method's XLA tests.
-_SHORT = ["--config.steps=10", "--config.eval_every=10", "--config.batch_size=16"]
+# Every method on its demo defaults, shortened for CI (4 steps, one dev evaluation).
+# Without XLA: compiling the train step costs more than the steps take; the CLI's XLA
+# path on minilm is covered by the no-flag cmlm_cse run and test_simcse_sup_on_snli, each
+# method's XLA train step by its own file's XLA test.
+_SHORT = ["--config.steps=4", "--config.eval_every=4", "--config.batch_size=16"]
 _NO_XLA = ["--config.jit_compile=false"]
 SHORT_RUNS = {
-    "simcse_unsup": _SHORT,
+    "simcse_unsup": _SHORT + _NO_XLA,
     # simcse_sup: test_simcse_sup_on_snli (the demo triplets when ../shared is absent)
     "supcon": _SHORT + _NO_XLA,
     "scd": _SHORT + _NO_XLA,
@@ -178,7 +179,7 @@ def test_simcse_sup_on_snli(tmp_path, serve):
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = _check_export(out, serve)
     _check_tensorboard(out)
-    assert metrics["steps"] == 10 and len(metrics["dev_history"]) == 1
+    assert metrics["steps"] == 4 and len(metrics["dev_history"]) == 1
     if snli is None:
         return
     assert "triplets from" in r.stderr  # the reader logs how many triplets it built
