@@ -210,8 +210,10 @@ def test_gemma3_preset_without_a_task_when_keras_hub_cannot_hold_the_head(encode
 
 def test_new_axis_indexing_is_traced_as_expand_dims():
     """The converter's tracing aid: keys that only add axes become expand_dims at the
-    right positions (hand-worked), same values as TensorFlow's own indexing; other keys
-    and the indexing outside the context are TensorFlow's."""
+    right positions (hand-worked), same values as TensorFlow's own indexing; other keys,
+    other threads and the indexing outside the context are TensorFlow's."""
+    import threading
+
     import tensorflow as tf
 
     full = slice(None)
@@ -230,9 +232,20 @@ def test_new_axis_indexing_is_traced_as_expand_dims():
     def index(t):
         return [t[key] for key in keys]
 
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    def elsewhere(t):
+        return t[:, None]
+
+    other_thread_ops = []
     with litert.new_axes_as_expand_dims():
         graph = index.get_concrete_function().graph
         got = index(x)
+        # another thread, while the context lasts, indexes as TensorFlow does
+        thread = threading.Thread(target=lambda: other_thread_ops.extend(
+            op.type for op in elsewhere.get_concrete_function().graph.get_operations()))
+        thread.start()
+        thread.join()
+    assert "StridedSlice" in other_thread_ops and "ExpandDims" not in other_thread_ops
     ops = {op.type for op in graph.get_operations()}
     assert "ExpandDims" in ops and "StridedSlice" in ops  # the last key is TF's own
     for key, value in zip(keys, got):

@@ -46,6 +46,7 @@ The export (and running the file) needs the optional extra `tfsent[litert]`.
 
 import contextlib
 import os
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -133,6 +134,7 @@ def convert(encoder, pooling=None, quantize="", head=None):
 
 
 _GETITEM = tf.Tensor.__getitem__
+_GETITEM_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -142,22 +144,25 @@ def new_axes_as_expand_dims():
     layers do to their masks) is traced as `tf.expand_dims`, the same numbers: TFLite has
     no builtin kernel for a strided slice that adds axes to a tensor of dynamic shape (the
     converter would need a Flex op). Any other indexing is TensorFlow's own. The switch is
-    `tf.Tensor.__getitem__` itself, so it holds for the whole process while the context
-    lasts (the converted function is traced in it, and nothing else), restored on exit."""
+    `tf.Tensor.__getitem__` itself, restored on exit; it applies only to the thread that
+    entered the context (other threads index as TensorFlow does), and one thread at a time
+    holds it (`_GETITEM_LOCK`)."""
+    owner = threading.get_ident()
 
     def getitem(tensor, key):
-        axes = _new_axes(key, tensor.shape.rank)
+        axes = _new_axes(key, tensor.shape.rank) if threading.get_ident() == owner else None
         if axes is None:
             return _GETITEM(tensor, key)
         for axis in axes:  # positions in the result, ascending
             tensor = tf.expand_dims(tensor, axis)
         return tensor
 
-    tf.Tensor.__getitem__ = getitem
-    try:
-        yield
-    finally:
-        tf.Tensor.__getitem__ = _GETITEM
+    with _GETITEM_LOCK:
+        tf.Tensor.__getitem__ = getitem
+        try:
+            yield
+        finally:
+            tf.Tensor.__getitem__ = _GETITEM
 
 
 def _new_axes(key, rank):
