@@ -57,7 +57,8 @@ def test_encode_throughput_tfsent_side(tmp_path):
     out = tmp_path / "encode.json"
     # One batch of 16 (n = batch size): the XLA paths compile one shape, not one per batch.
     r = _run("encode_throughput.py", "--skip_peer", "--n=16", "--batch_size=16",
-             "--max_seq_length=32", "--repeats=1", f"--json={out}")
+             "--max_seq_length=32", "--repeats=1", "--matmul_size=512", "--peak_repeats=2",
+             f"--json={out}")
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert _positive_finite(result["tfsent_sent_per_s"])
