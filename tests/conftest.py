@@ -321,6 +321,11 @@ json.dump(codes, open(out_prefix + ".codes", "w"))
 """
 
 
+# What `python -m tfsent.evaluate` imports: cli_runs_in_one_process's `preload` for it.
+EVALUATE_IMPORTS = ("tfsent.cli", "tfsent.evaluation.runner", "tfsent.evaluation.rerank",
+                    "tfsent.serving", "tfsent.plots")
+
+
 def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600):
     """[argv, ...] -> one subprocess.CompletedProcess per argv: `python -m module *argv` run
     in the repository with TF_CPP_MIN_LOG_LEVEL=2, each case in a fork of one process that

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY_VOCAB, shared_data_or_skip
+from conftest import EVALUATE_IMPORTS, REPO, TINY_VOCAB, shared_data_or_skip
 from tfsent.data import beir, readers, sources
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
@@ -345,11 +345,6 @@ def test_prompts_are_put_before_queries_and_documents(tmp_path):
 
 
 # -- the CLI --------------------------------------------------------------------------------
-# What `tfsent.evaluate` imports (for conftest.cli_runs_in_one_process's preload).
-EVALUATE_IMPORTS = ("tfsent.cli", "tfsent.evaluation.runner", "tfsent.evaluation.rerank",
-                    "tfsent.serving", "tfsent.plots")
-
-
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "tfsent.evaluate", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=600,
