@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import EVALUATE_IMPORTS, REPO, TINY_VOCAB, shared_data_or_skip
+from conftest import (EVALUATE_IMPORTS, REPO, TINY_VOCAB, cli_runs_in_one_process,
+                      shared_data_or_skip)
 from tfsent.data import beir, readers, sources
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
@@ -345,15 +346,7 @@ def test_prompts_are_put_before_queries_and_documents(tmp_path):
 
 
 # -- the CLI --------------------------------------------------------------------------------
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tfsent.evaluate", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-
-
 def test_cli_beir_tasks_with_truncation_binary_and_run_files(tmp_path, tiny_encoder_dir):
-    from conftest import cli_runs_in_one_process
-
     folder = tiny_beir(tmp_path / "tiny")
     out, run, plain = tmp_path / "r.json", tmp_path / "run.trec", tmp_path / "plain.json"
     # The second run: the same float figures without variants (the memo does not change
@@ -406,12 +399,12 @@ BAD_INPUT = [
 
 
 @pytest.fixture(scope="module")
-def bad_input_runs(tmp_path_factory):
+def bad_input_runs(tmp_path_factory, tiny_encoder_dir):
     """`python -m tfsent.evaluate --model=/no/such/model` with each of BAD_INPUT's
-    arguments, each a process of its own forked from one that imported TensorFlow once
-    (conftest.cli_runs_in_one_process): eight separate runs would pay eight imports."""
-    from conftest import cli_runs_in_one_process
-
+    arguments, then the tiny encoder on a folder whose corpus.jsonl has a malformed last
+    line (test_cli_malformed_corpus_is_a_clear_error), each a process of its own forked
+    from one that imported TensorFlow once (conftest.cli_runs_in_one_process): nine
+    separate runs would pay nine imports."""
     root = tmp_path_factory.mktemp("bad_input")
     folder = tiny_beir(root / "tiny")
     subs = {"MISSING": str(root / "missing"), "FOLDER": folder,
@@ -422,9 +415,12 @@ def bad_input_runs(tmp_path_factory):
         for key, value in subs.items():
             args = [a.replace(key, value) for a in args]
         cases.append(["--model=/no/such/model", *args])
-    return cli_runs_in_one_process(
-        "tfsent.evaluate", cases, str(root),
-        preload=EVALUATE_IMPORTS)
+    malformed = tiny_beir(root / "malformed" / "tiny")
+    with open(os.path.join(malformed, "corpus.jsonl"), "a") as f:
+        f.write('{"_id": 5}\n')
+    cases.append([f"--model={tiny_encoder_dir}", f"--tasks=beir:{malformed}"])
+    return cli_runs_in_one_process("tfsent.evaluate", cases, str(root),
+                                   preload=EVALUATE_IMPORTS)
 
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUT)),
@@ -436,11 +432,8 @@ def test_cli_bad_input_exits_2_before_loading_a_model(bad_input_runs, case):
     assert "/no/such/model" not in r.stderr  # refused before the model was looked at
 
 
-def test_cli_malformed_corpus_is_a_clear_error(tmp_path, tiny_encoder_dir):
-    folder = tiny_beir(tmp_path / "tiny")
-    with open(os.path.join(folder, "corpus.jsonl"), "a") as f:
-        f.write('{"_id": 5}\n')
-    r = _cli(f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}")
+def test_cli_malformed_corpus_is_a_clear_error(bad_input_runs):
+    r = bad_input_runs[len(BAD_INPUT)]  # the tiny encoder, corpus.jsonl's line 61 malformed
     assert r.returncode == 2, r.stderr[-2000:]
     assert "corpus.jsonl, line 61: field '_id' missing or not a string" in r.stderr
     assert "Traceback" not in r.stderr
@@ -557,8 +550,6 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
     assert exported.prompts == {"query_prompt": "query: ", "document_prompt": "passage: "}
     # tfsent.evaluate on the export: its own prompts without a flag; explicit empty flags
     # evaluate without them.
-    from conftest import cli_runs_in_one_process
-
     plain = retrieval.evaluate_retrieval(exported, split, verbose=0)
     variants = (([], again), (["--query_prompt=", "--document_prompt="], plain))
     runs = cli_runs_in_one_process("tfsent.evaluate", [
