@@ -277,3 +277,79 @@ def mirrored_cpu_strategy(cross_device_ops=None):
 def mirrored_strategy():
     """One 2-replica strategy per test module (see `mirrored_cpu_strategy`)."""
     return mirrored_cpu_strategy()
+
+
+# Runs `python -m MODULE ARGS...` once per argument list, each as a fork of one process
+# that has already imported TensorFlow, Keras, keras-hub and tfsent (the ~8 CPU seconds every
+# `python -m tfsent.X` pays before its first line): each case is still a process of its
+# own, the CLI module run as __main__ in it as `-m` runs it, with its real exit status and
+# what it wrote to the stdout / stderr file descriptors.
+CLI_FORKS_SCRIPT = r"""
+import json, os, runpy, sys, traceback
+import importlib
+module, cases_file, out_prefix, preload = sys.argv[1:5]
+import tensorflow, keras, keras_hub, tensorflow_text  # noqa: E401,F401
+import tfsent  # noqa: F401
+for name in filter(None, preload.split(",")):
+    importlib.import_module(name)
+cases = json.load(open(cases_file))
+codes = []
+for i, argv in enumerate(cases):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(f"{out_prefix}.{i}.{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                    fd)
+        sys.argv = [module] + argv
+        code = 0
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+json.dump(codes, open(out_prefix + ".codes", "w"))
+"""
+
+
+# What `python -m tfsent.evaluate` imports: cli_runs_in_one_process's `preload` for it.
+EVALUATE_IMPORTS = ("tfsent.cli", "tfsent.evaluation.runner", "tfsent.evaluation.rerank",
+                    "tfsent.serving", "tfsent.plots")
+
+
+def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600):
+    """[argv, ...] -> one subprocess.CompletedProcess per argv: `python -m module *argv` run
+    in the repository with TF_CPP_MIN_LOG_LEVEL=2, each case in a fork of one process that
+    imported TensorFlow, tfsent and the `preload` modules (the CLI's own imports, never
+    the CLI module itself) once (CLI_FORKS_SCRIPT); `folder` holds the scratch files. For
+    CLI error cases, which each cost a TensorFlow import as separate runs."""
+    import json
+    import subprocess
+    import sys
+
+    cases_file, prefix = os.path.join(folder, "cli_cases.json"), os.path.join(folder, "cli")
+    with open(cases_file, "w") as f:
+        json.dump([list(argv) for argv in cases], f)
+    assert module not in preload  # it must run as __main__, as `python -m` runs it
+    r = subprocess.run([sys.executable, "-c", CLI_FORKS_SCRIPT, module, cases_file, prefix,
+                        ",".join(preload)],
+                       cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(prefix + ".codes") as f:
+        codes = json.load(f)
+    runs = []
+    for i, (argv, code) in enumerate(zip(cases, codes)):
+        with open(f"{prefix}.{i}.out") as out, open(f"{prefix}.{i}.err") as err:
+            runs.append(subprocess.CompletedProcess([module, *argv], code, out.read(),
+                                                    err.read()))
+    return runs

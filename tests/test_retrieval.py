@@ -15,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY_VOCAB, shared_data_or_skip
+from conftest import (EVALUATE_IMPORTS, REPO, TINY_VOCAB, cli_runs_in_one_process,
+                      shared_data_or_skip)
 from tfsent.data import beir, readers, sources
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval
@@ -345,18 +346,17 @@ def test_prompts_are_put_before_queries_and_documents(tmp_path):
 
 
 # -- the CLI --------------------------------------------------------------------------------
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tfsent.evaluate", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-
-
 def test_cli_beir_tasks_with_truncation_binary_and_run_files(tmp_path, tiny_encoder_dir):
     folder = tiny_beir(tmp_path / "tiny")
-    out, run = tmp_path / "r.json", tmp_path / "run.trec"
-    r = _cli(f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}:dev,beir:{folder}",
-             "--quantize=binary", "--truncate_dim=8", f"--output_json={out}",
-             f"--run_file={run}", f"--data_dir={tmp_path / 'none'}")
+    out, run, plain = tmp_path / "r.json", tmp_path / "run.trec", tmp_path / "plain.json"
+    # The second run: the same float figures without variants (the memo does not change
+    # them). Both CLI runs fork from one process that imported TensorFlow once.
+    r, r_plain = cli_runs_in_one_process("tfsent.evaluate", [
+        [f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}:dev,beir:{folder}",
+         "--quantize=binary", "--truncate_dim=8", f"--output_json={out}",
+         f"--run_file={run}", f"--data_dir={tmp_path / 'none'}"],
+        [f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}", "--truncate_dim=8",
+         f"--output_json={plain}"]], str(tmp_path), preload=EVALUATE_IMPORTS)
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.load(open(out))
     assert set(results) == {"beir:tiny:dev", "beir:tiny:test"}
@@ -382,13 +382,11 @@ def test_cli_beir_tasks_with_truncation_binary_and_run_files(tmp_path, tiny_enco
         assert np.mean([reference[q]["ndcg@10"] for q in parsed]) == pytest.approx(
             want["ndcg@10"], abs=1e-4)
     # The same float figures without variants (the memo does not change them).
-    r = _cli(f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}", "--truncate_dim=8",
-             f"--output_json={out}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert json.load(open(out))["beir:tiny:test"]["ndcg@10"] == test["ndcg@10"]
+    assert r_plain.returncode == 0, r_plain.stderr[-3000:]
+    assert json.load(open(plain))["beir:tiny:test"]["ndcg@10"] == test["ndcg@10"]
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["--tasks=beir:MISSING"], "not a folder"),
     (["--tasks=beir:FOLDER:train"], "missing BEIR file (qrels splits here: dev, test)"),
     (["--tasks=beir:FOLDER,beir:FOLDER/:test"], "both report as beir:tiny:test"),
@@ -397,25 +395,45 @@ def test_cli_beir_tasks_with_truncation_binary_and_run_files(tmp_path, tiny_enco
     (["--tasks=beir:FOLDER", "--run_file=FOLDER/corpus.jsonl"], "is also an input"),
     (["--tasks=beir:FOLDER", "--run_file=OUT", "--output_json=OUT"], "both name"),
     (["--tasks=beir:FOLDER,STS12", "--data_dir=MISSING"], "is not a folder"),
-])
-def test_cli_bad_input_exits_2_before_loading_a_model(tmp_path, args, message):
-    folder = tiny_beir(tmp_path / "tiny")
-    subs = {"MISSING": str(tmp_path / "missing"), "FOLDER": folder,
-            "NOWHERE": str(tmp_path / "nowhere"), "RUN": str(tmp_path / "run.trec"),
-            "OUT": str(tmp_path / "out.json")}
-    for key, value in subs.items():
-        args = [a.replace(key, value) for a in args]
-    r = _cli("--model=/no/such/model", *args)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory, tiny_encoder_dir):
+    """`python -m tfsent.evaluate --model=/no/such/model` with each of BAD_INPUT's
+    arguments, then the tiny encoder on a folder whose corpus.jsonl has a malformed last
+    line (test_cli_malformed_corpus_is_a_clear_error), each a process of its own forked
+    from one that imported TensorFlow once (conftest.cli_runs_in_one_process): nine
+    separate runs would pay nine imports."""
+    root = tmp_path_factory.mktemp("bad_input")
+    folder = tiny_beir(root / "tiny")
+    subs = {"MISSING": str(root / "missing"), "FOLDER": folder,
+            "NOWHERE": str(root / "nowhere"), "RUN": str(root / "run.trec"),
+            "OUT": str(root / "out.json")}
+    cases = []
+    for args, _ in BAD_INPUT:
+        for key, value in subs.items():
+            args = [a.replace(key, value) for a in args]
+        cases.append(["--model=/no/such/model", *args])
+    malformed = tiny_beir(root / "malformed" / "tiny")
+    with open(os.path.join(malformed, "corpus.jsonl"), "a") as f:
+        f.write('{"_id": 5}\n')
+    cases.append([f"--model={tiny_encoder_dir}", f"--tasks=beir:{malformed}"])
+    return cli_runs_in_one_process("tfsent.evaluate", cases, str(root),
+                                   preload=EVALUATE_IMPORTS)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)),
+                         ids=[" ".join(args) for args, _ in BAD_INPUT])
+def test_cli_bad_input_exits_2_before_loading_a_model(bad_input_runs, case):
+    r, message = bad_input_runs[case], BAD_INPUT[case][1]
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "Traceback" not in r.stderr
     assert "/no/such/model" not in r.stderr  # refused before the model was looked at
 
 
-def test_cli_malformed_corpus_is_a_clear_error(tmp_path, tiny_encoder_dir):
-    folder = tiny_beir(tmp_path / "tiny")
-    with open(os.path.join(folder, "corpus.jsonl"), "a") as f:
-        f.write('{"_id": 5}\n')
-    r = _cli(f"--model={tiny_encoder_dir}", f"--tasks=beir:{folder}")
+def test_cli_malformed_corpus_is_a_clear_error(bad_input_runs):
+    r = bad_input_runs[len(BAD_INPUT)]  # the tiny encoder, corpus.jsonl's line 61 malformed
     assert r.returncode == 2, r.stderr[-2000:]
     assert "corpus.jsonl, line 61: field '_id' missing or not a string" in r.stderr
     assert "Traceback" not in r.stderr
@@ -533,12 +551,13 @@ def test_the_cli_selects_by_retrieval_and_exports_the_prompts(tmp_path, tiny_enc
     # tfsent.evaluate on the export: its own prompts without a flag; explicit empty flags
     # evaluate without them.
     plain = retrieval.evaluate_retrieval(exported, split, verbose=0)
-    for extra, want in (([], again), (["--query_prompt=", "--document_prompt="], plain)):
+    variants = (([], again), (["--query_prompt=", "--document_prompt="], plain))
+    runs = cli_runs_in_one_process("tfsent.evaluate", [
+        [f"--model={metrics['export']}", f"--tasks=beir:{folder}:dev",
+         f"--output_json={tmp_path / f'eval{len(extra)}.json'}", *extra]
+        for extra, _ in variants], str(tmp_path), preload=EVALUATE_IMPORTS)
+    for (extra, want), r in zip(variants, runs):
         out = tmp_path / f"eval{len(extra)}.json"
-        r = subprocess.run([sys.executable, "-m", "tfsent.evaluate",
-                            f"--model={metrics['export']}", f"--tasks=beir:{folder}:dev",
-                            f"--output_json={out}", *extra], capture_output=True, text=True,
-                           cwd=REPO, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         (got,) = [v for v in json.loads(out.read_text()).values() if isinstance(v, dict)]
         assert got["ndcg@10"] == pytest.approx(want["ndcg@10"], abs=1e-6), extra

@@ -173,18 +173,41 @@ def test_the_documented_query_snippet_runs(tiny_float_export, tmp_path, capsys):
     assert namespace["found"]["ids"].shape == (2, 5)
 
 
-def test_search_served_the_tf_serving_way_equals_faiss_exact_search(
-        tiny_float_export, tiny_corpus, tmp_path):
+def _tiny_exports(encoder, corpus, root, **kwargs):
+    return {kind: export_search_index(encoder, corpus, os.path.join(root, kind),
+                                      quantize_index=None if kind == "float32" else kind,
+                                      verbose=0, **kwargs)
+            for kind in ("float32", "int8", "binary")}
+
+
+@pytest.fixture(scope="module")
+def tiny_served(tmp_path_factory, tiny_float_export, tiny_encoder_dir, tiny_corpus):
+    """The requests of the two tests below, served in one fresh TF-only process (each such
+    process costs a TensorFlow import): the CLI's float index with its prompts (k per
+    request, k out of range, serving_default on prompted documents and queries), and the
+    float32 / int8 / binary indexes exported by the library on the same corpus."""
     corpus_path, queries = tiny_corpus
     corpus = beir.read_corpus(corpus_path)
-    (answers,) = serve_search(tmp_path, [(tiny_float_export, [
+    root = tmp_path_factory.mktemp("tiny_served")
+    exports = _tiny_exports(load_encoder(tiny_encoder_dir), corpus, str(root / "exports"))
+    prompted_requests = [
         search_request(queries, K), search_request(queries, 3),
         search_request(queries, 0), search_request(queries, len(corpus) + 1),
         search_request(queries, len(corpus)),
         {"signature": "serving_default", "inputs": {"sentences": ["a " + t for t in corpus.texts]}},
         {"signature": "serving_default", "inputs": {"sentences": ["the man " + q for q in queries]}},
-    ])])
-    top10, top3, k_zero, k_over, k_all, documents, prompted = answers
+    ]
+    answers = serve_search(root, [(tiny_float_export, prompted_requests)] + [
+        (exports[kind], [search_request(queries, K)]) for kind in ("float32", "int8", "binary")])
+    return {"prompted": answers[0], "exports": exports,
+            "by_kind": dict(zip(("float32", "int8", "binary"), answers[1:]))}
+
+
+def test_search_served_the_tf_serving_way_equals_faiss_exact_search(
+        tiny_float_export, tiny_corpus, tiny_served):
+    corpus_path, queries = tiny_corpus
+    corpus = beir.read_corpus(corpus_path)
+    top10, top3, k_zero, k_over, k_all, documents, prompted = tiny_served["prompted"]
     matrix = read_index(tiny_float_export, "index_vectors")
     assert read_index(tiny_float_export, "index_ids") == corpus.ids
     # The index holds the model's normalised embeddings of document prompt + title + text,
@@ -213,22 +236,12 @@ def test_search_served_the_tf_serving_way_equals_faiss_exact_search(
                f"{len(corpus)}" in answer["error"]
 
 
-def _tiny_exports(encoder, corpus, root, **kwargs):
-    return {kind: export_search_index(encoder, corpus, os.path.join(root, kind),
-                                      quantize_index=None if kind == "float32" else kind,
-                                      verbose=0, **kwargs)
-            for kind in ("float32", "int8", "binary")}
-
-
-def test_int8_and_binary_indexes_recall_and_hamming_candidates(
-        tiny_encoder_dir, tiny_corpus, tmp_path):
+def test_int8_and_binary_indexes_recall_and_hamming_candidates(tiny_corpus, tiny_served):
     corpus_path, queries = tiny_corpus
     corpus = beir.read_corpus(corpus_path)
-    encoder = load_encoder(tiny_encoder_dir)
-    exports = _tiny_exports(encoder, corpus, str(tmp_path / "exports"))
-    answers = serve_search(tmp_path, [(exports[kind], [search_request(queries, K)])
-                                      for kind in ("float32", "int8", "binary")])
-    (floats,), (int8,), (binary,) = answers
+    exports = tiny_served["exports"]
+    (floats,), (int8,), (binary,) = (tiny_served["by_kind"][kind]
+                                     for kind in ("float32", "int8", "binary"))
     matrix = read_index(exports["float32"], "index_vectors")
     q = np.array(floats["embeddings"], np.float32)
     np.testing.assert_allclose(int8["embeddings"], q, atol=1e-6)
@@ -322,27 +335,48 @@ def test_chunked_scan_equals_one_chunk(tiny_encoder_dir):
 # Bad input
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case,expected", [
+BAD_INPUT = [
     ("missing", "corpus.jsonl: file not found"),
     ("duplicate", "duplicate document _id 'x'"),
     ("quantize", "--quantize: 'int4' is not an index quantization"),
     ("truncate", "--truncate_dim must be >= 0, got -1"),
-])
-def test_cli_refuses_bad_input_before_loading_the_model(case, expected, tmp_path,
-                                                        tiny_corpus):
-    corpus, extra = tiny_corpus[0], []
-    if case == "missing":
-        corpus = str(tmp_path / "nowhere" / "corpus.jsonl")
-    elif case == "duplicate":
-        corpus = str(tmp_path / "corpus.jsonl")
-        with open(corpus, "w") as f:
-            f.write('{"_id": "x", "text": "a"}\n{"_id": "x", "text": "b"}\n')
-    else:
-        extra = {"quantize": ["--quantize=int4"], "truncate": ["--truncate_dim=-1"]}[case]
-    export_dir = tmp_path / "export"
-    # A model that does not exist: the error must come before any attempt to load it.
-    r = _index_cli("--model=/nonexistent/model", f"--corpus={corpus}",
-                   f"--export_dir={export_dir}", *extra, timeout=300)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory, tiny_corpus):
+    """{case: (the CLI's CompletedProcess, its export dir)}: `python -m tfsent.index` with
+    a model that does not exist and each bad input, each a process of its own forked from
+    one that imported TensorFlow once (conftest.cli_runs_in_one_process)."""
+    from conftest import cli_runs_in_one_process
+
+    root = tmp_path_factory.mktemp("bad_input")
+    cases, exports = [], []
+    for case, _ in BAD_INPUT:
+        folder = root / case
+        folder.mkdir()
+        corpus, extra = tiny_corpus[0], []
+        if case == "missing":
+            corpus = str(folder / "nowhere" / "corpus.jsonl")
+        elif case == "duplicate":
+            corpus = str(folder / "corpus.jsonl")
+            with open(corpus, "w") as f:
+                f.write('{"_id": "x", "text": "a"}\n{"_id": "x", "text": "b"}\n')
+        else:
+            extra = {"quantize": ["--quantize=int4"], "truncate": ["--truncate_dim=-1"]}[case]
+        exports.append(folder / "export")
+        # A model that does not exist: the error must come before any attempt to load it.
+        cases.append(["--model=/nonexistent/model", f"--corpus={corpus}",
+                      f"--export_dir={exports[-1]}", *extra])
+    runs = cli_runs_in_one_process(
+        "tfsent.index", cases, str(root),
+        preload=("tfsent.cli", "tfsent.formats", "tfsent.encoders"), timeout=300)
+    return {case: (r, export) for (case, _), r, export in zip(BAD_INPUT, runs, exports)}
+
+
+@pytest.mark.parametrize("case,expected", BAD_INPUT)
+def test_cli_refuses_bad_input_before_loading_the_model(case, expected, bad_input_runs):
+    r, export_dir = bad_input_runs[case]
     assert r.returncode == 2, r.stderr[-2000:]
     assert expected in r.stderr, r.stderr[-2000:]
     assert not export_dir.exists()  # nothing written

@@ -4,15 +4,13 @@
 import json
 import math
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, TINY_VOCAB
+from conftest import TINY_VOCAB
 from tfsent.training.callbacks import DivergenceGuard, NanGuard
 from tfsent.training.selection import BestEncoderKeeper
 from tfsent.data import pipelines, readers
@@ -21,18 +19,16 @@ from tfsent.testing import tiny_encoder
 PROBE = ["a man plays a guitar", "the dog runs in the park", "a woman reads a book"]
 
 
-def _env():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
 def _train(out, encoder_dir, *extra):
-    cmd = [sys.executable, "-m", "tfsent.train", "--method=simcse_unsup", f"--output_dir={out}",
-           f"--config.encoder={encoder_dir}", "--config.max_seq_length=12",
-           "--config.batch_size=8", "--config.projector_every=0", *extra]
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=900)
+    """A simcse_unsup run on the tiny encoder, in this process (`training.run` is what
+    `python -m tfsent.train` calls; a child process would pay a TensorFlow import per run).
+    Returns the metrics; a stopped run raises TrainingError."""
+    from tfsent import training
+
+    overrides = [f"encoder={encoder_dir}", "max_seq_length=12", "batch_size=8",
+                 "projector_every=0", *extra]
+    config = training.resolve_config("simcse_unsup", overrides=overrides)
+    return training.run("simcse_unsup", config, out)
 
 
 def _served(path):
@@ -40,29 +36,28 @@ def _served(path):
     return loaded.signatures["serving_default"](sentences=tf.constant(PROBE))["embedding"]
 
 
-def test_collapsing_run_exports_the_starting_encoder(tmp_path, tiny_encoder_dir):
+def test_collapsing_run_exports_the_starting_encoder(tmp_path, tiny_encoder_dir,
+                                                    absl_messages):
     """A learning rate that wrecks the encoder: nothing beats step 0, so the run says so and
     exports the starting encoder unchanged; export_if_worse=true exports the best trained
-    checkpoint instead."""
+    checkpoint instead. (Without XLA: selection is what this checks; the XLA train step
+    runs in tests/test_training.py and test_fp16_overflow_steps_do_not_stop_the_run.)"""
     from tfsent.encoders import load_encoder
 
     start = load_encoder(tiny_encoder_dir, max_seq_length=12).encode(PROBE)
-    args = ("--config.learning_rate=0.5", "--config.steps=20", "--config.eval_every=10",
-            "--config.first_eval_step=5")
-    safe = _train(str(tmp_path / "safe"), tiny_encoder_dir, *args)
-    assert safe.returncode == 0, safe.stderr[-3000:]
-    assert "exporting the STARTING encoder" in safe.stderr
+    args = ("learning_rate=0.5", "steps=20", "eval_every=10", "first_eval_step=5",
+            "jit_compile=false")
+    _train(str(tmp_path / "safe"), tiny_encoder_dir, *args)
+    assert any("exporting the STARTING encoder" in m for m in absl_messages)
     metrics = json.load(open(tmp_path / "safe" / "metrics.json"))
     assert metrics["exported"]["which"] == "starting encoder"
     assert metrics["exported"]["step"] == 0
     assert "no checkpoint beat it" in metrics["exported"]["why"]
-    assert "early dev evaluation at step 5" in safe.stderr
+    assert "early dev evaluation at step 5" in absl_messages
     np.testing.assert_allclose(_served(str(tmp_path / "safe" / "export" / "1")), start,
                                atol=1e-5)
 
-    worse = _train(str(tmp_path / "worse"), tiny_encoder_dir, *args,
-                   "--config.export_if_worse=true")
-    assert worse.returncode == 0, worse.stderr[-3000:]
+    _train(str(tmp_path / "worse"), tiny_encoder_dir, *args, "export_if_worse=true")
     metrics = json.load(open(tmp_path / "worse" / "metrics.json"))
     assert metrics["exported"]["which"] == "best checkpoint"
     assert metrics["exported"]["step"] > 0
@@ -186,24 +181,27 @@ def test_nan_guard_stops_on_one_exploding_step():
     assert guard.failed_step == 4 and "limit max_grad_norm=100" in guard.reason
 
 
-def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir):
+def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir, absl_messages):
     """mixed_float16 with a loss scale so high that the first steps overflow: the
     LossScaleOptimizer skips them and halves the scale; the guard counts them and the run
-    finishes. A real divergence (huge learning rate) still stops it."""
+    finishes. A real divergence (huge learning rate) still stops it. (In this process; the
+    CLI's exit status 2 for a stopped run: tests/reliability/test_divergence.py.)"""
+    from tfsent.errors import TrainingError
+
     out = str(tmp_path / "fp16")
-    ok = _train(out, tiny_encoder_dir, "--config.mixed_precision=mixed_float16",
-                "--config.loss_scale=1e12", "--config.steps=12", "--config.eval_every=6",
-                "--config.learning_rate=1e-3", "--config.divergence_drop=0",
-                "--config.first_eval_step=0")
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "loss-scale overflow step(s) skipped" in ok.stderr
+    _train(out, tiny_encoder_dir, "mixed_precision=mixed_float16", "loss_scale=1e12",
+           "steps=12", "eval_every=6", "learning_rate=1e-3", "divergence_drop=0",
+           "first_eval_step=0")
+    assert any("loss-scale overflow step(s) skipped" in m for m in absl_messages)
     assert os.path.exists(os.path.join(out, "export", "1", "saved_model.pb"))
-    bad = _train(str(tmp_path / "bad"), tiny_encoder_dir,
-                 "--config.mixed_precision=mixed_float16", "--config.steps=12",
-                 "--config.eval_every=6", "--config.learning_rate=1e30",
-                 "--config.first_eval_step=0")
-    assert bad.returncode == 2, bad.stderr[-3000:]
-    assert "non-finite" in bad.stderr or "exploded" in bad.stderr
+    # The stop without XLA (one compile less): the run above trains fp16 under XLA, and
+    # tests/reliability/test_divergence.py stops XLA runs on a non-finite loss.
+    with pytest.raises(TrainingError) as stopped:
+        _train(str(tmp_path / "bad"), tiny_encoder_dir, "mixed_precision=mixed_float16",
+               "steps=12", "eval_every=6", "learning_rate=1e30", "first_eval_step=0",
+               "jit_compile=false")
+    said = str(stopped.value) + "\n".join(absl_messages)
+    assert "non-finite" in said or "exploded" in said
     assert not os.path.exists(os.path.join(str(tmp_path / "bad"), "export"))
 
 
