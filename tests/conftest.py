@@ -292,6 +292,10 @@ import tensorflow, keras, keras_hub, tensorflow_text  # noqa: E401,F401
 import tfsent  # noqa: F401
 for name in filter(None, preload.split(",")):
     importlib.import_module(name)
+# Forking is safe only before TensorFlow's runtime starts (its thread pools do not survive
+# a fork): the imports above must not have run a TensorFlow op.
+from tensorflow.python.eager import context
+assert not context.context()._initialized, "TensorFlow's runtime started before the forks"
 cases = json.load(open(cases_file))
 codes = []
 for i, argv in enumerate(cases):
