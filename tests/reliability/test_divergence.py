@@ -66,11 +66,11 @@ def test_nan_then_exploding_gradients_stop_the_run_then_a_lower_lr_resumes(
     step: no checkpoint, best or export is written from the exploded weights. A resume
     with a lower learning rate finishes and exports."""
     out = str(tmp_path / "run")
-    step = _killed_after_a_checkpoint(out, tiny_encoder_dir, 60, 1e-3)
+    step = _killed_after_a_checkpoint(out, tiny_encoder_dir, 30, 1e-3)
     best_json = open(os.path.join(out, "best", "best.json")).read()
     best_weights = open(os.path.join(out, "best", "encoder.weights.h5"), "rb").read()
 
-    diverged = _run(out, tiny_encoder_dir, 60, 1e30)
+    diverged = _run(out, tiny_encoder_dir, 30, 1e30)
     assert diverged.returncode == 2, diverged.stderr[-3000:]
     assert f"resuming from step {step}" in diverged.stderr
     assert "with changed learning_rate (0.001 -> 1e+30)" in diverged.stderr
@@ -84,7 +84,7 @@ def test_nan_then_exploding_gradients_stop_the_run_then_a_lower_lr_resumes(
     assert metrics["stopped"].startswith("the loss became non-finite (nan) at step")
 
     ckpts = sorted(os.listdir(os.path.join(out, "checkpoints")))
-    exploded = _run(out, tiny_encoder_dir, 60, 1e-3, "--config.max_grad_norm=1e-9")
+    exploded = _run(out, tiny_encoder_dir, 30, 1e-3, "--config.max_grad_norm=1e-9")
     assert exploded.returncode == 2, exploded.stderr[-3000:]
     assert "the gradients exploded" in exploded.stderr
     assert (f"at step {step + 1}" in exploded.stderr
@@ -95,9 +95,9 @@ def test_nan_then_exploding_gradients_stop_the_run_then_a_lower_lr_resumes(
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["stopped"].startswith("the gradients exploded")
 
-    resumed = _run(out, tiny_encoder_dir, 60, 1e-4)
+    resumed = _run(out, tiny_encoder_dir, 30, 1e-4)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from step {step}" in resumed.stderr
     metrics = json.load(open(os.path.join(out, "metrics.json")))
-    assert metrics["steps"] == 60 and "stopped" not in metrics
+    assert metrics["steps"] == 30 and "stopped" not in metrics
     assert sorted(os.listdir(os.path.join(out, "export"))) == ["1", BATCHING_FILE]
