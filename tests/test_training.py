@@ -85,37 +85,62 @@ def _env():
     return env
 
 
-def _start_until_first_checkpoint(cmd, out, stderr):
-    """Starts the training command and returns its process once the run's first
-    checkpoint exists (the process still running)."""
+def _latest_step(out):
+    latest = tf.train.latest_checkpoint(os.path.join(out, "checkpoints"))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+def _start_until_checkpoint(cmd, out, stderr, after=0):
+    """Starts the training command and returns its process once the run has a checkpoint
+    of a step above `after` (the process still running)."""
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=stderr, text=True,
                             preexec_fn=sigint_as_a_terminal_sends_it)
-    ckpt = os.path.join(out, "checkpoints", "checkpoint")
     deadline = time.time() + 300
-    while not os.path.exists(ckpt) and proc.poll() is None and time.time() < deadline:
+    while _latest_step(out) <= after and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before its first checkpoint could be acted on"
+    assert proc.poll() is None, f"the run ended before a checkpoint after step {after}"
     return proc
 
 
-def test_sigkill_then_rerun_resumes(tmp_path, tiny_encoder_dir):
-    """SIGKILL after the first checkpoint; the same command again resumes and exports."""
+def test_sigkill_then_ctrl_c_then_rerun_resumes(tmp_path, tiny_encoder_dir):
+    """One run stopped twice, each time after a checkpoint, then finished by the same
+    command (one training run serves both stops: a process launch costs seconds).
+
+    SIGKILL: the same command again resumes. Ctrl-C (SIGINT) of that resumed run: one line
+    saying how to resume, status 130, no traceback. The third launch resumes and exports,
+    with its stdout and stderr in one stream: no log line is glued onto the progress bar's
+    epoch line."""
     out = str(tmp_path / "run")
-    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=300", "--config.eval_every=20")
-    proc = _start_until_first_checkpoint(cmd, out, subprocess.DEVNULL)
+    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=100", "--config.eval_every=20")
+    proc = _start_until_checkpoint(cmd, out, subprocess.DEVNULL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(os.path.join(out, "export"))
-    result = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "resuming from step" in result.stderr
-    step = int(result.stderr.split("resuming from step ")[1].split()[0])
-    assert 20 <= step < 300
+    killed_at = _latest_step(out)
+
+    proc = _start_until_checkpoint(cmd, out, subprocess.PIPE, after=killed_at)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert "resuming from step" in stderr, stderr[-3000:]
+    step = int(stderr.split("resuming from step ")[1].split()[0])
+    assert step == killed_at and 20 <= step < 100
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1] == (
+        "interrupted; run the same command again to resume from the last checkpoint")
+    assert not os.path.exists(os.path.join(out, "export"))
+
+    result = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "resuming from step" in result.stdout
+    glued = [line for line in result.stdout.splitlines()
+             if "loss:" in line and re.search(r"[IWE]\d{4} \d\d:\d\d:\d\d", line)]
+    assert not glued, glued
     assert os.path.exists(os.path.join(out, "export", "1", "saved_model.pb"))
     metrics = json.load(open(os.path.join(out, "metrics.json")))
-    assert metrics["steps"] == 300
+    assert metrics["steps"] == 100
     assert "dev_before" in metrics  # kept from the first, killed run
 
 
@@ -151,28 +176,3 @@ def test_readme_example_runs(tmp_path):
     assert type(namespace["model"]).__name__ == "SimCSE"
     assert int(namespace["model"].optimizer.iterations.numpy()) > 0
     assert (tmp_path / "simcse_best.keras").exists()
-
-
-def test_ctrl_c_then_rerun_resumes_and_logs_stay_off_the_progress_bar(tmp_path,
-                                                                        tiny_encoder_dir):
-    """Ctrl-C (SIGINT) after the first checkpoint: one line saying how to resume, status
-    130, no traceback; the same command again resumes. Its stdout and stderr in one
-    stream: no log line is glued onto the progress bar's epoch line."""
-    out = str(tmp_path / "run")
-    cmd = _train_cmd(out, tiny_encoder_dir, "--config.steps=60", "--config.eval_every=20")
-    proc = _start_until_first_checkpoint(cmd, out, subprocess.PIPE)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert stderr.rstrip().splitlines()[-1] == (
-        "interrupted; run the same command again to resume from the last checkpoint")
-    assert not os.path.exists(os.path.join(out, "export"))
-    result = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "resuming from step" in result.stdout
-    glued = [line for line in result.stdout.splitlines()
-             if "loss:" in line and re.search(r"[IWE]\d{4} \d\d:\d\d:\d\d", line)]
-    assert not glued, glued
-    assert json.load(open(os.path.join(out, "metrics.json")))["steps"] == 60

@@ -58,10 +58,18 @@ def _embedding(path):
     return load_encoder(path).encode(["a man plays a guitar", "the dog runs"])
 
 
+@pytest.fixture(scope="module")
+def version_embeddings(two_versions):
+    """The embeddings each of `two_versions` gives (those folders are only read), by
+    path: computed once for the module instead of a load in every comparison."""
+    return {path: _embedding(path) for path in two_versions}
+
+
 # Call 1: directory -> staging/old; call 2: staging/new -> directory; call 3: removal of
 # the staging folder. A kill at call 1 leaves the old version in place; later, the new.
 @pytest.mark.parametrize("kill_at", [1, 2, 3])
-def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, kill_at):
+def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, version_embeddings,
+                                             kill_at):
     old, new = two_versions
     directory = str(tmp_path / "encoder")
     shutil.copytree(old, directory)
@@ -75,17 +83,18 @@ def test_kill_while_replacing_an_encoder_dir(tmp_path, two_versions, kill_at):
     # The next load recovers: the old version before the first rename, else the complete
     # new one (flushed before the first rename); the staging folder is removed.
     expected = old if kill_at == 1 else new
-    np.testing.assert_array_equal(_embedding(directory), _embedding(expected))
+    np.testing.assert_array_equal(_embedding(directory), version_embeddings[expected])
     assert sorted(os.listdir(tmp_path)) == ["encoder"]
     # A later save over it works and cleans up.
     from tfsent.encoders import load_encoder
 
     load_encoder(new).save_encoder_dir(directory)
     assert sorted(os.listdir(tmp_path)) == ["encoder"]
-    np.testing.assert_array_equal(_embedding(directory), _embedding(new))
+    np.testing.assert_array_equal(_embedding(directory), version_embeddings[new])
 
 
-def test_an_old_folder_beside_an_encoder_is_never_touched(tmp_path, two_versions):
+def test_an_old_folder_beside_an_encoder_is_never_touched(tmp_path, two_versions,
+                                                         version_embeddings):
     """tfsent before its staging markers deleted `X.old` beside `X` on every load of X."""
     from tfsent.encoders import load_encoder
 
@@ -97,7 +106,7 @@ def test_an_old_folder_beside_an_encoder_is_never_touched(tmp_path, two_versions
     load_encoder(str(directory))
     load_encoder(new).save_encoder_dir(str(directory))
     assert (tmp_path / "mymodel.old" / "IMPORTANT.txt").read_text() == "keep"
-    np.testing.assert_array_equal(_embedding(str(directory)), _embedding(new))
+    np.testing.assert_array_equal(_embedding(str(directory)), version_embeddings[new])
 
 
 def test_save_refuses_a_folder_that_is_not_an_encoder_dir(tmp_path, two_versions):
@@ -113,7 +122,7 @@ def test_save_refuses_a_folder_that_is_not_an_encoder_dir(tmp_path, two_versions
     assert sorted(os.listdir(tmp_path)) == ["hf_checkpoint"]
 
 
-def test_a_symlinked_encoder_dir_keeps_working(tmp_path, two_versions):
+def test_a_symlinked_encoder_dir_keeps_working(tmp_path, two_versions, version_embeddings):
     from tfsent.encoders import load_encoder
 
     old, new = two_versions
@@ -123,7 +132,7 @@ def test_a_symlinked_encoder_dir_keeps_working(tmp_path, two_versions):
     link.symlink_to(real)
     load_encoder(new).save_encoder_dir(str(link))
     assert link.is_symlink()
-    np.testing.assert_array_equal(_embedding(str(link)), _embedding(new))
+    np.testing.assert_array_equal(_embedding(str(link)), version_embeddings[new])
     load_encoder(old).save_encoder_dir(str(link))  # and again
-    np.testing.assert_array_equal(_embedding(str(link)), _embedding(old))
+    np.testing.assert_array_equal(_embedding(str(link)), version_embeddings[old])
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
