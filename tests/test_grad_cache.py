@@ -19,13 +19,12 @@ def _features(encoder, sentences):
     return encoder.tokenizer(tf.constant(sentences))
 
 
-def _compare(model, batch, chunks, atol=1e-5, jit=None):
-    """Max difference between plain and GradCache gradients (for each chunk size in
-    `chunks`, an int or a tuple: the plain side is computed once for all of them),
-    relative to each gradient's scale when it is above 1 (float32 sums in another order: a
-    table row whose gradient is ~37 differs by ~1.5e-5 in a graph), and the logs; `jit`
-    None runs eagerly, True/False inside tf.functions with/without XLA (SCD's plain
-    gradients differ by up to 2.5e-4 between eager and a graph, GradCache or not)."""
+def _compare(model, batch, chunk, atol=1e-5, jit=None):
+    """Max difference between plain and GradCache gradients, relative to each gradient's
+    scale when it is above 1 (float32 sums in another order: a table row whose gradient
+    is ~37 differs by ~1.5e-5 in a graph), and the logs; `jit` None runs eagerly,
+    True/False inside tf.functions with/without XLA (SCD's plain gradients differ by up to
+    2.5e-4 between eager and a graph, GradCache or not)."""
     variables = model.trainable_variables
 
     def wrap(fn):  # both sides in the same mode: TF's graph rewrites change float32 sums
@@ -34,21 +33,20 @@ def _compare(model, batch, chunks, atol=1e-5, jit=None):
 
     model.set_grad_cache(0)
     plain, plain_logs = wrap(model.gradients)(batch)
+    model.set_grad_cache(chunk)
+    cached, cached_logs = wrap(model.grad_cache_gradients)(batch)
+    assert len(plain) == len(cached)
     worst = 0.0
-    for chunk in (chunks if isinstance(chunks, tuple) else (chunks,)):
-        model.set_grad_cache(chunk)
-        cached, cached_logs = wrap(model.grad_cache_gradients)(batch)
-        assert len(plain) == len(cached)
-        for var, a, b in zip(variables, plain, cached):
-            assert (a is None) == (b is None), var.path
-            if a is not None:
-                a, b = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy()
-                assert np.abs(a).max() > 0 or np.abs(b).max() == 0
-                scale = max(1.0, float(np.abs(a).max()))
-                worst = max(worst, float(np.abs(a - b).max()) / scale)
-        assert worst <= atol, (chunk, worst)
-        np.testing.assert_allclose(float(plain_logs["loss"]), float(cached_logs["loss"]),
-                                   rtol=1e-5)
+    for var, a, b in zip(variables, plain, cached):
+        assert (a is None) == (b is None), var.path
+        if a is not None:
+            a, b = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy()
+            assert np.abs(a).max() > 0 or np.abs(b).max() == 0
+            scale = max(1.0, float(np.abs(a).max()))
+            worst = max(worst, float(np.abs(a - b).max()) / scale)
+    assert worst <= atol, worst
+    np.testing.assert_allclose(float(plain_logs["loss"]), float(cached_logs["loss"]),
+                               rtol=1e-5)
     return worst
 
 
@@ -65,11 +63,11 @@ def test_simcse_sup_gradients_equal_plain(chunk):
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_chunk_loop_in_a_graph_equals_plain(jit):
+@pytest.mark.parametrize("chunk", [2, 5])
+def test_chunk_loop_in_a_graph_equals_plain(jit, chunk):
     """In a tf.function (with and without XLA) the equal chunks between the first and the
     last run in a tf.while_loop (12 rows: chunk 2 -> 1 + a loop of 5; chunk 5 -> 1 + 1 +
-    a remainder of 2); the gradients, sparse embedding rows included, still match. Both
-    chunk sizes against one plain graph (its trace and XLA compile, once)."""
+    a remainder of 2); the gradients, sparse embedding rows included, still match."""
     from tfsent.methods.grad_cache import chunk_segments as _chunk_segments
 
     assert _chunk_segments(12, 2) == [(0, 2, 1), (2, 2, 5)]
@@ -79,7 +77,7 @@ def test_chunk_loop_in_a_graph_equals_plain(jit):
     batch = {"anchor": _features(encoder, SENTENCES),
              "positive": _features(encoder, SENTENCES[1:] + SENTENCES[:1]),
              "negative": _features(encoder, SENTENCES[::-1])}
-    _compare(model, batch, (2, 5), jit=jit)
+    _compare(model, batch, chunk, jit=jit)
 
 
 def test_chunk_segments():
