@@ -9,7 +9,8 @@ each family with four methods; an export's graph is the family's tokenizer and b
 plus the method's pooling and head, so the pairs cover both sides), and those exports are
 served by ONE fresh process (module fixture), started before the first cell and fed each
 export as soon as it is written, so that its TensorFlow import and the loading of each
-export overlap the next cells' training."""
+export overlap the next cells' training. The CLI diagonal's four runs share one process
+(the command's entry point run four times) and one fresh serving process."""
 
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TF_SERVING_LOADER
+from conftest import TF_SERVING_LOADER
 from hf_checkpoints import FAMILIES
 
 METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr",
@@ -183,27 +184,28 @@ CLI_XLA = {("scd", "roberta")}
 
 @pytest.fixture(scope="module")
 def cli_runs(hf_checkpoint_dirs, tmp_path_factory):
-    """{(method, family): (the finished `python -m tfsent.train` process, its output_dir)}
-    for the diagonal, plus the served embeddings of every run's export: one fresh serving
-    process for all of them (a process each would import TensorFlow four times)."""
-    from conftest import TINY_RUN_FLAGS
+    """{(method, family): (the finished `python -m tfsent.train` run, its output_dir)} for
+    the diagonal, plus the served embeddings of every run's export. The four runs go
+    through the command's entry point in one process, their exports through one fresh
+    serving process (conftest.run_cli_in_one_process: a process per run would import
+    TensorFlow, keras-hub and tfsent each time, ~9 CPU seconds)."""
+    from conftest import TINY_RUN_FLAGS, run_cli_in_one_process
 
-    runs = {}
-    server = ServingProcess(tmp_path_factory)
+    outputs, arg_lists = [], []
     for method, family in CLI_DIAGONAL:
-        out = str(tmp_path_factory.mktemp(f"cli-{method}-{family}") / "run")
+        outputs.append(str(tmp_path_factory.mktemp(f"cli-{method}-{family}") / "run"))
         extra = ["--config.extractor_layers=1", "--config.fusion_layers=1"] \
             if method == "cmlm_cse" else []
         if (method, family) not in CLI_XLA:
             extra.append("--config.jit_compile=False")
-        r = subprocess.run([sys.executable, "-m", "tfsent.train", f"--method={method}",
-                            f"--config.encoder={hf_checkpoint_dirs[family]}",
-                            "--config.steps=3", "--config.eval_every=3",
-                            "--config.batch_size=8", "--config.eval_max_seq_length=32",
-                            f"--output_dir={out}", *TINY_RUN_FLAGS, *extra],
-                           cwd=REPO, capture_output=True, text=True, timeout=900,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        runs[method, family] = r, out
+        arg_lists.append([f"--method={method}", f"--config.encoder={hf_checkpoint_dirs[family]}",
+                          "--config.steps=3", "--config.eval_every=3", "--config.batch_size=8",
+                          "--config.eval_max_seq_length=32", f"--output_dir={outputs[-1]}",
+                          *TINY_RUN_FLAGS, *extra])
+    runs = dict(zip(CLI_DIAGONAL, zip(run_cli_in_one_process("tfsent.train", arg_lists,
+                                                              timeout=1800), outputs)))
+    server = ServingProcess(tmp_path_factory)
+    for (method, family), (r, out) in runs.items():
         if r.returncode == 0:
             server.serve(f"{method}|{family}", os.path.join(out, "export", "1"))
     return runs, server.results()
