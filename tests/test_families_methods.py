@@ -9,7 +9,8 @@ each family with four methods; an export's graph is the family's tokenizer and b
 plus the method's pooling and head, so the pairs cover both sides), and those exports are
 served by ONE fresh process (module fixture), started before the first cell and fed each
 export as soon as it is written, so that its TensorFlow import and the loading of each
-export overlap the next cells' training."""
+export overlap the next cells' training. The CLI diagonal's four runs share one process
+(the command's entry point run four times) and one fresh serving process."""
 
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TF_SERVING_LOADER
+from conftest import TF_SERVING_LOADER
 from hf_checkpoints import FAMILIES
 
 METHODS = ("simcse_unsup", "simcse_sup", "cmlm_cse", "consert", "scd", "supcon", "clsr",
@@ -44,16 +45,19 @@ EXPORTED = {(method, FAMILIES[(i + shift) % len(FAMILIES)])
 
 # Reads `KEY<TAB>SAVEDMODEL PATH` lines from stdin, loads each SavedModel as TF Serving
 # does and serves the sentences as soon as its line arrives; at the end of input prints the
-# embeddings and which of tfsent / keras_hub got imported (none should).
+# embeddings (both outputs of serving_default) and which of tfsent / keras_hub got imported
+# (none should).
 SERVE_MANY = TF_SERVING_LOADER + r"""
 import json, sys
 sentences = json.loads(sys.argv[1])
-out = {}
+out, normalized = {}, {}
 for line in sys.stdin:
     key, path = line.rstrip("\n").split("\t")
-    out[key] = serve_like_tf_serving(path, sentences, ("embedding",))["embedding"].tolist()
+    served = serve_like_tf_serving(path, sentences)
+    out[key] = served["embedding"].tolist()
+    normalized[key] = served["embedding_normalized"].tolist()
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
-json.dump({"embeddings": out, "modules": mods}, sys.stdout)
+json.dump({"embeddings": out, "normalized": normalized, "modules": mods}, sys.stdout)
 """
 
 
@@ -92,40 +96,56 @@ def train_and_export(method, family, checkpoint, workdir, export=True):
     return path, expected, logs
 
 
+class ServingProcess:
+    """One fresh process (SERVE_MANY) that serves each export fed to it, started before the
+    first one exists so that its TensorFlow import overlaps the work that writes them."""
+
+    def __init__(self, tmp_path_factory):
+        self.stderr = tmp_path_factory.mktemp("serve") / "stderr.txt"
+        with open(self.stderr, "w") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", SERVE_MANY, json.dumps(SENTENCES)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+    def serve(self, key, path):
+        """Queues the SavedModel at `path`; its embeddings come back under `key`."""
+        try:
+            self.process.stdin.write(f"{key}\t{path}\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:  # the server died: its stderr is reported by `results`
+            pass
+
+    def results(self):
+        """{"embeddings": {key: rows}, "modules": [...]} once every export is served."""
+        try:
+            out, _ = self.process.communicate(timeout=900)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+        assert self.process.returncode == 0, self.stderr.read_text()[-3000:]
+        return json.loads(out)
+
+
 @pytest.fixture(scope="module")
 def grid(hf_checkpoint_dirs, tmp_path_factory):
     """{(method, family): (export path, encode output, logs) or the exception raised},
     plus the fresh process's served embeddings for every export."""
     results = {}
-    stderr = tmp_path_factory.mktemp("serve") / "stderr.txt"
-    with open(stderr, "w") as err:
-        server = subprocess.Popen([sys.executable, "-c", SERVE_MANY, json.dumps(SENTENCES)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                  text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    try:
-        for family in FAMILIES:
-            for method in METHODS:
-                workdir = str(tmp_path_factory.mktemp(f"{method}-{family}"))
-                try:
-                    results[method, family] = train_and_export(
-                        method, family, hf_checkpoint_dirs[family], workdir,
-                        export=(method, family) in EXPORTED)
-                except Exception as e:  # noqa: BLE001  (reported by the cell's own test)
-                    results[method, family] = e
-                    continue
-                if (method, family) not in EXPORTED:
-                    continue
-                try:
-                    server.stdin.write(f"{method}|{family}\t{results[method, family][0]}\n")
-                    server.stdin.flush()
-                except BrokenPipeError:  # the server died: its stderr is reported below
-                    pass
-        out, _ = server.communicate(timeout=900)
-    finally:
-        if server.poll() is None:
-            server.kill()
-    assert server.returncode == 0, stderr.read_text()[-3000:]
-    return results, json.loads(out)
+    server = ServingProcess(tmp_path_factory)
+    for family in FAMILIES:
+        for method in METHODS:
+            workdir = str(tmp_path_factory.mktemp(f"{method}-{family}"))
+            try:
+                results[method, family] = train_and_export(
+                    method, family, hf_checkpoint_dirs[family], workdir,
+                    export=(method, family) in EXPORTED)
+            except Exception as e:  # noqa: BLE001  (reported by the cell's own test)
+                results[method, family] = e
+                continue
+            if (method, family) in EXPORTED:
+                server.serve(f"{method}|{family}", results[method, family][0])
+    return results, server.results()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -162,29 +182,48 @@ CLI_DIAGONAL = [("scd", "roberta"), ("cmlm_cse", "xlm-roberta"),
 CLI_XLA = {("scd", "roberta")}
 
 
-@pytest.mark.parametrize("method,family", CLI_DIAGONAL)
-def test_cli_trains_a_family_checkpoint(method, family, hf_checkpoint_dirs, tmp_path):
-    from conftest import TINY_RUN_FLAGS, serve_in_fresh_process
+@pytest.fixture(scope="module")
+def cli_runs(hf_checkpoint_dirs, tmp_path_factory):
+    """{(method, family): (the finished `python -m tfsent.train` run, its output_dir)} for
+    the diagonal, plus the served embeddings of every run's export. The four runs go
+    through the command's entry point in one process, their exports through one fresh
+    serving process (conftest.run_cli_in_one_process: a process per run would import
+    TensorFlow, keras-hub and tfsent each time, ~9 CPU seconds)."""
+    from conftest import TINY_RUN_FLAGS, run_cli_in_one_process
 
-    out = str(tmp_path / "run")
-    extra = ["--config.extractor_layers=1", "--config.fusion_layers=1"] \
-        if method == "cmlm_cse" else []
-    if (method, family) not in CLI_XLA:
-        extra.append("--config.jit_compile=False")
-    r = subprocess.run([sys.executable, "-m", "tfsent.train", f"--method={method}",
-                        f"--config.encoder={hf_checkpoint_dirs[family]}", "--config.steps=3",
-                        "--config.eval_every=3", "--config.batch_size=8",
-                        "--config.eval_max_seq_length=32", f"--output_dir={out}",
-                        *TINY_RUN_FLAGS, *extra],
-                       cwd=REPO, capture_output=True, text=True, timeout=900,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    outputs, arg_lists = [], []
+    for method, family in CLI_DIAGONAL:
+        outputs.append(str(tmp_path_factory.mktemp(f"cli-{method}-{family}") / "run"))
+        extra = ["--config.extractor_layers=1", "--config.fusion_layers=1"] \
+            if method == "cmlm_cse" else []
+        if (method, family) not in CLI_XLA:
+            extra.append("--config.jit_compile=False")
+        arg_lists.append([f"--method={method}", f"--config.encoder={hf_checkpoint_dirs[family]}",
+                          "--config.steps=3", "--config.eval_every=3", "--config.batch_size=8",
+                          "--config.eval_max_seq_length=32", f"--output_dir={outputs[-1]}",
+                          *TINY_RUN_FLAGS, *extra])
+    runs = dict(zip(CLI_DIAGONAL, zip(run_cli_in_one_process("tfsent.train", arg_lists,
+                                                              timeout=1800), outputs)))
+    server = ServingProcess(tmp_path_factory)
+    for (method, family), (r, out) in runs.items():
+        if r.returncode == 0:
+            server.serve(f"{method}|{family}", os.path.join(out, "export", "1"))
+    return runs, server.results()
+
+
+@pytest.mark.parametrize("method,family", CLI_DIAGONAL)
+def test_cli_trains_a_family_checkpoint(method, family, cli_runs):
+    runs, served = cli_runs
+    r, out = runs[method, family]
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["steps"] == 3
     meta = json.load(open(os.path.join(out, "encoder", "tfsent_encoder.json")))
     assert meta["family"] == family
-    served = serve_in_fresh_process(os.path.join(out, "export", "1"), SENTENCES)
-    assert np.isfinite(served["embedding"]).all() and served["modules"] == []
+    embedding = np.array(served["embeddings"][f"{method}|{family}"], np.float32)
+    assert embedding.shape[0] == len(SENTENCES) and np.isfinite(embedding).all()
+    assert np.isfinite(served["normalized"][f"{method}|{family}"]).all()
+    assert served["modules"] == []
 
 
 def test_cmlm_extractor_and_mlm_head_come_from_the_checkpoint(hf_checkpoint_dirs, tmp_path,

@@ -272,18 +272,40 @@ def test_cli_trains_on_beir_train_selects_on_dev_and_evaluates(tmp_path, tiny_en
     assert "beir:tiny:test" in r.stdout and "ndcg@10" in r.stdout.lower()
 
 
-@pytest.mark.parametrize("case", ["unknown_ids", "empty_side"])
-def test_cli_bad_training_data_is_refused_before_any_model_loads(tmp_path, case):
-    if case == "unknown_ids":
-        folder = write_beir(tmp_path / "b", CORPUS, QUERIES,
-                            {"train": [("q1", "d1", 1), ("q5", "d2", 1)]})
-        source, message = f"beir:{folder}:train", "train.tsv, line 3: query 'q5' is not in"
-    else:
-        source = _write(tmp_path / "p.tsv", "q1\tp1\n\t p2\n")
-        message = "p.tsv, line 2: empty anchor"
-    r = _run("tfsent.train", "--method=retrieval", f"--config.train_data={source}",
-             "--config.encoder=no-such-encoder", f"--output_dir={tmp_path / 'run'}")
+BAD_TRAINING_DATA = ("unknown_ids", "empty_side")
+
+
+@pytest.fixture(scope="module")
+def bad_training_data_runs(tmp_path_factory):
+    """{case: (the `python -m tfsent.train` run on it, its output_dir, the message it must
+    print)}; both runs in one process (conftest.run_cli_in_one_process)."""
+    from conftest import run_cli_in_one_process
+
+    cases = {}
+    for case in BAD_TRAINING_DATA:
+        tmp_path = tmp_path_factory.mktemp(case)
+        if case == "unknown_ids":
+            folder = write_beir(tmp_path / "b", CORPUS, QUERIES,
+                                {"train": [("q1", "d1", 1), ("q5", "d2", 1)]})
+            source, message = f"beir:{folder}:train", "train.tsv, line 3: query 'q5' is not in"
+        else:
+            source = _write(tmp_path / "p.tsv", "q1\tp1\n\t p2\n")
+            message = "p.tsv, line 2: empty anchor"
+        cases[case] = source, tmp_path / "run", message
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    runs = run_cli_in_one_process(
+        "tfsent.train", [["--method=retrieval", f"--config.train_data={source}",
+                          "--config.encoder=no-such-encoder", f"--output_dir={out}"]
+                         for source, out, _ in cases.values()], env=env)
+    return {case: (r, out, message) for r, (case, (_, out, message)) in zip(runs, cases.items())}
+
+
+@pytest.mark.parametrize("case", BAD_TRAINING_DATA)
+def test_cli_bad_training_data_is_refused_before_any_model_loads(bad_training_data_runs,
+                                                                  case):
+    r, out, message = bad_training_data_runs[case]
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "Traceback" not in r.stderr
     assert "no-such-encoder" not in r.stderr  # refused before the encoder was looked at
-    assert not os.path.exists(tmp_path / "run")
+    assert not os.path.exists(out)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, SHARED_DATA, shared_data_or_skip
+from conftest import SHARED_DATA, shared_data_or_skip
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
 from tfsent.errors import ConfigError, InputError
@@ -189,67 +189,97 @@ def test_truncated_export_and_encode(tmp_path, tiny_encoder_dir):
 
 
 # -- the CLIs --------------------------------------------------------------------------------
-def _cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-
-
-@pytest.mark.parametrize("args, message", [
+# Every `python -m tfsent.export` run of this file in one process, and every
+# `python -m tfsent.evaluate` run in another (conftest.run_cli_in_one_process: one
+# TensorFlow import per command instead of one per run; each run parses its own flags).
+EXPORT_ERRORS = [
     (["--quantize=int8"], "--quantize=int8 needs --calibration_file"),
     (["--quantize=int8", "--calibration_file=EMPTY"], "calibration file has no sentences"),
     (["--truncate_dim=17"], "--truncate_dim"),
-])
-def test_export_cli_errors(tmp_path, tiny_encoder_dir, args, message):
-    empty = tmp_path / "empty.txt"
-    empty.write_text("")
-    args = [a.replace("EMPTY", str(empty)) for a in args]
-    r = _cli("tfsent.export", f"--model={tiny_encoder_dir}", f"--export_dir={tmp_path}/E",
-             *args)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert message in r.stderr and "Traceback" not in r.stderr
-    assert not os.path.exists(tmp_path / "E" / "1")
+]
+EVALUATE_ERRORS = [
+    (["--dims=8,16"], "--dims"),  # before the model is loaded
+    (["--dims=32,8"], "--dims"),  # larger than the embedding: once it is loaded
+]
 
 
-def test_export_and_evaluate_clis_on_the_demo_corpus(tmp_path, tiny_encoder_dir):
-    """Export with both quantizations calibrated on the demo corpus, then evaluate the export
-    with its stored int8 ranges, at two sizes, on STS-B."""
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory, tiny_encoder_dir):
+    """The runs of both CLIs: {"export_errors": [(run, its export_dir)], "demo_export": run,
+    "evaluate_errors": [run], "demo_evaluate": [run x 3], "root": the demo's folder}.
+    The demo runs: export with both quantizations calibrated on the demo corpus, then
+    evaluate the export with its stored int8 ranges, at two sizes, on STS-B, and int8 at
+    a truncated size (refused); without the shared STS data only the export errors run."""
+    from conftest import run_cli_in_one_process
     from tfsent.data.readers import DEMO_SENTENCES
 
+    root = tmp_path_factory.mktemp("cli")
+    export_dirs = [root / f"errors{i}" for i in range(len(EXPORT_ERRORS))]
+    empty = root / "empty.txt"
+    empty.write_text("")
+    export_args = [[f"--model={tiny_encoder_dir}", f"--export_dir={d}/E",
+                    *[a.replace("EMPTY", str(empty)) for a in args]]
+                   for d, (args, _) in zip(export_dirs, EXPORT_ERRORS)]
+    with_sts = os.path.exists(os.path.join(SHARED_DATA, "STS", "STSBenchmark"))
+    if with_sts:
+        export_args.append([f"--model={tiny_encoder_dir}", f"--export_dir={root}/E",
+                            "--quantize=int8,binary", f"--calibration_file={DEMO_SENTENCES}"])
+    exports = run_cli_in_one_process("tfsent.export", export_args)
+    runs = {"export_errors": list(zip(exports, export_dirs)), "root": root}
+    if not with_sts:
+        return runs
+    runs["demo_export"] = exports[-1]
+    sts = [f"--data_dir={SHARED_DATA}", "--tasks=STSBenchmark"]
+    out = root / "r.json"
+    evaluate_args = [[f"--model={tiny_encoder_dir}", *sts, *args]
+                     for args, _ in EVALUATE_ERRORS]
+    evaluate_args += [
+        [f"--model={root}/E", *sts, "--quantize=int8,binary", f"--output_json={out}"],
+        [f"--model={root}/E", *sts, "--dims=16,8", "--quantize=binary",
+         f"--output_json={root}/r2.json"],
+        [f"--model={root}/E", *sts, "--dims=16,8", "--quantize=int8"]]
+    evaluations = run_cli_in_one_process("tfsent.evaluate", evaluate_args)
+    runs["evaluate_errors"] = evaluations[:len(EVALUATE_ERRORS)]
+    runs["demo_evaluate"] = evaluations[len(EVALUATE_ERRORS):]
+    return runs
+
+
+@pytest.mark.parametrize("case", range(len(EXPORT_ERRORS)),
+                         ids=[m for _, m in EXPORT_ERRORS])
+def test_export_cli_errors(cli_runs, case):
+    r, export_dir = cli_runs["export_errors"][case]
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert EXPORT_ERRORS[case][1] in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(export_dir / "E" / "1")
+
+
+def test_export_and_evaluate_clis_on_the_demo_corpus(cli_runs):
+    """Export with both quantizations calibrated on the demo corpus, then evaluate the export
+    with its stored int8 ranges, at two sizes, on STS-B."""
     shared_data_or_skip("STS", "STSBenchmark")
-    r = _cli("tfsent.export", f"--model={tiny_encoder_dir}", f"--export_dir={tmp_path}/E",
-             "--quantize=int8,binary", f"--calibration_file={DEMO_SENTENCES}")
+    r = cli_runs["demo_export"]
     assert r.returncode == 0, r.stderr[-2000:]
-    out = tmp_path / "r.json"
-    r = _cli("tfsent.evaluate", f"--model={tmp_path}/E", f"--data_dir={SHARED_DATA}",
-             "--tasks=STSBenchmark", "--quantize=int8,binary", f"--output_json={out}")
+    r, r2, r3 = cli_runs["demo_evaluate"]
     assert r.returncode == 0, r.stderr[-2000:]
-    res = json.load(open(out))["STSBenchmark"]
+    res = json.load(open(cli_runs["root"] / "r.json"))["STSBenchmark"]
     assert res["float"]["spearman"] == res["spearman"]
     for q in ("int8", "binary"):
         assert res[q]["retention"] == pytest.approx(
             100 * res[q]["spearman"] / res["spearman"])
     assert "int8" in r.stdout and "retention %" in r.stdout
-    r = _cli("tfsent.evaluate", f"--model={tmp_path}/E", f"--data_dir={SHARED_DATA}",
-             "--tasks=STSBenchmark", "--dims=16,8", "--quantize=binary",
-             f"--output_json={out}")
-    assert r.returncode == 0, r.stderr[-2000:]
-    res2 = json.load(open(out))["STSBenchmark"]
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    res2 = json.load(open(cli_runs["root"] / "r2.json"))["STSBenchmark"]
     assert res2["spearman"] == pytest.approx(res["spearman"])  # 16 = the full width
     assert res2["dim_16/binary"]["spearman"] == pytest.approx(res["binary"]["spearman"])
     assert set(res2) >= {"dim_16", "dim_8", "dim_8/binary"}
     # Stored int8 ranges are for the full width only.
-    r = _cli("tfsent.evaluate", f"--model={tmp_path}/E", f"--data_dir={SHARED_DATA}",
-             "--tasks=STSBenchmark", "--dims=16,8", "--quantize=int8")
-    assert r.returncode == 2 and "--calibration_file" in r.stderr
+    assert r3.returncode == 2 and "--calibration_file" in r3.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dims=8,16"], "--dims"),  # before the model is loaded
-    (["--dims=32,8"], "--dims"),  # larger than the embedding: once it is loaded
-])
-def test_evaluate_cli_errors(tmp_path, tiny_encoder_dir, args, message):
+@pytest.mark.parametrize("case", range(len(EVALUATE_ERRORS)),
+                         ids=[a[0] for a, _ in EVALUATE_ERRORS])
+def test_evaluate_cli_errors(cli_runs, case):
     shared_data_or_skip("STS", "STSBenchmark")
-    r = _cli("tfsent.evaluate", f"--model={tiny_encoder_dir}", f"--data_dir={SHARED_DATA}",
-             "--tasks=STSBenchmark", *args)
+    r = cli_runs["evaluate_errors"][case]
     assert r.returncode == 2, r.stderr[-2000:]
-    assert message in r.stderr and "Traceback" not in r.stderr
+    assert EVALUATE_ERRORS[case][1] in r.stderr and "Traceback" not in r.stderr
