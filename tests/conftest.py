@@ -225,72 +225,6 @@ def serve_in_fresh_process(path, sentences):
     return json.loads(r.stdout)
 
 
-# Runs one command (`python -m tfsent.<module>` as its `__main__` block does: `entry()`, or
-# `_define_flags()` then `cli.start(main)`) once per argument list given as JSON, in ONE
-# process: flags reset to their defaults before each run; everything written to file
-# descriptors 1 and 2 during a run (prints, absl and TensorFlow logs; an exception escaping
-# the command printed as Python prints it) captured as that run's stdout and stderr; the exit
-# status taken from SystemExit. Prints the runs' results as JSON on the real stdout, after a
-# mark (whatever else reaches the real stdout comes before it).
-CLI_RUNS_MARK = "@@tfsent-cli-runs@@"
-CLI_RUNS_SCRIPT = f"CLI_RUNS_MARK = {CLI_RUNS_MARK!r}" + r"""
-import importlib, json, os, sys, tempfile, traceback
-from absl import flags
-from tfsent import cli
-module = importlib.import_module(sys.argv[1])
-if hasattr(module, "entry"):
-    start = module.entry
-else:
-    module._define_flags()
-    start = lambda: cli.start(module.main)  # noqa: E731
-results = []
-for args in json.loads(sys.argv[2]):
-    flags.FLAGS.unparse_flags()
-    sys.argv = [module.__file__, *args]
-    code = 0
-    sys.stdout.flush(); sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        try:
-            start()
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else int(e.code is not None)
-        except BaseException:  # noqa: BLE001  (what an uncaught exception would print)
-            traceback.print_exc()
-            code = 1
-        finally:
-            sys.stdout.flush(); sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0]); os.close(saved[1])
-        out.seek(0); err.seek(0)
-        results.append({"returncode": code,
-                        "stdout": out.read().decode("utf-8", "replace"),
-                        "stderr": err.read().decode("utf-8", "replace")})
-sys.stdout.write("\n" + CLI_RUNS_MARK + json.dumps(results))
-"""
-
-
-def run_cli_in_one_process(module, arg_lists, env=None, timeout=600):
-    """Runs `python -m <module> ARGS` for each ARGS of `arg_lists` in one fresh process
-    (one TensorFlow import instead of one per run; CLI_RUNS_SCRIPT) from the repository
-    root; returns one `subprocess.CompletedProcess` (returncode, stdout, stderr) per run."""
-    import json
-    import subprocess
-    import sys
-
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2") if env is None else env
-    r = subprocess.run([sys.executable, "-c", CLI_RUNS_SCRIPT, module, json.dumps(arg_lists)],
-                       cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return [subprocess.CompletedProcess([module, *args], run["returncode"], run["stdout"],
-                                        run["stderr"])
-            for args, run in zip(arg_lists,
-                                 json.loads(r.stdout.rsplit(CLI_RUNS_MARK, 1)[1]))]
-
-
 def build_tiny_method(kind, strategy, weights=None):
     """A tiny method (`kind`: unsup | sup | pairs | cmlm | supcon) built under `strategy`,
     compiled with SGD(0.5) without XLA, its optimizer built, its trainable weights set to
@@ -391,17 +325,20 @@ json.dump(codes, open(out_prefix + ".codes", "w"))
 """
 
 
-# What `python -m tfsent.evaluate` imports: cli_runs_in_one_process's `preload` for it.
+# What `python -m tfsent.train` / `tfsent.evaluate` import: cli_runs_in_one_process's
+# `preload` for them.
+TRAIN_IMPORTS = ("tfsent.cli", "tfsent.training", "tfsent.methods")
 EVALUATE_IMPORTS = ("tfsent.cli", "tfsent.evaluation.runner", "tfsent.evaluation.rerank",
                     "tfsent.serving", "tfsent.plots")
 
 
-def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600):
+def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600, env=None):
     """[argv, ...] -> one subprocess.CompletedProcess per argv: `python -m module *argv` run
     in the repository with TF_CPP_MIN_LOG_LEVEL=2, each case in a fork of one process that
     imported TensorFlow, tfsent and the `preload` modules (the CLI's own imports, never
     the CLI module itself) once (CLI_FORKS_SCRIPT); `folder` holds the scratch files. For
-    CLI error cases, which each cost a TensorFlow import as separate runs."""
+    CLI error cases, which each cost a TensorFlow import as separate runs. `env`: the
+    environment (default: this one with TF_CPP_MIN_LOG_LEVEL=2)."""
     import json
     import subprocess
     import sys
@@ -413,7 +350,7 @@ def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600):
     r = subprocess.run([sys.executable, "-c", CLI_FORKS_SCRIPT, module, cases_file, prefix,
                         ",".join(preload)],
                        cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2") if env is None else env)
     assert r.returncode == 0, r.stderr[-3000:]
     with open(prefix + ".codes") as f:
         codes = json.load(f)

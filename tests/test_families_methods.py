@@ -187,9 +187,9 @@ def cli_runs(hf_checkpoint_dirs, tmp_path_factory):
     """{(method, family): (the finished `python -m tfsent.train` run, its output_dir)} for
     the diagonal, plus the served embeddings of every run's export. The four runs go
     through the command's entry point in one process, their exports through one fresh
-    serving process (conftest.run_cli_in_one_process: a process per run would import
-    TensorFlow, keras-hub and tfsent each time, ~9 CPU seconds)."""
-    from conftest import TINY_RUN_FLAGS, run_cli_in_one_process
+    serving process (conftest.cli_runs_in_one_process: each run a fork of one process that
+    imported TensorFlow, keras-hub and tfsent once, ~9 CPU seconds a fresh process pays)."""
+    from conftest import TINY_RUN_FLAGS, TRAIN_IMPORTS, cli_runs_in_one_process
 
     outputs, arg_lists = [], []
     for method, family in CLI_DIAGONAL:
@@ -202,8 +202,10 @@ def cli_runs(hf_checkpoint_dirs, tmp_path_factory):
                           "--config.steps=3", "--config.eval_every=3", "--config.batch_size=8",
                           "--config.eval_max_seq_length=32", f"--output_dir={outputs[-1]}",
                           *TINY_RUN_FLAGS, *extra])
-    runs = dict(zip(CLI_DIAGONAL, zip(run_cli_in_one_process("tfsent.train", arg_lists,
-                                                              timeout=1800), outputs)))
+    runs = cli_runs_in_one_process("tfsent.train", arg_lists,
+                                   str(tmp_path_factory.mktemp("cli-forks")),
+                                   preload=TRAIN_IMPORTS, timeout=1800)
+    runs = dict(zip(CLI_DIAGONAL, zip(runs, outputs)))
     server = ServingProcess(tmp_path_factory)
     for (method, family), (r, out) in runs.items():
         if r.returncode == 0:

@@ -278,8 +278,8 @@ BAD_TRAINING_DATA = ("unknown_ids", "empty_side")
 @pytest.fixture(scope="module")
 def bad_training_data_runs(tmp_path_factory):
     """{case: (the `python -m tfsent.train` run on it, its output_dir, the message it must
-    print)}; both runs in one process (conftest.run_cli_in_one_process)."""
-    from conftest import run_cli_in_one_process
+    print)}; both runs forked from one process (conftest.cli_runs_in_one_process)."""
+    from conftest import TRAIN_IMPORTS, cli_runs_in_one_process
 
     cases = {}
     for case in BAD_TRAINING_DATA:
@@ -294,10 +294,11 @@ def bad_training_data_runs(tmp_path_factory):
         cases[case] = source, tmp_path / "run", message
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    runs = run_cli_in_one_process(
+    runs = cli_runs_in_one_process(
         "tfsent.train", [["--method=retrieval", f"--config.train_data={source}",
                           "--config.encoder=no-such-encoder", f"--output_dir={out}"]
-                         for source, out, _ in cases.values()], env=env)
+                         for source, out, _ in cases.values()],
+        str(tmp_path_factory.mktemp("cli-forks")), preload=TRAIN_IMPORTS, env=env)
     return {case: (r, out, message) for r, (case, (_, out, message)) in zip(runs, cases.items())}
 
 

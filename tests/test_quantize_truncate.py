@@ -189,9 +189,9 @@ def test_truncated_export_and_encode(tmp_path, tiny_encoder_dir):
 
 
 # -- the CLIs --------------------------------------------------------------------------------
-# Every `python -m tfsent.export` run of this file in one process, and every
-# `python -m tfsent.evaluate` run in another (conftest.run_cli_in_one_process: one
-# TensorFlow import per command instead of one per run; each run parses its own flags).
+# Every `python -m tfsent.export` run of this file forked from one process, and every
+# `python -m tfsent.evaluate` run from another (conftest.cli_runs_in_one_process: one
+# TensorFlow import per command instead of one per run; each run a process of its own).
 EXPORT_ERRORS = [
     (["--quantize=int8"], "--quantize=int8 needs --calibration_file"),
     (["--quantize=int8", "--calibration_file=EMPTY"], "calibration file has no sentences"),
@@ -210,7 +210,7 @@ def cli_runs(tmp_path_factory, tiny_encoder_dir):
     The demo runs: export with both quantizations calibrated on the demo corpus, then
     evaluate the export with its stored int8 ranges, at two sizes, on STS-B, and int8 at
     a truncated size (refused); without the shared STS data only the export errors run."""
-    from conftest import run_cli_in_one_process
+    from conftest import EVALUATE_IMPORTS, cli_runs_in_one_process
     from tfsent.data.readers import DEMO_SENTENCES
 
     root = tmp_path_factory.mktemp("cli")
@@ -224,7 +224,8 @@ def cli_runs(tmp_path_factory, tiny_encoder_dir):
     if with_sts:
         export_args.append([f"--model={tiny_encoder_dir}", f"--export_dir={root}/E",
                             "--quantize=int8,binary", f"--calibration_file={DEMO_SENTENCES}"])
-    exports = run_cli_in_one_process("tfsent.export", export_args)
+    exports = cli_runs_in_one_process("tfsent.export", export_args,
+                                      str(tmp_path_factory.mktemp("export-forks")))
     runs = {"export_errors": list(zip(exports, export_dirs)), "root": root}
     if not with_sts:
         return runs
@@ -238,7 +239,9 @@ def cli_runs(tmp_path_factory, tiny_encoder_dir):
         [f"--model={root}/E", *sts, "--dims=16,8", "--quantize=binary",
          f"--output_json={root}/r2.json"],
         [f"--model={root}/E", *sts, "--dims=16,8", "--quantize=int8"]]
-    evaluations = run_cli_in_one_process("tfsent.evaluate", evaluate_args)
+    evaluations = cli_runs_in_one_process("tfsent.evaluate", evaluate_args,
+                                          str(tmp_path_factory.mktemp("evaluate-forks")),
+                                          preload=EVALUATE_IMPORTS)
     runs["evaluate_errors"] = evaluations[:len(EVALUATE_ERRORS)]
     runs["demo_evaluate"] = evaluations[len(EVALUATE_ERRORS):]
     return runs
