@@ -194,6 +194,8 @@ def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir, abs
            "first_eval_step=0")
     assert any("loss-scale overflow step(s) skipped" in m for m in absl_messages)
     assert os.path.exists(os.path.join(out, "export", "1", "saved_model.pb"))
+    # the run's mixed_float16 does not outlive it (it leaked into later tests once)
+    assert keras.mixed_precision.global_policy().name == "float32"
     # The stop without XLA (one compile less): the run above trains fp16 under XLA, and
     # tests/reliability/test_divergence.py stops XLA runs on a non-finite loss.
     with pytest.raises(TrainingError) as stopped:
@@ -203,6 +205,7 @@ def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir, abs
     said = str(stopped.value) + "\n".join(absl_messages)
     assert "non-finite" in said or "exploded" in said
     assert not os.path.exists(os.path.join(str(tmp_path / "bad"), "export"))
+    assert keras.mixed_precision.global_policy().name == "float32"  # a stopped run too
 
 
 @pytest.mark.parametrize("flag", ["--config.first_eval_step=-1",

@@ -236,9 +236,20 @@ def run(method, config, output_dir, overwrite=False):
     `build_run` (encoder, method, optimizer), `restore_run` (resume or score the starting
     encoder), `fit_run` (Keras fit with the callbacks of `tfsent.training.callbacks`),
     `finalize_run` (selection, export). A run already finished in `output_dir` with the
-    same config is reported, not repeated; `overwrite` discards an earlier run there."""
-    r = Run(method, config, output_dir, overwrite)
+    same config is reported, not repeated; `overwrite` discards an earlier run there.
+    Keras' global dtype policy (set from `mixed_precision` for the run) is the caller's
+    again when it returns or raises."""
+    policy = keras.mixed_precision.global_policy()
+    try:
+        return _run(Run(method, config, output_dir, overwrite))
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+
+
+def _run(r):
+    """`run`'s steps on the `Run` record `r`."""
     resolve_run(r)
+    output_dir = r.output_dir
     if r.status == "finished":
         metrics = read_json(r.metrics_path, {})
         logging.info("the run in %s has already finished", output_dir)
