@@ -241,33 +241,29 @@ def run(method, config, output_dir, overwrite=False):
     again when it returns or raises."""
     policy = keras.mixed_precision.global_policy()
     try:
-        return _run(Run(method, config, output_dir, overwrite))
+        r = Run(method, config, output_dir, overwrite)
+        resolve_run(r)
+        if r.status == "finished":
+            metrics = read_json(r.metrics_path, {})
+            logging.info("the run in %s has already finished", output_dir)
+            print(f"already finished: {output_dir} holds this run's export "
+                  f"{metrics['export']} (step {metrics.get('steps')}); to train again "
+                  f"choose a new --output_dir or pass --overwrite")
+            return metrics
+        build_run(r)
+        restore_run(r)
+        guards = fit_run(r)
+        metrics = finalize_run(r, *guards)
+        if "export" in metrics:  # the chief (other workers of a multi-worker run: none)
+            print(f"export: {metrics['export']}")
+            print(size_summary(output_dir))
+            lines = (rerank_dev.next_steps(r.config, metrics["export"], output_dir)
+                     if r.reranked else next_steps(r.config, metrics, output_dir,
+                                                   r.encoder.family))
+            print("\n".join(lines))
+        return metrics
     finally:
         keras.mixed_precision.set_global_policy(policy)
-
-
-def _run(r):
-    """`run`'s steps on the `Run` record `r`."""
-    resolve_run(r)
-    output_dir = r.output_dir
-    if r.status == "finished":
-        metrics = read_json(r.metrics_path, {})
-        logging.info("the run in %s has already finished", output_dir)
-        print(f"already finished: {output_dir} holds this run's export {metrics['export']} "
-              f"(step {metrics.get('steps')}); to train again choose a new --output_dir "
-              f"or pass --overwrite")
-        return metrics
-    build_run(r)
-    restore_run(r)
-    guards = fit_run(r)
-    metrics = finalize_run(r, *guards)
-    if "export" in metrics:  # the chief (other workers of a multi-worker run export nothing)
-        print(f"export: {metrics['export']}")
-        print(size_summary(output_dir))
-        lines = (rerank_dev.next_steps(r.config, metrics["export"], output_dir) if r.reranked
-                 else next_steps(r.config, metrics, output_dir, r.encoder.family))
-        print("\n".join(lines))
-    return metrics
 
 
 def next_steps(config, metrics, output_dir, family=None):
