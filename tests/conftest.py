@@ -337,7 +337,7 @@ def cli_runs_in_one_process(module, cases, folder, preload=(), timeout=600, env=
     in the repository with TF_CPP_MIN_LOG_LEVEL=2, each case in a fork of one process that
     imported TensorFlow, tfsent and the `preload` modules (the CLI's own imports, never
     the CLI module itself) once (CLI_FORKS_SCRIPT); `folder` holds the scratch files. For
-    CLI error cases, which each cost a TensorFlow import as separate runs. `env`: the
+    several runs of one CLI, which each cost a TensorFlow import as separate runs. `env`: the
     environment (default: this one with TF_CPP_MIN_LOG_LEVEL=2)."""
     import json
     import subprocess
