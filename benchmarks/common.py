@@ -118,6 +118,11 @@ def tfsent_workers_runtime(runtimes=None):
     return dict(fields, runtime_source="tfsent workers", tfsent_workers=list(runtimes))
 
 
+# Environment variables that cap the instruction set kernels use (recorded when set).
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                     "MKL_ENABLE_INSTRUCTIONS")
+
+
 def tensorflow_runtime():
     """What TensorFlow really runs with in this process's environment (the benchmark
     workers inherit it): `onednn`, TF's own answer (`IsMklEnabled`: TF 2.21 turns oneDNN on
@@ -139,6 +144,9 @@ def tensorflow_runtime():
             "TFSENT_THREADS") if k in os.environ},
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        # Instruction-set caps the kernels obey (oneDNN's in TF and torch, torch's ATen and
+        # MKL): a run with AVX-512 capped to AVX2 is not an AVX2 machine, and says so.
+        "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARIABLES if k in os.environ},
     }
 
 
@@ -154,6 +162,7 @@ def describe_machine(machine):
             + (f" (TF_ENABLE_ONEDNN_OPTS={machine['onednn_env']})"
                if machine.get("onednn_env") is not None else "")
             + (f", XLA_FLAGS={machine['xla_flags']}" if machine.get("xla_flags") else "")
+            + "".join(f", {k}={v}" for k, v in sorted(machine.get("isa_caps", {}).items()))
             + (f", torch {machine['torch']}" if machine.get("torch") else "")
             + f"; {machine['date']})")
 

@@ -424,7 +424,12 @@ def test_the_machine_record_takes_onednn_and_threads_from_the_tfsent_workers():
     line = common.describe_machine(dict(
         cpu_model="X", cores=2, isa_flags=["avx2"], tensorflow="2.21", date="2026-11-27",
         onednn="mixed"))
-    assert "oneDNN mixed" in line
+    assert "oneDNN mixed" in line and "MAX_CPU_ISA" not in line
+    capped = common.describe_machine(dict(
+        cpu_model="X", cores=2, isa_flags=["avx512f"], tensorflow="2.21", date="2026-11-27",
+        onednn=True, isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}))
+    assert capped.endswith("oneDNN on, ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2; "
+                           "2026-11-27)"), capped
 
 
 def test_parse_cpuinfo_flags():
@@ -443,13 +448,15 @@ def test_the_machine_record_says_what_tensorflow_really_runs():
     value and the thread settings beside it."""
     script = ("import json, sys; sys.path.insert(0, %r); import common; "
               "print(json.dumps(common.tensorflow_runtime()))" % common.BENCH_DIR)
-    for value, expected in (("0", False), ("1", True)):
-        env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=value)
+    clean = {k: v for k, v in os.environ.items() if k not in common.ISA_CAP_VARIABLES}
+    for value, expected, caps in (("0", False, {}), ("1", True, {"ONEDNN_MAX_CPU_ISA": "AVX2"})):
+        env = dict(clean, TF_ENABLE_ONEDNN_OPTS=value, **caps)
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              env=env, check=True).stdout
         record = json.loads(out.strip().splitlines()[-1])
         assert record["onednn"] is expected and record["onednn_env"] == value
         assert record["intra_op_threads"] == 0 and record["inter_op_threads"] == 0
+        assert record["isa_caps"] == caps  # an ISA cap is part of what ran
 
 
 def test_large_model_memory_tiny(tmp_path):

@@ -23,6 +23,7 @@ def _cpuinfo(cores):
 
 
 CPUINFO_HT = _cpuinfo((0, 0, 1, 1))  # 2 cores, 2 hyper-threads each
+CPUINFO_AVX2 = CPUINFO_HT.replace(" avx512f avx512_vnni", "")  # a Zen 3 / Haswell kind
 
 
 def probe(encode_graph, encode_xla, train_graph, train_xla):
@@ -68,6 +69,22 @@ def test_cpuinfo_cores_flags_and_machine_key(tmp_path):
     assert cs.cache_path(dict(key, isa_flags=["avx2"]), env) != path
 
 
+def test_the_calibration_runs_by_default_only_where_tf_leaves_onednn_off_on_avx2():
+    def cpu(*flags):
+        return {"flags": list(flags)}
+
+    assert cs.calibration_pays(cs.read_cpu(CPUINFO_AVX2))
+    assert cs.calibration_pays(cpu("avx", "avx2", "fma", "avx512f"))  # AVX-512, no VNNI
+    for flags in (("avx2", "avx512_vnni"), ("avx2", "avx_vnni"), ("avx2", "amx_tile"),
+                  ("avx2", "avx512_bf16"), ("avx", "sse4_2"), ()):  # () : aarch64, macOS
+        assert not cs.calibration_pays(cpu(*flags)), flags
+    assert cs.measuring_wanted({}, cpu("avx2")) and not cs.measuring_wanted({}, cpu())
+    assert cs.measuring_wanted({"TFSENT_CPU_SETTINGS": "measure"}, cpu())
+    assert not cs.measuring_wanted({"TFSENT_CPU_SETTINGS": " DEFAULT"}, cpu("avx2"))
+    with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS='always': use auto, measure"):
+        cs.measuring_wanted({"TFSENT_CPU_SETTINGS": "always"}, cpu("avx2"))
+
+
 def test_decide_prefers_tf_default_within_the_margin():
     on = probe(1.0, 1.2, 3.0, 2.0)       # score: 1.0 + 2.0 = 3.0
     off = probe(0.98, 1.1, 2.9, 2.05)    # score: 0.98 + 2.05 = 3.03 (TF default: on)
@@ -106,10 +123,17 @@ def test_precedence_user_variable_flag_environment_measured():
         calls.append(1)
         return measured, "/cache/file.json"
 
-    # Without TFSENT_CPU_SETTINGS=measure nothing is measured: TF's and tfsent's defaults.
-    r = cs.resolve({}, {}, measure)
-    assert not calls and {n: r[n] for n in cs.SETTINGS} == {
-        n: (v, "default") for n, v in cs.BUILTIN.items()}
+    builtin = {n: (v, "default") for n, v in cs.BUILTIN.items()}
+    # Unset (auto): nothing measured on a CPU where TF turns oneDNN on itself ...
+    r = cs.resolve({}, {}, measure, cpu=cs.read_cpu(CPUINFO_HT))
+    assert not calls and {n: r[n] for n in cs.SETTINGS} == builtin
+    # ... measured on an AVX2 CPU where TF leaves it off, unless TFSENT_CPU_SETTINGS=default.
+    r = cs.resolve({}, {"TFSENT_CPU_SETTINGS": "Auto "}, measure, cpu=cs.read_cpu(CPUINFO_AVX2))
+    assert calls == [1] and {n: r[n] for n in cs.SETTINGS} == {
+        n: (v, "measured") for n, v in measured.items()}
+    r = cs.resolve({}, {"TFSENT_CPU_SETTINGS": "default"}, measure, cpu=cs.read_cpu(CPUINFO_AVX2))
+    assert calls == [1] and {n: r[n] for n in cs.SETTINGS} == builtin
+    calls.clear()
     with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS"):
         cs.resolve({}, {"TFSENT_CPU_SETTINGS": "fast"}, measure)
     r = cs.resolve({}, {"TFSENT_CPU_SETTINGS": "measure"}, measure)
@@ -175,6 +199,27 @@ def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monke
         choice, path = cs._measured_or_builtin()
     assert (choice, path) == (cs.BUILTIN, None)
     assert any("calibration failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_calibration_is_recorded_and_not_run_at_every_import(tmp_path):
+    env = {"TFSENT_CACHE": str(tmp_path)}
+    cpu = cs.read_cpu(CPUINFO_HT)
+    calls = []
+
+    def failing_probe(onednn, threads, budget):
+        calls.append(onednn)
+        raise RuntimeError("CPU settings probe (oneDNN on) failed (exit 1): no TensorFlow")
+
+    path = cs.cache_path(cs.machine_key(cpu, cs.tensorflow_version()), env)
+    with pytest.raises(cs.CalibrationFailed, match="no TensorFlow.*delete it"):
+        cs.measured_choice(cpu, env, failing_probe)
+    assert calls == ["on"] and "no TensorFlow" in json.load(open(path))["failed"]
+    with pytest.raises(cs.CalibrationFailed, match=f"recorded in {path}: delete it"):
+        cs.measured_choice(cpu, env, failing_probe)
+    assert calls == ["on"]  # not measured again
+    os.remove(path)  # as the message says: measured again
+    choice, _ = cs.measured_choice(cpu, env, fake_probe_factory(calls), budget=0.01)
+    assert calls[1:3] == [("on", "default"), ("off", "default")] and choice["onednn"] == "off"
 
 
 def fake_probe_factory(calls):

@@ -121,6 +121,26 @@ def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
     assert meta["max_seq_length"] == 12
 
 
+def test_encode_function_is_what_encode_runs(tiny_encoder_dir):
+    """The public traced function: strings in, un-normalised (N, H) float32 out, equal to
+    `encode(normalize=False)`; cached per (pooling, clamped length, jit), pooling checked."""
+    import tensorflow as tf
+
+    from tfsent.errors import ConfigError
+
+    enc = load_encoder(tiny_encoder_dir, pooling="mean")
+    fn = enc.encode_function()
+    assert fn is enc.encode_function("mean", enc.tokenizer.max_seq_length, jit_compile=False)
+    long = enc.encode_function(max_seq_length=10_000)  # clamped to the position table
+    assert long is enc.encode_function("mean", enc.clamp_length(10_000)) and long is not fn
+    out = fn(tf.constant(SENTENCES)).numpy()
+    assert out.dtype == np.float32 and out.shape == (len(SENTENCES), enc.hidden_dim)
+    np.testing.assert_allclose(out, enc.encode(SENTENCES, normalize=False), atol=1e-5)
+    assert not np.allclose(np.linalg.norm(out, axis=1), 1.0)
+    with pytest.raises(ConfigError, match="pool"):
+        enc.encode_function("no_such_pooling")
+
+
 def test_xla_export_and_encode_match_plain(tmp_path, tiny_encoder_dir):
     """jit_compile=True pads batches to bucketed shapes (rows to a power of two, width to
     WIDTH_BUCKETS) and runs XLA: the served and encoded vectors equal the plain ones, in a

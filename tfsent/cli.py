@@ -127,9 +127,10 @@ def define_cpu_flags(flag_values=None):
                        ("jit_encode", "XLA for encoding"),
                        ("jit_train", "XLA for the train step")):
         flags.DEFINE_enum(f"cpu_{name}", "auto", ["auto", "on", "off"],
-                          f"{what}: auto (measured for this CPU, cached), on or off "
+                          f"{what}: auto (measured for this CPU where that pays, else "
+                          "the default; $TFSENT_CPU_SETTINGS), on or off "
                           f"(over ${cpu_settings.ENV_VARS[name]}).", **fv)
-    flags.DEFINE_string("cpu_threads", "auto", "Intra/inter-op threads: auto (measured), "
+    flags.DEFINE_string("cpu_threads", "auto", "Intra/inter-op threads: auto (as above), "
                         "default (TF's own) or INTRA/INTER, e.g. 2/1 (over "
                         "$TFSENT_THREADS).", **fv)
 

@@ -73,8 +73,10 @@ def build_workload(size):
     train_graph = tf.function(model.train_step)
     train_xla = tf.function(model.train_step, jit_compile=True)
     calls = {
-        "encode_graph": (encoder._get_encode_fn("mean", length, False), encode_strings),
-        "encode_xla": (encoder._get_encode_fn("mean", length, True), encode_strings),
+        "encode_graph": (encoder.encode_function("mean", length, jit_compile=False),
+                         encode_strings),
+        "encode_xla": (encoder.encode_function("mean", length, jit_compile=True),
+                       encode_strings),
         "train_graph": (train_graph, train_batch),
         "train_xla": (train_xla, train_batch),
     }

@@ -8,21 +8,23 @@ Four settings, each `auto` by default:
 - `jit_train` (on | off): XLA for the training run's train step (config `jit_compile`).
 - `threads` (`default` = TF's own, or `INTRA/INTER`): intra / inter-op thread pools.
 
-`auto` means TF's and tfsent's own defaults (BUILTIN), unless TFSENT_CPU_SETTINGS=measure
-asks for the measured choice (off by default: see `measuring_wanted`): then, at first use
-on a machine, a calibration (`tfsent.cpu_probe`: tfsent's own SimCSE train step and
-`encode` function on a 2-layer minilm-shaped encoder, plain graph and XLA, in one subprocess
-per candidate oneDNN / thread setting, since neither can change inside a process) picks the
-fastest, keeping TF's own default unless another setting wins by more than MARGIN. The
-result is cached per machine (CPU model, ISA flags, physical cores, TF version) under
-$TFSENT_CACHE or ~/.cache/tfsent/, and one line says what runs.
+`auto` means the measured choice where it pays, TF's and tfsent's own defaults (BUILTIN)
+elsewhere: TFSENT_CPU_SETTINGS=auto (the default) measures only on x86-64 CPUs with AVX2
+where TF leaves oneDNN off (`calibration_pays`), `measure` on every CPU, `default` never.
+To measure, at first use on a machine, a calibration (`tfsent.cpu_probe`: tfsent's own
+SimCSE train step and `encode` function on a 2-layer minilm-shaped encoder, plain graph
+and XLA, in one subprocess per candidate oneDNN / thread setting, since neither can change
+inside a process) picks the fastest, keeping TF's own default unless another setting wins
+by more than MARGIN. The result is cached per machine (CPU model, ISA flags, physical
+cores, TF version) under $TFSENT_CACHE or ~/.cache/tfsent/, and one line says what runs.
+A failed calibration is recorded there too: TF's and tfsent's defaults run, with a
+warning, until the file is deleted.
 
 Precedence, highest first: the user's own `TF_ENABLE_ONEDNN_OPTS` (oneDNN only); a
 command-line flag (`--cpu_onednn`, `--cpu_jit_encode`, `--cpu_jit_train`,
 `--cpu_threads`) or `configure(...)` before `import tfsent`; the environment variables
-TFSENT_ONEDNN, TFSENT_JIT_ENCODE, TFSENT_JIT_TRAIN, TFSENT_THREADS; the measured choice.
-The measured choice applies only under `TFSENT_CPU_SETTINGS=measure`; without it
-(`default`, the default) every setting left `auto` keeps TF's and tfsent's defaults.
+TFSENT_ONEDNN, TFSENT_JIT_ENCODE, TFSENT_JIT_TRAIN, TFSENT_THREADS; the measured choice
+(where `measuring_wanted`); TF's and tfsent's defaults.
 
 When TensorFlow was imported before tfsent, oneDNN (and threads, once TF's runtime has
 started) are what they are: the line says so and names what actually runs.
@@ -223,7 +225,7 @@ def thread_candidates(cpu):
 
 # -- the calibration ------------------------------------------------------------------------
 
-def run_probe(onednn, threads="default", budget=0.8, timeout=600, size="minilm"):
+def run_probe(onednn, threads="default", budget=0.8, timeout=300, size="minilm"):
     """Times the probe workload (`tfsent.cpu_probe`: tfsent's SimCSE train step and encode
     function on a 2-layer minilm-shaped encoder) in a fresh Python process with
     TF_ENABLE_ONEDNN_OPTS set to `onednn` and the thread setting `threads`; returns its
@@ -281,6 +283,8 @@ def load_cache(path, key):
             data = json.load(f)
         if data.get("key") != key:
             raise ValueError("it was written for another machine key")
+        if isinstance(data.get("failed"), str):
+            return data  # a recorded failure: not measured again
         choice = data["choice"]
         for name in SETTINGS:
             value = check_value(name, choice[name], path)
@@ -315,8 +319,15 @@ def _locked(path):
         yield
 
 
+class CalibrationFailed(RuntimeError):
+    """The calibration failed now or on an earlier run (recorded in the cache file, so a
+    machine where it cannot run pays for it once, not at every import)."""
+
+
 def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
-    """(choice, cache file): the cached calibration of this machine, or a new one."""
+    """(choice, cache file): the cached calibration of this machine, or a new one. A failed
+    calibration is cached too (CalibrationFailed now and on later calls, until the file is
+    deleted)."""
     from absl import logging
     cpu = cpu or read_cpu()
     key = machine_key(cpu, tensorflow_version())
@@ -326,13 +337,23 @@ def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
         with _locked(path):
             data = load_cache(path, key) if os.path.exists(path) else None
             if data is None:
-                logging.warning("calibrating TensorFlow's CPU settings for this machine (once, "
-                                "cached in %s; TFSENT_CPU_SETTINGS=default skips it)", path)
+                logging.warning("calibrating TensorFlow's CPU settings for this machine (about "
+                                "a minute, once: cached in %s; TFSENT_CPU_SETTINGS=default "
+                                "skips it)", path)
                 start = time.time()
-                data = dict(calibrate(cpu, budget, probe), key=key,
-                            seconds=round(time.time() - start, 1),
-                            date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+                stamp = dict(key=key,
+                             date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+                try:
+                    data = dict(calibrate(cpu, budget, probe), **stamp)
+                except Exception as e:  # noqa: BLE001 -- recorded, then raised
+                    write_cache(path, dict(stamp, failed=f"{type(e).__name__}: {e}"[:4000]))
+                    raise CalibrationFailed(f"{type(e).__name__}: {e} (recorded in {path}; "
+                                            "delete it to calibrate again)") from e
+                data["seconds"] = round(time.time() - start, 1)
                 write_cache(path, data)
+    if "failed" in data:
+        raise CalibrationFailed(f"it failed on {data['date']} ({data['failed'][:300]}; "
+                                f"recorded in {path}: delete it to calibrate again)")
     return data["choice"], path
 
 
@@ -363,23 +384,35 @@ def peek_flags(argv):
     return found
 
 
-def measuring_wanted(environ):
-    """True when TFSENT_CPU_SETTINGS asks for the calibration ("measure"; "auto" too).
-    Off by default: the probe (`tfsent.cpu_probe`) agrees with the full benchmarks on the
-    one machine kind checked so far (Intel Xeon family 6 model 207, where it chooses TF's
-    own defaults), but not yet on an AVX2 machine, where TF's default (oneDNN off) is
-    the one in question, and it costs over a minute at first use (benchmarks/README.md,
-    "CPU settings")."""
-    value = environ.get("TFSENT_CPU_SETTINGS", "default").strip().lower()
+def calibration_pays(cpu):
+    """True on the machine kind where TF's own default is measured to lose: an x86-64 CPU
+    with AVX2 but none of the flags that make TF 2.21 turn oneDNN on by itself. There TF
+    runs Eigen's kernels, and on AMD EPYC Zen 4 with every kernel library capped at AVX2
+    oneDNN ran `encode` 1.54x and the training step 1.18x faster, the choice the
+    calibration made too (benchmarks/README.md, "Machine C, 2026-11-27"); on the
+    AVX-512 VNNI kinds checked (Xeon / AMX, Zen 4) TF's defaults were already the fastest
+    or within noise of it."""
+    return "avx2" in cpu["flags"] and not tf_onednn_default(cpu)
+
+
+def measuring_wanted(environ, cpu=None):
+    """Whether to calibrate, from TFSENT_CPU_SETTINGS: "measure" always, "default" never,
+    "auto" (or unset) only where `calibration_pays` on this CPU (`cpu`: `read_cpu()`'s
+    answer, read here when needed). The calibration costs about a minute once per
+    machine."""
+    value = environ.get("TFSENT_CPU_SETTINGS", "auto").strip().lower()
     if value not in ("default", "measure", "auto"):
-        raise _config_error(f"TFSENT_CPU_SETTINGS={value!r}: use default or measure")
-    return value in ("measure", "auto")
+        raise _config_error(f"TFSENT_CPU_SETTINGS={value!r}: use auto, measure or default")
+    if value == "auto":
+        return calibration_pays(read_cpu() if cpu is None else cpu)
+    return value == "measure"
 
 
-def resolve(flag_values, environ, measure):
+def resolve(flag_values, environ, measure, cpu=None):
     """{setting: (value, source)}: each setting's value after the precedence (flag >
     environment > measured); `measure()` gives (choice, cache path) and is called only if
-    a setting is still auto. The user's TF_ENABLE_ONEDNN_OPTS beats everything for oneDNN.
+    a setting is still auto and `measuring_wanted(environ, cpu)`. The user's
+    TF_ENABLE_ONEDNN_OPTS beats everything for oneDNN.
     """
     resolved, pending = {}, []
     for name in SETTINGS:
@@ -395,7 +428,7 @@ def resolve(flag_values, environ, measure):
         else:
             pending.append(name)
     if pending:
-        if not measuring_wanted(environ):
+        if not measuring_wanted(environ, cpu):
             for name in pending:
                 resolved[name] = (BUILTIN[name], "default")
         else:

@@ -324,7 +324,7 @@ class SentenceEncoder(keras.Model):
         order = np.argsort(lengths, kind="stable")[::-1]
         if jit_compile is None:
             jit_compile = cpu_settings.jit_encode()
-        fn = self._get_encode_fn(pooling, self.clamp_length(max_seq_length), bool(jit_compile))
+        fn = self.encode_function(pooling, max_seq_length, jit_compile)
         out = np.zeros((len(sentences), dim), np.float32)
         n_batches = (len(sentences) + batch_size - 1) // batch_size
         show = verbose == 1 or (verbose == "auto" and n_batches > 4)
@@ -362,7 +362,14 @@ class SentenceEncoder(keras.Model):
         limit = getattr(self.backbone, "max_sequence_length", None)  # None: rotary positions
         return int(length) if limit is None else min(int(length), int(limit))
 
-    def _get_encode_fn(self, pooling, max_seq_length, jit_compile=False):
+    def encode_function(self, pooling=None, max_seq_length=None, jit_compile=False):
+        """The traced function `encode` runs: a `tf.function` from a 1-D string tensor to
+        float32 embeddings (N, H), the in-graph tokenizer included; not normalised, not
+        truncated. Cached per (pooling, length, jit_compile): for a user's own graph code
+        (e.g. a `tf.data` map) or timing. Arguments as in `encode`."""
+        pooling = self.pooling if pooling is None else check_pooling(pooling)
+        max_seq_length = self.clamp_length(max_seq_length)
+        jit_compile = bool(jit_compile)
         key = (pooling, max_seq_length, jit_compile)
         if key not in self._encode_cache.functions:
             tokenizer = self.tokenizer.with_options(max_seq_length=max_seq_length,

@@ -73,26 +73,28 @@ def _head_kernels(head):
 
 
 def _task_plan(encoder, pooling):
-    """(reason there is no TextEmbedder or None, the embedding head's kernels or None)."""
+    """(the family's TextEmbedder name or None, the reason there is no TextEmbedder task or
+    None, the embedding head's kernels or None)."""
     family = encoder.family
     embedder = families.TABLE[family].keras_hub_text_embedder
     if embedder is None:
-        return f"keras-hub has no TextEmbedder for {family}", None
+        return None, f"keras-hub has no TextEmbedder for {family}", None
     modes = EMBEDDER_POOLINGS[embedder]
     if pooling not in modes:
-        return (f"keras-hub's {embedder} cannot pool {pooling!r} (it expresses "
-                f"{', '.join(modes)})"), None
+        return embedder, (f"keras-hub's {embedder} cannot pool {pooling!r} (it expresses "
+                          f"{', '.join(modes)})"), None
     head = encoder.dense_head
     if head is None:
-        return None, None
+        return embedder, None, None
     if not kh.builds_embedding_head(encoder.backbone):
-        return f"keras-hub's {embedder} has no place for a Dense head after pooling", None
+        return embedder, (f"keras-hub's {embedder} has no place for a Dense head after "
+                          "pooling"), None
     if pooling != "mean":
-        return (f"keras-hub's embedding head follows mean pooling, not {pooling!r}"), None
+        return embedder, f"keras-hub's embedding head follows mean pooling, not {pooling!r}", None
     kernels_or_reason = _head_kernels(head)
     if isinstance(kernels_or_reason, str):
-        return kernels_or_reason, None
-    return None, kernels_or_reason
+        return embedder, kernels_or_reason, None
+    return embedder, None, kernels_or_reason
 
 
 def write(encoder, directory, pooling, normalize, max_seq_length):
@@ -108,8 +110,7 @@ def write(encoder, directory, pooling, normalize, max_seq_length):
                         "(see the README's 'Export and serve' for the measured difference)",
                         type(backbone).__name__, native, encoder.activation)
     tokenizer = _keras_hub_tokenizer(encoder.tokenizer, family)
-    embedder = families.TABLE[family].keras_hub_text_embedder
-    reason, kernels = _task_plan(encoder, pooling)
+    embedder, reason, kernels = _task_plan(encoder, pooling)
     if reason is None:
         if kernels is not None:
             backbone = kh.embedding_model_backbone(backbone, kernels)
