@@ -190,6 +190,22 @@ def test_tensorflow_imported_first_is_reported_not_changed(active_restored):
     assert cs.jit_encode() and cs.jit_train()
 
 
+def test_a_command_asked_for_its_help_does_not_calibrate(active_restored):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return dict(cs.BUILTIN, onednn="off"), "/c.json"
+
+    environ = {"TFSENT_CPU_SETTINGS": "measure"}
+    for argv in (["-m", "--help"], ["-m", "--method=simcse_unsup", "-h"], ["-m", "--helpfull"]):
+        r = cs.choose_before_tensorflow(argv, environ, measure)
+        assert not calls and r["onednn"] == ("tf", "default"), argv
+    assert environ == {"TFSENT_CPU_SETTINGS": "measure"}  # the caller's environment kept
+    assert cs.choose_before_tensorflow(["-m", "--method=x"], environ, measure)["onednn"] == (
+        "off", "measured") and calls == [1]
+
+
 def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monkeypatch,
                                                                   caplog):
     # A probe that cannot start: this interpreter does not exist.

@@ -61,6 +61,8 @@ CACHE_VERSION = 2  # 2: the probe times tfsent's own train step and encode (cpu_
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
 
+HELP_FLAGS = ("--help", "-h", "--helpfull", "--helpshort", "-?")
+
 # The settings in force in this process (set by `choose_before_tensorflow`).
 _ACTIVE = {}
 _OVERRIDES = {}
@@ -443,11 +445,15 @@ def resolve(flag_values, environ, measure, cpu=None):
 def choose_before_tensorflow(argv=None, environ=None, measure=None):
     """Resolves the settings and, if TensorFlow is not imported yet, sets
     TF_ENABLE_ONEDNN_OPTS for the chosen oneDNN setting. Called by `import tfsent` before
-    it imports TensorFlow; returns the resolution."""
+    it imports TensorFlow; returns the resolution. A command asked only for its help
+    (`--help`, `-h`, `--helpfull`, `--helpshort`) never calibrates."""
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
-    flag_values = dict(peek_flags(argv[1:]) if argv and argv[0] == "-m" else {}, **_OVERRIDES)
-    resolved = resolve(flag_values, environ, measure or _measured_or_builtin)
+    command = bool(argv) and argv[0] == "-m"
+    flag_values = dict(peek_flags(argv[1:]) if command else {}, **_OVERRIDES)
+    wants_help = command and any(a in HELP_FLAGS for a in argv[1:])
+    resolved = resolve(flag_values, dict(environ, TFSENT_CPU_SETTINGS="default") if wants_help
+                       else environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules
     onednn, source = resolved["onednn"]
     if onednn in ("on", "off") and source != "your TF_ENABLE_ONEDNN_OPTS" and not tf_imported:
