@@ -128,8 +128,8 @@ def tensorflow_runtime():
     workers inherit it): `onednn`, TF's own answer (`IsMklEnabled`: TF 2.21 turns oneDNN on
     by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so the
     variable alone does not say), the TF_ENABLE_ONEDNN_OPTS value it was given, XLA_FLAGS,
-    tfsent's TFSENT_* CPU-setting variables, and the intra / inter-op thread settings (0:
-    TF's default, one per core)."""
+    tfsent's TFSENT_* CPU-setting variables, the intra / inter-op thread settings (0:
+    TF's default, one per core), and any ISA caps set (`isa_caps`, ISA_CAP_VARIABLES)."""
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
@@ -138,7 +138,7 @@ def tensorflow_runtime():
         "onednn_env": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         # tfsent's own CPU settings as the workers inherit them (tfsent.cpu_settings;
-        # unset: measured per machine at the workers' `import tfsent`).
+        # unset = auto: measured at the workers' `import tfsent` where `calibration_pays`).
         "tfsent_cpu_settings": {k: os.environ[k] for k in (
             "TFSENT_CPU_SETTINGS", "TFSENT_ONEDNN", "TFSENT_JIT_ENCODE", "TFSENT_JIT_TRAIN",
             "TFSENT_THREADS") if k in os.environ},

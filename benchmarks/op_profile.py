@@ -19,12 +19,16 @@ Views (the environment each side's processes get):
   default  this machine as it is: TF's and torch's own choices (tfsent's CPU settings at
            their defaults, TFSENT_CPU_SETTINGS=default).
   avx2     the part of an AVX2 machine's view that can be forced on an AVX-512 one: TF with
-           oneDNN off (TF 2.21's default without AVX512_VNNI / BF16 / AMX) and XLA:CPU
-           limited to AVX2 (XLA_FLAGS=--xla_cpu_max_isa=AVX2); torch with its kernels
-           dispatched at AVX2 (ATEN_CPU_CAPABILITY=avx2) and oneDNN / MKL limited to AVX2
-           (ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2). Not emulated: TF's
-           Eigen kernels (built for AVX, dispatched at run time), cache sizes, clocks, core
-           counts of a real AVX2 part.
+           oneDNN's ops off (TF 2.21's default without AVX512_VNNI / BF16 / AMX), Eigen's
+           matrix products (oneDNN's run-time sgemm) limited to AVX2
+           (ONEDNN_MAX_CPU_ISA=AVX2) and XLA:CPU too (XLA_FLAGS=--xla_cpu_max_isa=AVX2);
+           torch with its kernels dispatched at AVX2 (ATEN_CPU_CAPABILITY=avx2) and oneDNN
+           / MKL limited to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2).
+           Not emulated: cache sizes, clocks, core counts of a real AVX2 part (Eigen's
+           elementwise code is built for AVX on every kind).
+  avx2_onednn  the avx2 view with TF's oneDNN ops on, limited to AVX2 code: what tfsent's
+           calibration chose on such a view (benchmarks/README.md, "Machine C,
+           2026-11-27"); tfsent only.
   measured tfsent with its measured CPU settings (tfsent.cpu_settings, from the cache).
 
 Self times are thread-seconds (two threads busy for 1 s count 2 s); shares are of each
@@ -46,19 +50,21 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("steps", 5, "Traced training steps per side (after 2 untraced).")
 flags.DEFINE_integer("encode_sentences", 512, "Sentences encoded in the encode trace.")
 flags.DEFINE_list("views", ["default", "avx2"], "Environments to profile: default, avx2, "
-                  "measured.")
+                  "avx2_onednn, measured.")
 flags.DEFINE_string("data", common.DEFAULT_WIKI, "Sentence file, one a line (default: the "
                     "wiki prefix; the demo corpus when ../shared/data is absent).")
 flags.DEFINE_integer("top", 12, "Ops per table.")
 flags.DEFINE_string("json", None, "Where to write the results (JSON).")
 flags.DEFINE_bool("skip_peer", False, "Profile tfsent only (no PyTorch venv).")
 
+_TF_AVX2 = {"TFSENT_CPU_SETTINGS": "default", "ONEDNN_MAX_CPU_ISA": "AVX2",
+            "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
 VIEWS = {
     "default": ({"TFSENT_CPU_SETTINGS": "default"}, {}),
-    "avx2": ({"TFSENT_CPU_SETTINGS": "default", "TF_ENABLE_ONEDNN_OPTS": "0",
-              "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"},
+    "avx2": (dict(_TF_AVX2, TF_ENABLE_ONEDNN_OPTS="0"),
              {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
               "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
+    "avx2_onednn": (dict(_TF_AVX2, TF_ENABLE_ONEDNN_OPTS="1"), None),
     "measured": ({"TFSENT_CPU_SETTINGS": "measure"}, None),
 }
 

@@ -4,6 +4,7 @@ No test asserts a timing: which setting wins depends on the machine."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -198,7 +199,8 @@ def test_a_command_asked_for_its_help_does_not_calibrate(active_restored):
         return dict(cs.BUILTIN, onednn="off"), "/c.json"
 
     environ = {"TFSENT_CPU_SETTINGS": "measure"}
-    for argv in (["-m", "--help"], ["-m", "--method=simcse_unsup", "-h"], ["-m", "--helpfull"]):
+    for argv in (["-m", "--help"], ["-m", "--method=simcse_unsup", "-h"], ["-m", "--helpfull"],
+                 ["-m", "-help"], ["-m", "--helpxml"], ["-m", "--help=true"]):
         r = cs.choose_before_tensorflow(argv, environ, measure)
         assert not calls and r["onednn"] == ("tf", "default"), argv
     assert environ == {"TFSENT_CPU_SETTINGS": "measure"}  # the caller's environment kept
@@ -227,15 +229,25 @@ def test_a_failed_calibration_is_recorded_and_not_run_at_every_import(tmp_path):
         raise RuntimeError("CPU settings probe (oneDNN on) failed (exit 1): no TensorFlow")
 
     path = cs.cache_path(cs.machine_key(cpu, cs.tensorflow_version()), env)
-    with pytest.raises(cs.CalibrationFailed, match="no TensorFlow.*delete it"):
+    with pytest.raises(cs.CalibrationFailed, match="no TensorFlow.*measured again after 24 h"):
         cs.measured_choice(cpu, env, failing_probe)
     assert calls == ["on"] and "no TensorFlow" in json.load(open(path))["failed"]
-    with pytest.raises(cs.CalibrationFailed, match=f"recorded in {path}: delete it"):
+    with pytest.raises(cs.CalibrationFailed, match=re.escape(f"recorded in {path}: measured")):
         cs.measured_choice(cpu, env, failing_probe)
-    assert calls == ["on"]  # not measured again
-    os.remove(path)  # as the message says: measured again
+    assert calls == ["on"]  # not measured again within the day
+    record = json.load(open(path))
+    record["date"] = "2026-01-01T00:00:00+00:00"  # older than FAILURE_RETRY_HOURS
+    cs.write_cache(path, record)
     choice, _ = cs.measured_choice(cpu, env, fake_probe_factory(calls), budget=0.01)
     assert calls[1:3] == [("on", "default"), ("off", "default")] and choice["onednn"] == "off"
+    assert "failed" not in json.load(open(path))  # the new calibration replaced the record
+
+
+def test_the_calibration_starts_no_probe_after_its_time_limit():
+    calls = []
+    with pytest.raises(TimeoutError, match=r"over 0 s \(probes done: onednn=on,threads="):
+        cs.calibrate(cs.read_cpu(CPUINFO_HT), 0.01, fake_probe_factory(calls), timeout=0)
+    assert calls == [("on", "default")]
 
 
 def fake_probe_factory(calls):

@@ -93,7 +93,7 @@ def interrupted(hint=""):
     sys.exit(130)
 
 
-HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "--helpfull", "--helpxml", "-?")
+HELP_FLAGS = cpu_settings.HELP_FLAGS  # absl's help flags (read there before TF starts too)
 
 
 def start(main, argv=None, interrupt_hint=""):

@@ -18,7 +18,7 @@ inside a process) picks the fastest, keeping TF's own default unless another set
 by more than MARGIN. The result is cached per machine (CPU model, ISA flags, physical
 cores, TF version) under $TFSENT_CACHE or ~/.cache/tfsent/, and one line says what runs.
 A failed calibration is recorded there too: TF's and tfsent's defaults run, with a
-warning, until the file is deleted.
+warning, for FAILURE_RETRY_HOURS (or until the file is deleted), then it is measured again.
 
 Precedence, highest first: the user's own `TF_ENABLE_ONEDNN_OPTS` (oneDNN only); a
 command-line flag (`--cpu_onednn`, `--cpu_jit_encode`, `--cpu_jit_train`,
@@ -56,12 +56,17 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
                            "amx_int8")
 KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+# The calibration starts no probe after this many seconds (each probe: ~20 s idle).
+CALIBRATION_TIMEOUT = 300
+# A failed calibration is recorded and measured again after this many hours.
+FAILURE_RETRY_HOURS = 24
 CACHE_VERSION = 2  # 2: the probe times tfsent's own train step and encode (cpu_probe)
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
 
-HELP_FLAGS = ("--help", "-h", "--helpfull", "--helpshort", "-?")
+# absl's help flags (tfsent.cli uses the same tuple).
+HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "--helpfull", "--helpxml", "-?")
 
 # The settings in force in this process (set by `choose_before_tensorflow`).
 _ACTIVE = {}
@@ -227,7 +232,7 @@ def thread_candidates(cpu):
 
 # -- the calibration ------------------------------------------------------------------------
 
-def run_probe(onednn, threads="default", budget=0.8, timeout=300, size="minilm"):
+def run_probe(onednn, threads="default", budget=0.8, timeout=120, size="minilm"):
     """Times the probe workload (`tfsent.cpu_probe`: tfsent's SimCSE train step and encode
     function on a 2-layer minilm-shaped encoder) in a fresh Python process with
     TF_ENABLE_ONEDNN_OPTS set to `onednn` and the thread setting `threads`; returns its
@@ -257,21 +262,40 @@ def run_probe(onednn, threads="default", budget=0.8, timeout=300, size="minilm")
     return result
 
 
-def calibrate(cpu, budget=0.8, probe=run_probe):
+def calibrate(cpu, budget=0.8, probe=run_probe, timeout=CALIBRATION_TIMEOUT):
     """Runs the probes (oneDNN on and off with TF's threads; then each thread candidate
-    with the faster oneDNN setting) and returns {"probes", "choice"}."""
+    with the faster oneDNN setting) and returns {"probes", "choice"}. No probe starts
+    after `timeout` seconds (TimeoutError): with run_probe's own limit per probe, the
+    calibration cannot hold `import tfsent` for more than a few minutes."""
     from absl import logging
     onednn_default = tf_onednn_default(cpu)
+    deadline = time.monotonic() + timeout
     probes = {}
+
+    def run(onednn, threads):
+        if probes and time.monotonic() > deadline:
+            raise TimeoutError(f"the calibration took over {timeout} s (probes done: "
+                               f"{', '.join(probes)})")
+        probes[f"onednn={onednn},threads={threads}"] = probe(onednn, threads, budget)
+
     for onednn in ("on", "off"):
-        probes[f"onednn={onednn},threads=default"] = probe(onednn, "default", budget)
+        run(onednn, "default")
     first = decide(probes, onednn_default)
     for threads in thread_candidates(cpu):
-        probes[f"onednn={first['onednn']},threads={threads}"] = probe(first["onednn"],
-                                                                      threads, budget)
+        run(first["onednn"], threads)
     choice = decide(probes, onednn_default)
     logging.info("cpu settings calibration: %s", json.dumps(probes))
     return {"probes": probes, "choice": choice}
+
+
+def _failure_expired(data):
+    """Whether a recorded failure is older than FAILURE_RETRY_HOURS (then: measure again)."""
+    try:
+        when = datetime.datetime.fromisoformat(data["date"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    age = datetime.datetime.now(datetime.timezone.utc) - when
+    return age > datetime.timedelta(hours=FAILURE_RETRY_HOURS)
 
 
 def load_cache(path, key):
@@ -285,8 +309,8 @@ def load_cache(path, key):
             data = json.load(f)
         if data.get("key") != key:
             raise ValueError("it was written for another machine key")
-        if isinstance(data.get("failed"), str):
-            return data  # a recorded failure: not measured again
+        if isinstance(data.get("failed"), str):  # a recorded failure: kept for a while
+            return None if _failure_expired(data) else data
         choice = data["choice"]
         for name in SETTINGS:
             value = check_value(name, choice[name], path)
@@ -322,14 +346,14 @@ def _locked(path):
 
 
 class CalibrationFailed(RuntimeError):
-    """The calibration failed now or on an earlier run (recorded in the cache file, so a
-    machine where it cannot run pays for it once, not at every import)."""
+    """The calibration failed now or on a recent run (recorded in the cache file, so a
+    machine where it cannot run pays for it once a day, not at every import)."""
 
 
 def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
     """(choice, cache file): the cached calibration of this machine, or a new one. A failed
-    calibration is cached too (CalibrationFailed now and on later calls, until the file is
-    deleted)."""
+    calibration is cached too (CalibrationFailed now and on calls in the next
+    FAILURE_RETRY_HOURS, or until the file is deleted)."""
     from absl import logging
     cpu = cpu or read_cpu()
     key = machine_key(cpu, tensorflow_version())
@@ -349,13 +373,15 @@ def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
                     data = dict(calibrate(cpu, budget, probe), **stamp)
                 except Exception as e:  # noqa: BLE001 -- recorded, then raised
                     write_cache(path, dict(stamp, failed=f"{type(e).__name__}: {e}"[:4000]))
-                    raise CalibrationFailed(f"{type(e).__name__}: {e} (recorded in {path}; "
-                                            "delete it to calibrate again)") from e
+                    raise CalibrationFailed(
+                        f"{type(e).__name__}: {e} (recorded in {path}: measured again after "
+                        f"{FAILURE_RETRY_HOURS} h, or delete it)") from e
                 data["seconds"] = round(time.time() - start, 1)
                 write_cache(path, data)
     if "failed" in data:
         raise CalibrationFailed(f"it failed on {data['date']} ({data['failed'][:300]}; "
-                                f"recorded in {path}: delete it to calibrate again)")
+                                f"recorded in {path}: measured again after "
+                                f"{FAILURE_RETRY_HOURS} h, or delete it)")
     return data["choice"], path
 
 
@@ -445,13 +471,13 @@ def resolve(flag_values, environ, measure, cpu=None):
 def choose_before_tensorflow(argv=None, environ=None, measure=None):
     """Resolves the settings and, if TensorFlow is not imported yet, sets
     TF_ENABLE_ONEDNN_OPTS for the chosen oneDNN setting. Called by `import tfsent` before
-    it imports TensorFlow; returns the resolution. A command asked only for its help
-    (`--help`, `-h`, `--helpfull`, `--helpshort`) never calibrates."""
+    it imports TensorFlow; returns the resolution. A command asked for its help (any of
+    HELP_FLAGS) never calibrates."""
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
     command = bool(argv) and argv[0] == "-m"
     flag_values = dict(peek_flags(argv[1:]) if command else {}, **_OVERRIDES)
-    wants_help = command and any(a in HELP_FLAGS for a in argv[1:])
+    wants_help = command and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:])
     resolved = resolve(flag_values, dict(environ, TFSENT_CPU_SETTINGS="default") if wants_help
                        else environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules

@@ -219,7 +219,8 @@ class SentenceEncoder(keras.Model):
 
     @staticmethod
     def attention_bias(padding_mask):
-        """(B, L) mask -> additive (B, 1, 1, L) float32 bias: 0 for real tokens, -1e9 for padding."""
+        """(B, L) mask -> additive (B, 1, 1, L) float32 bias: 0 for real tokens, -1e9 for
+        padding."""
         mask = tf.cast(padding_mask, tf.float32)
         # expand_dims, not [:, None, None, :]: TFLite has no builtin kernel for a strided
         # slice adding axes to a dynamic shape (tfsent.formats.litert converts this).
@@ -347,9 +348,10 @@ class SentenceEncoder(keras.Model):
         """Writes this encoder (with its `pooling`) as `format` through the registry
         `tfsent.formats.FORMATS` (tf_saved_model, onnx, litert, sentence_transformers,
         ...); returns the path written. The writing is `tfsent.formats.keras_export`,
-        reached through the exporter hook (`set_exporter`). Keras' `Model.export` signature, with the differences
-        `SentenceMethod.export` lists (tf_saved_model: `filepath` holds TF Serving's
-        versions; `input_signature` must be None; `kwargs` go to the writer)."""
+        reached through the exporter hook (`set_exporter`). Keras' `Model.export`
+        signature, with the differences `SentenceMethod.export` lists (tf_saved_model:
+        `filepath` holds TF Serving's versions; `input_signature` must be None; `kwargs`
+        go to the writer)."""
         if _EXPORTER[0] is None:
             raise RuntimeError("no exporter installed: import tfsent.formats (`import "
                                "tfsent` does) before SentenceEncoder.export")
@@ -364,9 +366,10 @@ class SentenceEncoder(keras.Model):
 
     def encode_function(self, pooling=None, max_seq_length=None, jit_compile=False):
         """The traced function `encode` runs: a `tf.function` from a 1-D string tensor to
-        float32 embeddings (N, H), the in-graph tokenizer included; not normalised, not
-        truncated. Cached per (pooling, length, jit_compile): for a user's own graph code
-        (e.g. a `tf.data` map) or timing. Arguments as in `encode`."""
+        float32 embeddings (N, H), the in-graph tokenizer included; not normalised, not cut
+        to `truncate_dim`. Cached per (pooling, length, jit_compile): for a user's own graph
+        code (e.g. a `tf.data` map) or timing. `pooling` and `max_seq_length` as in
+        `encode`; `jit_compile` is False unless given (not the machine's choice)."""
         pooling = self.pooling if pooling is None else check_pooling(pooling)
         max_seq_length = self.clamp_length(max_seq_length)
         jit_compile = bool(jit_compile)
