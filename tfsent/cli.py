@@ -93,9 +93,6 @@ def interrupted(hint=""):
     sys.exit(130)
 
 
-HELP_FLAGS = cpu_settings.HELP_FLAGS  # absl's help flags (read there before TF starts too)
-
-
 def start(main, argv=None, interrupt_hint=""):
     """`absl.app.run(main, argv)` for a command: `--help` (and absl's other help flags)
     exits 0, as help does in other programs (absl exits 1), and a Ctrl-C before `main`'s
@@ -104,7 +101,7 @@ def start(main, argv=None, interrupt_hint=""):
     try:
         app.run(main, argv=argv)
     except SystemExit as e:
-        if e.code == 1 and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+        if e.code == 1 and cpu_settings.asks_for_help(argv[1:]):
             sys.exit(0)
         raise
     except KeyboardInterrupt:

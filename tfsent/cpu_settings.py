@@ -65,7 +65,7 @@ CACHE_VERSION = 2  # 2: the probe times tfsent's own train step and encode (cpu_
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
 
-# absl's help flags (tfsent.cli uses the same tuple).
+# absl's help flags (`asks_for_help`; tfsent.cli reads them too).
 HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "--helpfull", "--helpxml", "-?")
 
 # The settings in force in this process (set by `choose_before_tensorflow`).
@@ -399,6 +399,11 @@ def _measured_or_builtin():
 
 # -- resolution and applying ------------------------------------------------------------------
 
+def asks_for_help(args):
+    """Whether command-line `args` (without the program) ask for absl's help."""
+    return any(a.split("=")[0] in HELP_FLAGS for a in args)
+
+
 def peek_flags(argv):
     """{setting: value} of the --cpu_* flags in a command line (read before TensorFlow is
     imported; absl parses the same flags later, `tfsent.cli.define_cpu_flags`)."""
@@ -477,7 +482,7 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
     argv = sys.argv if argv is None else argv
     command = bool(argv) and argv[0] == "-m"
     flag_values = dict(peek_flags(argv[1:]) if command else {}, **_OVERRIDES)
-    wants_help = command and any(a.split("=")[0] in HELP_FLAGS for a in argv[1:])
+    wants_help = command and asks_for_help(argv[1:])
     resolved = resolve(flag_values, dict(environ, TFSENT_CPU_SETTINGS="default") if wants_help
                        else environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules
