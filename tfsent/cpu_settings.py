@@ -56,11 +56,17 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
                            "amx_int8")
 KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
-# The calibration starts no probe after this many seconds (each probe: ~20 s idle).
+# The calibration starts no probe after this many seconds (each probe: ~23 s idle).
 CALIBRATION_TIMEOUT = 300
+# Each probe times its calls for 4 x this many seconds (13-14 calls of each function on
+# machine C idle). At 0.8 (5-6 calls) one probe in three put XLA's encode 17% ahead where
+# the others and the full benchmark had it 1-2% behind (benchmarks/README.md).
+PROBE_BUDGET = 2.0
 # A failed calibration is recorded and measured again after this many hours.
 FAILURE_RETRY_HOURS = 24
-CACHE_VERSION = 2  # 2: the probe times tfsent's own train step and encode (cpu_probe)
+# 2: the probe times tfsent's own train step and encode (cpu_probe); 3: encode on three
+# batch widths with real text's bucket padding, and a longer timing (PROBE_BUDGET).
+CACHE_VERSION = 3
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
@@ -232,7 +238,7 @@ def thread_candidates(cpu):
 
 # -- the calibration ------------------------------------------------------------------------
 
-def run_probe(onednn, threads="default", budget=0.8, timeout=120, size="minilm"):
+def run_probe(onednn, threads="default", budget=PROBE_BUDGET, timeout=120, size="minilm"):
     """Times the probe workload (`tfsent.cpu_probe`: tfsent's SimCSE train step and encode
     function on a 2-layer minilm-shaped encoder) in a fresh Python process with
     TF_ENABLE_ONEDNN_OPTS set to `onednn` and the thread setting `threads`; returns its
@@ -262,7 +268,7 @@ def run_probe(onednn, threads="default", budget=0.8, timeout=120, size="minilm")
     return result
 
 
-def calibrate(cpu, budget=0.8, probe=run_probe, timeout=CALIBRATION_TIMEOUT):
+def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIMEOUT):
     """Runs the probes (oneDNN on and off with TF's threads; then each thread candidate
     with the faster oneDNN setting) and returns {"probes", "choice"}. No probe starts
     after `timeout` seconds (TimeoutError): with run_probe's own limit per probe, the
@@ -350,7 +356,7 @@ class CalibrationFailed(RuntimeError):
     machine where it cannot run pays for it once a day, not at every import)."""
 
 
-def measured_choice(cpu=None, environ=None, probe=run_probe, budget=0.8):
+def measured_choice(cpu=None, environ=None, probe=run_probe, budget=PROBE_BUDGET):
     """(choice, cache file): the cached calibration of this machine, or a new one. A failed
     calibration is cached too (CalibrationFailed now and on calls in the next
     FAILURE_RETRY_HOURS, or until the file is deleted)."""
@@ -428,14 +434,20 @@ def calibration_pays(cpu):
     return "avx2" in cpu["flags"] and not tf_onednn_default(cpu)
 
 
-def measuring_wanted(environ, cpu=None):
-    """Whether to calibrate, from TFSENT_CPU_SETTINGS: "measure" always, "default" never,
-    "auto" (or unset) only where `calibration_pays` on this CPU (`cpu`: `read_cpu()`'s
-    answer, read here when needed). The calibration costs about a minute once per
-    machine."""
+def calibration_mode(environ):
+    """TFSENT_CPU_SETTINGS: "auto" (unset), "measure" or "default"; ConfigError otherwise."""
     value = environ.get("TFSENT_CPU_SETTINGS", "auto").strip().lower()
     if value not in ("default", "measure", "auto"):
         raise _config_error(f"TFSENT_CPU_SETTINGS={value!r}: use auto, measure or default")
+    return value
+
+
+def measuring_wanted(environ, cpu=None):
+    """Whether to calibrate, from TFSENT_CPU_SETTINGS: "measure" always, "default" never,
+    "auto" (or unset) only where `calibration_pays` on this CPU (`cpu`: `read_cpu()`'s
+    answer, read here when needed). The calibration costs 1-2 minutes once per
+    machine."""
+    value = calibration_mode(environ)
     if value == "auto":
         return calibration_pays(read_cpu() if cpu is None else cpu)
     return value == "measure"
@@ -483,6 +495,8 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
     command = bool(argv) and argv[0] == "-m"
     flag_values = dict(peek_flags(argv[1:]) if command else {}, **_OVERRIDES)
     wants_help = command and asks_for_help(argv[1:])
+    if wants_help:
+        calibration_mode(environ)  # no calibration, but a malformed value is still reported
     resolved = resolve(flag_values, dict(environ, TFSENT_CPU_SETTINGS="default") if wants_help
                        else environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules

@@ -320,12 +320,11 @@ class SentenceEncoder(keras.Model):
         truncate_dim = resolve_truncate_dim(truncate_dim, self.truncate_dim, dim)
         if not sentences:
             return np.zeros((0, truncate_dim or dim), np.float32)
-        pooling = self.pooling if pooling is None else check_pooling(pooling)
         lengths = [len(s) for s in sentences]
         order = np.argsort(lengths, kind="stable")[::-1]
         if jit_compile is None:
             jit_compile = cpu_settings.jit_encode()
-        fn = self.encode_function(pooling, max_seq_length, jit_compile)
+        fn = self.encode_function(pooling, max_seq_length, jit_compile)  # checks `pooling`
         out = np.zeros((len(sentences), dim), np.float32)
         n_batches = (len(sentences) + batch_size - 1) // batch_size
         show = verbose == 1 or (verbose == "auto" and n_batches > 4)
