@@ -208,6 +208,10 @@ def test_a_command_asked_for_its_help_does_not_calibrate(active_restored):
         "off", "measured") and calls == [1]
     with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS='mesure'"):  # not hidden
         cs.choose_before_tensorflow(["-m", "--help"], {"TFSENT_CPU_SETTINGS": "mesure"}, measure)
+    forced = {"TFSENT_ONEDNN": "on", "TFSENT_JIT_ENCODE": "off", "TFSENT_JIT_TRAIN": "on",
+              "TFSENT_THREADS": "default"}  # nothing left to measure: still reported
+    with pytest.raises(ConfigError, match="TFSENT_CPU_SETTINGS='mesure'"):
+        cs.choose_before_tensorflow(["-m"], dict(forced, TFSENT_CPU_SETTINGS="mesure"), measure)
 
 
 def test_a_failing_calibration_gives_the_defaults_with_a_warning(tmp_path, monkeypatch,
@@ -313,13 +317,12 @@ def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
     """The probe's encode widths stand for real text: near the 1/6, 1/2, 5/6 quantiles of
     the batch widths `encode` forms from wiki sentences (2,000, batch 64, sorted by
     characters, minilm-l6's tokenizer), with the same share of token slots added by XLA's
-    width buckets (a batch of exactly the truncation length, as the first probe had, adds
-    none); and each probe batch tokenizes to its stated width."""
+    width buckets (a batch of exactly the truncation length, as the previous probe had,
+    adds none)."""
     import numpy as np
     from tokenizers import Tokenizer
 
     from tfsent import cpu_probe
-    from tfsent.encoders import SentenceTokenizer
     from tfsent.encoders.buckets import WIDTH_BUCKETS
 
     minilm_or_skip()
@@ -329,8 +332,8 @@ def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
                                                  "model", "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    with open(wiki, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f if line.strip()][:2000]
+    with open(wiki, encoding="utf-8") as f:  # as benchmarks/encode_throughput.py reads it
+        lines = [" ".join(line.split()) for line in f if line.strip()][:2000]
     tokens = np.minimum([len(e.ids) for e in tokenizer.encode_batch(lines)], 256)
     order = np.argsort([len(s) for s in lines], kind="stable")[::-1]  # as `encode` sorts
     widths = [int(tokens[order[i:i + 64]].max()) for i in range(0, len(lines), 64)]
@@ -348,14 +351,26 @@ def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
     np.testing.assert_allclose(probe_widths, np.percentile(widths, [100 / 6, 50, 500 / 6]),
                                atol=2)
 
-    tiny = cpu_probe.SIZES["tiny"]
-    vocabulary = cpu_probe._SPECIAL + [f"w{i}" for i in range(tiny["vocabulary"] - 5)]
-    probe_tokenizer = SentenceTokenizer(vocabulary, True, True, tiny["encode_length"])
-    rng = np.random.default_rng(0)
-    for width in tiny["encode_widths"]:
-        texts = cpu_probe._texts(rng, 3, width - 2, tiny["vocabulary"])
-        mask = probe_tokenizer(texts)["padding_mask"].numpy()
-        assert mask.sum(axis=1).tolist() == [width] * 3
+
+def test_the_probes_encode_strings_tokenize_to_their_widths():
+    """Each probe string of `width` - 2 words is `width` tokens with [CLS] and [SEP] (the
+    tiny size's vocabulary and widths; the minilm size builds its strings the same way)."""
+    import numpy as np
+
+    from tfsent import cpu_probe
+    from tfsent.encoders import SentenceTokenizer
+
+    for size in ("tiny", "minilm"):
+        spec = cpu_probe.SIZES[size]
+        vocabulary = cpu_probe._SPECIAL + [f"w{i}" for i in range(spec["vocabulary"] - 5)]
+        if size == "minilm":
+            vocabulary = vocabulary[:300]  # the words the strings below use
+        tokenizer = SentenceTokenizer(vocabulary, True, True, spec["encode_length"])
+        rng = np.random.default_rng(0)
+        for width in spec["encode_widths"]:
+            texts = cpu_probe._texts(rng, 3, width - 2, len(vocabulary))
+            mask = tokenizer(texts)["padding_mask"].numpy()
+            assert mask.sum(axis=1).tolist() == [width] * 3, (size, width)
 
 
 def _import_line(env):

@@ -20,7 +20,7 @@ mean pooling), 2 layers deep so that the calibration stays short:
           `encode` forms from wiki sentences with minilm-l6's tokenizer (batch 64, sorted by
           characters), and the buckets add 11.8% token slots to them as to those batches:
           the padding XLA pays on real text (tests/test_cpu_settings.py checks both). (The
-          first version timed one batch of exactly 42 tokens with a truncation length of
+          previous version timed one batch of exactly 42 tokens with a truncation length of
           42, where the bucket adds nothing: it put XLA ~13% ahead of where it is on real
           text, benchmarks/README.md.)
 Calls interleaved, median per function; prints one JSON line: the medians (seconds), TF's own

@@ -56,16 +56,18 @@ TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
                            "amx_int8")
 KEY_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
-# The calibration starts no probe after this many seconds (each probe: ~23 s idle).
+# The calibration starts no probe after this many seconds (each probe: ~25 s idle).
 CALIBRATION_TIMEOUT = 300
-# Each probe times its calls for 4 x this many seconds (13-14 calls of each function on
-# machine C idle). At 0.8 (5-6 calls) one probe in three put XLA's encode 17% ahead where
-# the others and the full benchmark had it 1-2% behind (benchmarks/README.md).
+# Each probe times its four functions, interleaved, for 4 x this many seconds in all (11-12
+# calls each on machine C idle, 7-8 with oneDNN off). At 0.8 (5-6 calls) one probe in
+# three put XLA's encode 17% ahead where the other two had it 2% behind; full runs have the
+# two within ~4% of each other either way (benchmarks/README.md).
 PROBE_BUDGET = 2.0
 # A failed calibration is recorded and measured again after this many hours.
 FAILURE_RETRY_HOURS = 24
 # 2: the probe times tfsent's own train step and encode (cpu_probe); 3: encode on three
-# batch widths with real text's bucket padding, and a longer timing (PROBE_BUDGET).
+# batch widths with real text's bucket padding (~3,000 tokens a call against 1,344, so
+# encode now weighs ~40% of `score` where it weighed ~25%), and a longer timing.
 CACHE_VERSION = 3
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
@@ -188,7 +190,8 @@ def _best(probe, job):
 
 
 def score(probe):
-    """Seconds of one encode call plus one train step, each in its faster mode."""
+    """Seconds of one probe encode call (its three batches) plus one train step, each in
+    its faster mode."""
     return _best(probe, "encode") + _best(probe, "train")
 
 
@@ -369,8 +372,8 @@ def measured_choice(cpu=None, environ=None, probe=run_probe, budget=PROBE_BUDGET
         with _locked(path):
             data = load_cache(path, key) if os.path.exists(path) else None
             if data is None:
-                logging.warning("calibrating TensorFlow's CPU settings for this machine (about "
-                                "a minute, once: cached in %s; TFSENT_CPU_SETTINGS=default "
+                logging.warning("calibrating TensorFlow's CPU settings for this machine (1-2 "
+                                "minutes, once: cached in %s; TFSENT_CPU_SETTINGS=default "
                                 "skips it)", path)
                 start = time.time()
                 stamp = dict(key=key,
@@ -495,8 +498,7 @@ def choose_before_tensorflow(argv=None, environ=None, measure=None):
     command = bool(argv) and argv[0] == "-m"
     flag_values = dict(peek_flags(argv[1:]) if command else {}, **_OVERRIDES)
     wants_help = command and asks_for_help(argv[1:])
-    if wants_help:
-        calibration_mode(environ)  # no calibration, but a malformed value is still reported
+    calibration_mode(environ)  # a malformed value is reported even when nothing measures
     resolved = resolve(flag_values, dict(environ, TFSENT_CPU_SETTINGS="default") if wants_help
                        else environ, measure or _measured_or_builtin)
     tf_imported = "tensorflow" in sys.modules
