@@ -323,7 +323,7 @@ def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
     from tokenizers import Tokenizer
 
     from tfsent import cpu_probe
-    from tfsent.encoders.buckets import WIDTH_BUCKETS
+    from tfsent.encoders.buckets import bucket_width
 
     minilm_or_skip()
     wiki = shared_data_or_skip("wiki", "wiki1m_prefix.txt")
@@ -338,13 +338,10 @@ def test_the_probes_encode_batches_pay_the_bucket_padding_of_real_text():
     order = np.argsort([len(s) for s in lines], kind="stable")[::-1]  # as `encode` sorts
     widths = [int(tokens[order[i:i + 64]].max()) for i in range(0, len(lines), 64)]
 
-    def bucket(width, limit):
-        return min(b for b in {min(b, limit) for b in WIDTH_BUCKETS} | {limit} if b >= width)
-
-    real_padding = sum(bucket(w, 256) for w in widths) / sum(widths)
+    real_padding = sum(bucket_width(w, 256) for w in widths) / sum(widths)
     size = cpu_probe.SIZES["minilm"]
     probe_widths = size["encode_widths"]
-    probe_padding = sum(bucket(w, size["encode_length"]) for w in probe_widths) / sum(
+    probe_padding = sum(bucket_width(w, size["encode_length"]) for w in probe_widths) / sum(
         probe_widths)
     assert 1.05 < real_padding < 1.20  # what the comparison is about: XLA pays real padding
     assert abs(probe_padding - real_padding) < 0.02, (probe_padding, real_padding)

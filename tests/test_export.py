@@ -165,6 +165,7 @@ def test_call_in_buckets_shapes():
     import tensorflow as tf
 
     from tfsent.encoders import call_in_buckets
+    from tfsent.encoders.buckets import bucket_width
 
     seen = []
 
@@ -179,6 +180,7 @@ def test_call_in_buckets_shapes():
         out = call_in_buckets(fn, {"token_ids": ids, "padding_mask": ids}, max_len)
         assert out["out"].shape == (rows, 1)
         assert seen[-1] == (want, rows * length)  # padding is masked out
+        assert bucket_width(length, max_len) == want[1]  # the Python twin agrees
 
 
 def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):

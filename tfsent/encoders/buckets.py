@@ -13,14 +13,25 @@ WIDTH_BUCKETS = (tuple(range(8, 129, 8)) + tuple(range(144, 257, 16))
                  + tuple(range(288, 513, 32)))
 
 
+def bucket_widths(max_seq_length):
+    """The padded widths of XLA-compiled encoding at truncation length `max_seq_length`
+    (WIDTH_BUCKETS capped there, and the length itself), ascending."""
+    return sorted({min(w, max_seq_length) for w in WIDTH_BUCKETS} | {max_seq_length})
+
+
+def bucket_width(length, max_seq_length):
+    """The width a batch of `length` tokens is padded to (the next bucket; `length` itself
+    above the largest)."""
+    return next((w for w in bucket_widths(max_seq_length) if w >= length), length)
+
+
 def call_in_buckets(fn, features, max_seq_length):
     """`fn(token_ids, padding_mask)` -> dict of (B', ...) tensors, called on `features`
     (B, L) padded to a bucketed shape (B', W) (see WIDTH_BUCKETS); returns the first B rows
     of each output. Runs in a graph: L and B may be dynamic."""
     ids, mask = features["token_ids"], tf.cast(features["padding_mask"], tf.int32)
     rows, length = tf.shape(ids)[0], tf.shape(ids)[1]
-    widths = sorted({min(w, max_seq_length) for w in WIDTH_BUCKETS} | {max_seq_length})
-    widths = tf.constant(widths, tf.int32)
+    widths = tf.constant(bucket_widths(max_seq_length), tf.int32)
     width = tf.gather(widths, tf.minimum(tf.searchsorted(widths, [length])[0],
                                          len(widths) - 1))
     width = tf.maximum(width, length)
