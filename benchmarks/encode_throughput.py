@@ -12,7 +12,14 @@ checkpoint with mean pooling, float32 on the CPU:
               with tf.saved_model.load, `serving_default(sentences=...)` called batch by batch
               (strings in: tokenization is inside the graph). Sentences go longest first, as
               both encode() functions below order them, so each batch pads to its own longest.
-  encoder     `SentenceEncoder.encode(sentences, batch_size)` (in-process, no export).
+  savedmodel_by_tokens  the same export through tfsent's client,
+              `tfsent.serving.SavedModelEncoder.encode`: it asks the export's
+              `count_tokens` signature for each sentence's tokens and sends
+              `serving_default` batches formed by token count, as `encode` forms them.
+  encoder     `SentenceEncoder.encode(sentences, batch_size)` (in-process, no export): it
+              tokenizes all sentences first and batches them by token count (the
+              SavedModel path and sentence-transformers batch by characters), so its
+              batches are narrower: fewer FLOPs for the same sentences.
   *_xla       the same two with XLA: exported with `jit_compile=True` / called with
               `encode(..., jit_compile=True)`; batches padded to bucketed shapes
               (tfsent.encoders.WIDTH_BUCKETS, rows to a power of two), compiled during the
@@ -29,7 +36,8 @@ same model, the JSON holds the lowest cosine between their embeddings of the fir
 sentences (1.0 = identical directions).
 
 MFU: each side reports the padded width of every batch it forms (tfsent from its
-tokenizer's lengths in its own order; the peer from its own tokenizer in its own order), so
+tokenizer's lengths in its own orders: characters for the SavedModel, tokens for `encode`;
+the peer from its own tokenizer in its own order), so
 `*_flops_per_pass` = the sum over batches of the forward FLOPs of train_throughput.py's
 formula at that width, and `*_mfu` = flops_per_pass / fastest pass / peak, the peak being
 the best float32 n x n x n matmul of TF and PyTorch measured in this run. A side's MFU
@@ -116,6 +124,7 @@ def main(argv):
                                  env=peer_env.worker_env(),
                                  what="sentence-transformers encode")
     sm, enc = ours["savedmodel_sent_per_s"], ours["encoder_sent_per_s"]
+    sm_tokens = ours["savedmodel_by_tokens_sent_per_s"]
     sm_xla, enc_xla = ours["savedmodel_xla_sent_per_s"], ours["encoder_xla_sent_per_s"]
     p = peer["sent_per_s"] if peer else None
     peak = max(v for v in peaks.values() if v)
@@ -126,21 +135,31 @@ def main(argv):
                                    side["batch_widths"], n, FLAGS.batch_size)
 
     flops = pass_flops(ours)
+    encoder_flops = common.encode_flops(ours["num_layers"], ours["hidden"],
+                                        ours["intermediate"], ours["encoder_batch_widths"],
+                                        n, FLAGS.batch_size)
     peer_flops = pass_flops(peer) if peer else None
     result = {
         "tfsent_sent_per_s": sm, "encoder_encode_sent_per_s": enc, "peer_sent_per_s": p,
         "savedmodel_xla_sent_per_s": sm_xla, "encoder_xla_sent_per_s": enc_xla,
         "xla_ratio": sm_xla / p if p else None, "encoder_xla_ratio": enc_xla / p if p else None,
-        "xla_mfu": flops * sm_xla / n / peak, "encoder_xla_mfu": flops * enc_xla / n / peak,
+        "xla_mfu": flops * sm_xla / n / peak,
+        "encoder_xla_mfu": encoder_flops * enc_xla / n / peak,
         "ratio": sm / p if p else None, "encoder_ratio": enc / p if p else None,
-        "mfu": flops * sm / n / peak, "encoder_mfu": flops * enc / n / peak,
+        "savedmodel_by_tokens_sent_per_s": sm_tokens,
+        "savedmodel_by_tokens_ratio": sm_tokens / p if p else None,
+        "savedmodel_by_tokens_mfu": encoder_flops * sm_tokens / n / peak,
+        "mfu": flops * sm / n / peak, "encoder_mfu": encoder_flops * enc / n / peak,
         "peer_mfu": peer_flops * p / n / peak if peer else None,
         "tfsent_flops_per_pass": flops, "peer_flops_per_pass": peer_flops,
+        "encoder_flops_per_pass": encoder_flops,
         "tfsent_mean_padded_length": _mean_width(ours["batch_widths"], n),
+        "encoder_mean_padded_length": _mean_width(ours["encoder_batch_widths"], n),
         "peer_mean_padded_length": _mean_width(peer["batch_widths"], n) if peer else None,
         "peak_flops": peak, "peak_measurements": peaks,
-        "min_cosine_savedmodel_vs_encoder": min_cosine(ours["savedmodel_embeddings"],
-                                                       ours["encoder_embeddings"]),
+        "min_cosine_savedmodel_vs_encoder": min(
+            min_cosine(ours["savedmodel_embeddings"], ours["encoder_embeddings"]),
+            min_cosine(ours["savedmodel_by_tokens_embeddings"], ours["encoder_embeddings"])),
         "min_cosine_xla_vs_plain": min(
             min_cosine(ours["savedmodel_xla_embeddings"], ours["savedmodel_embeddings"]),
             min_cosine(ours["encoder_xla_embeddings"], ours["savedmodel_embeddings"])),
@@ -151,6 +170,7 @@ def main(argv):
         "tfsent_max_rss_mb": ours["max_rss_mb"], "peer_max_rss_mb": peer["max_rss_mb"] if peer
         else None,
         "seconds": {"savedmodel": ours["savedmodel_seconds"], "encoder": ours["encoder_seconds"],
+                    "savedmodel_by_tokens": ours["savedmodel_by_tokens_seconds"],
                     "savedmodel_xla": ours["savedmodel_xla_seconds"],
                     "encoder_xla": ours["encoder_xla_seconds"],
                     "peer": peer["seconds"] if peer else None},
@@ -177,6 +197,9 @@ def main(argv):
     pct = lambda x: common.fmt(100 * x) + "%" if x is not None else "-"  # noqa: E731
     rows = [["tfsent SavedModel (strings in)", common.fmt(sm), common.fmt(sm / p, 2) if p
              else "-", pct(result["mfu"])],
+            ["tfsent SavedModel, batched by count_tokens", common.fmt(sm_tokens),
+             common.fmt(sm_tokens / p, 2) if p else "-",
+             pct(result["savedmodel_by_tokens_mfu"])],
             ["tfsent SentenceEncoder.encode", common.fmt(enc), common.fmt(enc / p, 2) if p
              else "-", pct(result["encoder_mfu"])],
             ["tfsent SavedModel, jit_compile=True", common.fmt(sm_xla),

@@ -322,19 +322,22 @@ def encode_mode():
     from tfsent import cpu_settings
     from tfsent.encoders import load_encoder, resolve_short_name
     from tfsent.formats.saved_model import export_encoder
+    from tfsent.serving import SavedModelEncoder
 
     sentences = common.read_sentences(FLAGS.data, FLAGS.max_sentences)
     n, bs = len(sentences), FLAGS.batch_size
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=FLAGS.max_seq_length)
     tmp = tempfile.mkdtemp(prefix="tfsent-bench-export-")
     try:
-        serves = {}
+        serves, paths = {}, {}
         for name, jit in (("savedmodel", False), ("savedmodel_xla", True)):
-            path = export_encoder(encoder, tmp, pooling="mean", jit_compile=jit,
-                                  max_seq_length=FLAGS.max_seq_length)
-            serves[name] = tf.saved_model.load(path).signatures["serving_default"]
-        # Longest first, as SentenceEncoder.encode and sentence-transformers' encode do: each
-        # batch is padded to its own longest sentence.
+            paths[name] = export_encoder(encoder, tmp, pooling="mean", jit_compile=jit,
+                                         max_seq_length=FLAGS.max_seq_length)
+            serves[name] = tf.saved_model.load(paths[name]).signatures["serving_default"]
+        client = SavedModelEncoder(paths["savedmodel"])
+        # Longest first by characters, as sentence-transformers' encode batches (a client
+        # of the SavedModel sends strings): each batch is padded to its own longest
+        # sentence. SentenceEncoder.encode batches by token count instead.
         order = sorted(range(n), key=lambda i: -len(sentences[i]))
         outputs = {}
 
@@ -354,14 +357,19 @@ def encode_mode():
                                                jit_compile=jit)
             return run
 
+        def savedmodel_by_tokens():  # tfsent's client: batches by `count_tokens`
+            outputs["savedmodel_by_tokens"] = client.encode(sentences, batch_size=bs)
+
         times = _time_passes({"savedmodel": savedmodel("savedmodel"),
+                              "savedmodel_by_tokens": savedmodel_by_tokens,
                               "encoder": encoder_encode("encoder", False),
                               "savedmodel_xla": savedmodel("savedmodel_xla"),
                               "encoder_xla": encoder_encode("encoder_xla", True)},
                              FLAGS.warmup_passes, FLAGS.repeats)
-        lengths = encoder.tokenizer(tf.constant(sentences))["padding_mask"]
-        lengths = np.sum(lengths.numpy(), axis=1)
+        lengths = encoder.tokenize_all(sentences).lengths
         widths = [int(max(lengths[i] for i in order[s:s + bs])) for s in range(0, n, bs)]
+        by_tokens = np.argsort(-lengths, kind="stable")  # as SentenceEncoder.encode
+        encoder_widths = [int(lengths[by_tokens[s:s + bs]].max()) for s in range(0, n, bs)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     k = FLAGS.keep_embeddings
@@ -375,6 +383,7 @@ def encode_mode():
         **result,
         "n_sentences": n, "max_rss_mb": round(common.max_rss_mb(), 1),
         "tensorflow": tf.__version__, "batch_widths": widths,
+        "encoder_batch_widths": encoder_widths,
         "cpu_settings": cpu_settings.summary(),
         "num_layers": encoder.num_layers, "hidden": encoder.hidden_dim,
         "intermediate": int(encoder.backbone.intermediate_dim),

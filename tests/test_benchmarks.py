@@ -69,9 +69,14 @@ def test_encode_throughput_tfsent_side(tmp_path):
     assert result["settings"]["n"] == 16
     assert result["min_cosine_xla_vs_plain"] > 0.9999
     for key in ("mfu", "encoder_mfu", "xla_mfu", "encoder_xla_mfu", "peak_flops",
-                "tfsent_flops_per_pass", "savedmodel_xla_sent_per_s"):
+                "tfsent_flops_per_pass", "encoder_flops_per_pass",
+                "savedmodel_xla_sent_per_s", "savedmodel_by_tokens_sent_per_s",
+                "savedmodel_by_tokens_mfu"):
         assert _positive_finite(result[key]), (key, result[key])
     assert 2 <= result["tfsent_mean_padded_length"] <= 32
+    # One batch: sorted by characters (the SavedModel's order) or by tokens (encode's), it
+    # is as wide as its longest sentence.
+    assert result["encoder_mean_padded_length"] == result["tfsent_mean_padded_length"]
     assert result["peer_mfu"] is None
     assert "SavedModel" in r.stdout
 

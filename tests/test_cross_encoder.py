@@ -207,12 +207,21 @@ def test_margin_mse_fits_the_teachers_margins(trained_cross_encoder, hf_checkpoi
 
 
 def test_score_is_the_model_on_pair_features(tiny_cross_encoder):
+    """`score` tokenizes the pairs first and scores them in batches of similar token
+    counts (segment ids and padding as the tokenizer gives them): in input order, equal to
+    the model on the features of all pairs tokenized together."""
     model = tiny_cross_encoder
-    queries, passages = ["a query", "another query here"], ["its passage", "x"]
+    queries = ["a query", "another query here", "q", "a much longer query with many words",
+               "short", "mid length query"]
+    passages = ["its passage", "x", "a passage that is rather long for this test case",
+                "y", "", "some passage"]
     features = model.encoder.tokenizer.tokenize_pairs(tf.constant(queries),
                                                       tf.constant(passages))
-    np.testing.assert_allclose(model.score(queries, passages), model(features).numpy(),
-                               atol=1e-5)
+    want = model(features).numpy()
+    for batch_size in (1, 2, 4, 64):
+        np.testing.assert_allclose(model.score(queries, passages, batch_size=batch_size),
+                                   want, atol=1e-5)
+    assert model.score([], []).shape == (0,)
 
 
 def test_bad_input_is_a_clear_error(tiny_cross_encoder, hf_checkpoint_dirs):
@@ -228,6 +237,8 @@ def test_bad_input_is_a_clear_error(tiny_cross_encoder, hf_checkpoint_dirs):
         CrossEncoder(tiny_cross_encoder.encoder, loss="hinge")
     with pytest.raises(ConfigError, match="format='cross_encoder'"):
         tiny_cross_encoder.export("unused", format="tf_saved_model")
+    with pytest.raises(ConfigError, match="batch_size must be >= 1, got 0"):
+        tiny_cross_encoder.score(["q"], ["p"], batch_size=0)
     with pytest.raises(ConfigError, match="only loss='margin_mse' uses a teacher"):
         CrossEncoder(tiny_cross_encoder.encoder, teacher=tiny_cross_encoder)
     with pytest.raises(ConfigError, match="teacher must be a CrossEncoder"):

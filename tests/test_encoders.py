@@ -46,3 +46,56 @@ def test_preset_name_offline_is_a_clear_error():
 def test_directory_that_is_not_an_encoder(tmp_path):
     with pytest.raises(InputError, match="not an encoder directory"):
         load_encoder(str(tmp_path))
+
+
+# Character count and token count disagree: one long unknown word is a single [UNK], a
+# run of short words is one token per word; one sentence is cut at the truncation length.
+BY_TOKENS = ["zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "a a a a a a", "the dog",
+             "a man plays a guitar in the park with the dog and the cat on the mat . " * 3,
+             "", "qqqqqqqqqqqqqqqqqqq rrrrrrrrrrrrrrrrrrr", "dog"]
+
+
+def test_tokenized_sentences_pad_a_batch_as_the_tokenizer_does(monkeypatch):
+    """`tokenize_all` (several tokenizer calls) then `batch(rows)` gives, for any rows, the
+    ids and mask the tokenizer gives those sentences tokenized together."""
+    from tfsent.encoders import token_batches
+
+    monkeypatch.setattr(token_batches, "TOKENIZE_CHUNK", 3)  # rows from three calls
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=16)
+    tokens = enc.tokenize_all(BY_TOKENS)
+    tokenizer = enc.tokenizer.with_options(pad_to_max_length=False)
+    assert len(tokens) == len(BY_TOKENS) and tokens.lengths.max() == 16  # one is truncated
+    rng = np.random.default_rng(0)
+    for rows in [np.arange(7), np.array([4]), np.array([3, 0, 6])] + [
+            rng.permutation(7)[:k] for k in (2, 3, 5)]:
+        got = tokens.batch(rows)
+        want = tokenizer([BY_TOKENS[i] for i in rows])
+        assert sorted(got) == ["padding_mask", "token_ids"]  # BERT's segment ids not kept
+        for name in got:
+            np.testing.assert_array_equal(got[name], want[name].numpy())
+            assert got[name].dtype == np.int32
+
+
+def test_encode_batches_by_token_count_and_keeps_input_order():
+    """`encode` calls its batch function on sentences sorted by token count (most first),
+    each batch as wide as its longest, and returns rows in input order equal to encoding
+    each sentence alone."""
+    enc = tiny_encoder(TINY_VOCAB, max_seq_length=16, seed=2)
+    key = ("ids",) + enc._encode_key(None, None, False)
+    batch_function = enc.encode_ids_function()
+    widths = []
+
+    def recording(token_ids, padding_mask):
+        widths.append((token_ids.shape[0], token_ids.shape[1]))
+        return batch_function(token_ids, padding_mask)
+
+    enc._encode_cache.functions[key] = recording  # the real function, its shapes recorded
+    out = enc.encode(BY_TOKENS, batch_size=2, normalize=False, jit_compile=False)
+    lengths = enc.tokenize_all(BY_TOKENS).lengths
+    assert lengths.tolist() == [3, 8, 4, 16, 2, 4, 3]
+    assert widths == [(2, 16), (2, 4), (2, 3), (1, 2)]
+    by_characters = np.argsort([-len(s) for s in BY_TOKENS], kind="stable")
+    assert [lengths[by_characters[i:i + 2]].max() for i in range(0, 7, 2)] == [16, 8, 4, 2]
+    alone = np.concatenate([enc.encode([s], normalize=False, jit_compile=False)
+                            for s in BY_TOKENS])
+    np.testing.assert_allclose(out, alone, atol=1e-5)

@@ -75,6 +75,7 @@ def test_saved_model_cli_lists_both_signatures(minilm_export):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "signature_def['serving_default']" in r.stdout
     assert "signature_def['encode_ids']" in r.stdout
+    assert "signature_def['count_tokens']" in r.stdout
     assert "sentences" in r.stdout and "token_ids" in r.stdout
 
 
@@ -181,6 +182,27 @@ def test_call_in_buckets_shapes():
         assert out["out"].shape == (rows, 1)
         assert seen[-1] == (want, rows * length)  # padding is masked out
         assert bucket_width(length, max_len) == want[1]  # the Python twin agrees
+
+
+def test_count_tokens_signature_and_the_client_batching_by_it(tmp_path, tiny_encoder_dir):
+    """`count_tokens` gives each string's tokens at the serving truncation length (the
+    tokenizer's padding mask); SavedModelEncoder batches by it, most tokens first, and
+    returns rows in input order equal to `encode`."""
+    import tensorflow as tf
+
+    from test_encoders import BY_TOKENS
+
+    enc = load_encoder(tiny_encoder_dir, pooling="mean")
+    path = export_encoder(enc, str(tmp_path / "e"), max_seq_length=12)
+    model = SavedModelEncoder(path)
+    counts = model._loaded.signatures["count_tokens"](sentences=tf.constant(BY_TOKENS))
+    counts = counts["token_count"].numpy()
+    assert counts.tolist() == [3, 8, 4, 12, 2, 4, 3]  # 12: the export's truncation
+    np.testing.assert_array_equal(counts, enc.tokenize_all(BY_TOKENS, 12).lengths)
+    np.testing.assert_array_equal(model._lengths(BY_TOKENS), counts)  # what it sorts by
+    out = model.encode(BY_TOKENS, batch_size=2)
+    np.testing.assert_allclose(out, enc.encode(BY_TOKENS, normalize=False, max_seq_length=12),
+                               atol=1e-5)
 
 
 def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):

@@ -12,17 +12,19 @@ mean pooling), 2 layers deep so that the calibration stays short:
           InfoNCE, AdamW with the embedding table's sparse gradient), batch 16 x 32 tokens,
           as a plain tf.function ("train_graph") and with jit_compile ("train_xla"), as the
           training run compiles it;
-  encode  `SentenceEncoder.encode`'s batch function (the in-graph tokenizer, the forward
-          pass, pooling) on three batches of 32 strings of 15, 33 and 45 tokens, with a
-          truncation length of 128: plain ("encode_graph"), each batch padded to its
-          longest string, and with XLA ("encode_xla"), padded up to its width bucket (16,
-          40, 48). The widths are near the 1/6, 1/2 and 5/6 quantiles of the batch widths
-          `encode` forms from wiki sentences with minilm-l6's tokenizer (batch 64, sorted by
-          characters), and the buckets add 11.8% token slots to them as to those batches:
-          the padding XLA pays on real text (tests/test_cpu_settings.py checks both). (The
-          previous version timed one batch of exactly 42 tokens with a truncation length of
-          42, where the bucket adds nothing: it put XLA ~13% ahead of where it is on real
-          text, benchmarks/README.md.)
+  encode  `SentenceEncoder.encode`'s batch function (`encode_ids_function`: the forward
+          pass and pooling; `encode` tokenizes every sentence before it) on three batches
+          of 32 sentences of 11, 23 and 37 tokens, with a truncation length of 128: plain
+          ("encode_graph"), each batch as wide as its longest sentence, and with XLA
+          ("encode_xla"), padded up to its width bucket (16, 24, 40). The widths are near
+          the 1/6, 1/2 and 5/6 quantiles of the batch widths `encode` forms from wiki
+          sentences with minilm-l6's tokenizer (batch 64, sorted by token count), and the
+          buckets add 12.7% token slots to them, as they add 12.9% to those batches: the
+          padding XLA pays on real text (tests/test_cpu_settings.py checks both). (Earlier
+          versions timed batches `encode` no longer forms: one of exactly 42 tokens at a
+          truncation length of 42, where the bucket adds nothing, which put XLA ~13% ahead
+          of where it is on real text; then 15, 33 and 45 tokens, the quantiles of batches
+          sorted by characters; benchmarks/README.md.)
 Calls interleaved, median per function; prints one JSON line: the medians (seconds), TF's own
 oneDNN state, the thread pools that ran, the number of calls.
 
@@ -39,7 +41,7 @@ import time
 SIZES = {
     "minilm": dict(vocabulary=30522, hidden_dim=384, num_heads=12, intermediate_dim=1536,
                    num_layers=2, train_batch=16, train_length=32, encode_batch=32,
-                   encode_widths=(15, 33, 45), encode_length=128),
+                   encode_widths=(11, 23, 37), encode_length=128),
     "tiny": dict(vocabulary=200, hidden_dim=32, num_heads=2, intermediate_dim=64,
                  num_layers=1, train_batch=4, train_length=16, encode_batch=4,
                  encode_widths=(6, 11), encode_length=32),
@@ -76,25 +78,31 @@ def build_workload(size):
     train_tokenizer = encoder.tokenizer.with_options(max_seq_length=s["train_length"])
     train_batch = train_tokenizer(tf.constant(
         _texts(rng, s["train_batch"], s["train_length"], s["vocabulary"])))
-    # One batch per width: `width` - 2 words, one wordpiece each, plus [CLS] and [SEP].
-    encode_batches = [tf.constant(_texts(rng, s["encode_batch"], width - 2, s["vocabulary"]))
-                      for width in s["encode_widths"]]
+    # One batch per width: `width` - 2 words, one wordpiece each, plus [CLS] and [SEP];
+    # tokenized beforehand, as `encode` tokenizes before it batches.
     length = s["encode_length"]
+    encode_batches = []
+    for width in s["encode_widths"]:
+        tokens = encoder.tokenize_all(_texts(rng, s["encode_batch"], width - 2,
+                                             s["vocabulary"]), length)
+        features = tokens.batch(np.arange(len(tokens)))
+        encode_batches.append((tf.constant(features["token_ids"]),
+                               tf.constant(features["padding_mask"])))
     train_graph = tf.function(model.train_step)
     train_xla = tf.function(model.train_step, jit_compile=True)
     calls = {
-        "encode_graph": (encoder.encode_function("mean", length, jit_compile=False),
+        "encode_graph": (encoder.encode_ids_function("mean", length, jit_compile=False),
                          encode_batches),
-        "encode_xla": (encoder.encode_function("mean", length, jit_compile=True),
+        "encode_xla": (encoder.encode_ids_function("mean", length, jit_compile=True),
                        encode_batches),
-        "train_graph": (train_graph, [train_batch]),
-        "train_xla": (train_xla, [train_batch]),
+        "train_graph": (train_graph, [(train_batch,)]),
+        "train_xla": (train_xla, [(train_batch,)]),
     }
 
     def runner(fn, args):
         def run():
             for arg in args:
-                tf.nest.map_structure(lambda t: t.numpy(), fn(arg))  # waits for the result
+                tf.nest.map_structure(lambda t: t.numpy(), fn(*arg))  # waits for the result
         return run
 
     return {name: runner(fn, args) for name, (fn, args) in calls.items()}

@@ -16,6 +16,7 @@ import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenize
 
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
+from tfsent.encoders.token_batches import TOKENIZE_CHUNK
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
@@ -126,7 +127,10 @@ class SavedModelEncoder:
 
     def _run(self, sentences, key, batch_size, dtype, signature="serving_default",
              normalize=False):
-        """`signature[key]` of `sentences` in input order, longest first in batches."""
+        """`signature[key]` of `sentences` in input order, in batches formed longest
+        first: by token count through the export's `count_tokens` signature (without the
+        prompt: it adds the same tokens to every string), by characters for exports
+        without it."""
         serve = self._loaded.signatures.get(signature, self._serve)
         sentences = list(sentences)
         width = self._serve.structured_outputs[key].shape[-1]
@@ -134,7 +138,7 @@ class SavedModelEncoder:
             width = self.embedding_dim
         if not sentences:
             return np.zeros((0, width), dtype)
-        order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
+        order = np.argsort(-self._lengths(sentences), kind="stable")
         out = None
         for start in range(0, len(sentences), batch_size):
             idx = order[start:start + batch_size]
@@ -144,6 +148,17 @@ class SavedModelEncoder:
                 out = np.zeros((len(sentences), rows.shape[1]), dtype)
             out[idx] = rows
         return quantize.l2_normalize(out) if normalize else out
+
+
+    def _lengths(self, sentences):
+        """Tokens per sentence (`count_tokens`), or characters for older exports."""
+        count = self._loaded.signatures.get("count_tokens")
+        if count is None:
+            return np.array([len(s) for s in sentences])
+        return np.concatenate([
+            count(sentences=tf.constant([s.encode("utf-8", "replace") for s in
+                                         sentences[i:i + TOKENIZE_CHUNK]]))["token_count"]
+            .numpy() for i in range(0, len(sentences), TOKENIZE_CHUNK)])
 
 
 class ServedQuantizedEncoder:

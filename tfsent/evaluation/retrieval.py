@@ -183,13 +183,19 @@ def encode_texts(encoder, texts, batch_size=64, max_seq_length=None, verbose=1,
                  what="documents", batches_per_call=8):
     """Embeddings (N, D) float32 of `texts`, in order, unnormalised.
 
-    Texts go to `encoder.encode` longest first, `batches_per_call` batches a call, with a
-    Keras progress bar over the texts (`verbose=1`; the encoder's own bar is silenced
-    when it has one); the time taken is logged.
+    Texts go to `encoder.encode` longest first (by token count when the encoder can
+    count them, `SentenceEncoder.tokenize_all`; by characters otherwise),
+    `batches_per_call` batches a call, with a Keras progress bar over the texts
+    (`verbose=1`; the encoder's own bar is silenced when it has one); the time taken is
+    logged.
     """
     texts = list(texts)
     start = time.perf_counter()
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    if hasattr(encoder, "tokenize_all") and texts:
+        lengths = encoder.tokenize_all(texts, max_seq_length).lengths
+    else:
+        lengths = np.array([len(t) for t in texts])
+    order = np.argsort(-lengths, kind="stable")
     step = max(1, batch_size * batches_per_call)
     bar = keras.utils.Progbar(len(texts), unit_name=what[:-1] if what.endswith("s") else
                               what) if verbose and len(texts) > step else None

@@ -19,6 +19,10 @@ Signatures:
   encode_ids(token_ids: int32[N, L], padding_mask: int32[N, L]) -> same outputs, for
       pre-tokenized requests (core TF ops only in this signature; the SavedModel as a
       whole still holds the tokenizer's TF Text ops, which any loader must register).
+  count_tokens(sentences) -> {token_count: int32[N]}: each string's tokens at the
+      serving truncation length, special tokens included; a client that batches a
+      corpus by it (most first) pads less than one batching by characters
+      (`tfsent.serving.SavedModelEncoder` does; exports before 2026-11-28 lack it).
 With `truncate_dim=D` both embeddings keep their first D dimensions (a Matryoshka model;
 truncation before normalisation) and H is D. With `quantize` both signatures also return
 `embedding_int8` (int8[N, H], ranges calibrated on given sentences and stored in the
@@ -128,6 +132,12 @@ class ServingModule(tf.Module):
         """Signature `encode_ids`: token ids + padding mask (plain TF ops only)."""
         return self._embed(token_ids, padding_mask)
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
+    def count_tokens(self, sentences):
+        """Signature `count_tokens`: strings -> token_count (tokens each, truncated)."""
+        mask = self.tokenizer(sentences)["padding_mask"]
+        return {"token_count": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)}
+
 
 def tf_variables(*layers):
     """The tf.Variables behind the Keras variables of `layers` (None entries skipped)."""
@@ -152,7 +162,8 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     Signatures: `serving_default` (strings), `encode_query` / `encode_document` (the
     same, with `query_prompt` / `document_prompt` prepended to each string before
     tokenizing, as E5 / BGE / sentence-transformers' `prompts` do; with empty prompts
-    they equal `serving_default`), `encode_ids` (token ids). Prompts left None are the
+    they equal `serving_default`), `encode_ids` (token ids), `count_tokens` (tokens per
+    string, to batch by). Prompts left None are the
     encoder's own (`encoder.prompts`: a sentence-transformers folder's), else none.
 
     `max_seq_length` is the serving truncation length (default: the encoder tokenizer's);
@@ -193,7 +204,8 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     # function again in its save context, so a concrete function traced here beforehand
     # would be a second (wasted) trace of the tokenizer and the encoder.
     signatures = {"serving_default": module.serve, "encode_query": module.encode_query,
-                  "encode_document": module.encode_document, "encode_ids": module.encode_ids}
+                  "encode_document": module.encode_document, "encode_ids": module.encode_ids,
+                  "count_tokens": module.count_tokens}
     meta = encoder_metadata("tf_saved_model", module, encoder, width,
                             quantize=list(quantize_outputs), query_prompt=module.query_prompt,
                             document_prompt=module.document_prompt, **calibration)

@@ -12,6 +12,7 @@ import tfsent.encoders.families as families
 from tfsent import checks, formats, losses
 from tfsent.checks import Field
 from tfsent.encoders.huggingface import read_classification_head
+from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.methods.base import SentenceMethod
@@ -190,19 +191,31 @@ class CrossEncoder(SentenceMethod):
         return share, {"loss": mean, "accuracy": accuracy}
 
     def score(self, queries, passages, batch_size=64, max_seq_length=None):
-        """Relevance logits (numpy (N,)) of (query, passage) string pairs."""
+        """Relevance logits (numpy (N,)) of (query, passage) string pairs, in input order.
+        The pairs are tokenized first, then scored in batches formed by token count, most
+        first (`tfsent.encoders.token_batches`), each padded to its own longest pair."""
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
-        fn = self._score_functions.get(max_seq_length)
-        if fn is None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        if not len(queries):
+            return np.zeros([0], np.float32)
+        functions = self._score_functions.get(max_seq_length)
+        if functions is None:
             tokenizer = self.encoder.tokenizer
             if max_seq_length is not None:
                 tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
-            fn = self._score_functions[max_seq_length] = _score_function(self, tokenizer)
-        out = [fn(tf.constant(list(queries[i:i + batch_size]), tf.string),
-                  tf.constant(list(passages[i:i + batch_size]), tf.string)).numpy()
-               for i in range(0, len(queries), batch_size)]
-        return np.concatenate(out) if out else np.zeros([0], np.float32)
+            functions = self._score_functions[max_seq_length] = _score_functions(
+                self, tokenizer)
+        tokenize_pairs, score_features = functions
+        tokens = tokenize_in_chunks(tokenize_pairs, [list(queries), list(passages)],
+                                    {"token_ids": self.encoder.tokenizer.pad_id})
+        order = tokens.longest_first()
+        out = np.zeros(len(tokens), np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            out[idx] = score_features(tokens.batch(idx)).numpy()
+        return out
 
     def export(self, filepath, format="cross_encoder", verbose=None, input_signature=None,
                **kwargs):
@@ -275,16 +288,21 @@ class CrossEncoder(SentenceMethod):
         return super().from_config({"head": LINEAR_HEAD, **config})
 
 
-def _score_function(model, tokenizer):
-    """A tf.function strings (B,), (B,) -> (B,) logits (tokenizer in the graph)."""
+def _score_functions(model, tokenizer):
+    """(tokenize_pairs, score): tf.functions strings (B,), (B,) -> the pair features, and
+    features (B, L) -> (B,) logits."""
     # Made outside the graph: a SentencePiece tokenizer's config holds its model's bytes,
     # read in Python.
     tokenizer = tokenizer.with_options(pad_to_max_length=False)
+    strings = tf.TensorSpec([None], tf.string)
+    tokenize_pairs = tf.function(tokenizer.tokenize_pairs, input_signature=[strings] * 2)
+    names = ["token_ids", "padding_mask"] + ["segment_ids"] * tokenizer.emits_segment_ids
+    features = {name: tf.TensorSpec([None, None], tf.int32) for name in names}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    def score(queries, passages):
-        return model(tokenizer.tokenize_pairs(queries, passages), training=False)
-    return score
+    @tf.function(input_signature=[features])
+    def score(features):
+        return model(features, training=False)
+    return tokenize_pairs, score
 
 
 def _validate(config):
