@@ -10,8 +10,9 @@ checkpoint with mean pooling, float32 on the CPU:
 
   savedmodel  minilm-l6 exported with tfsent.export.export_encoder to a temporary dir, loaded
               with tf.saved_model.load, `serving_default(sentences=...)` called batch by batch
-              (strings in: tokenization is inside the graph). Sentences go longest first, as
-              both encode() functions below order them, so each batch pads to its own longest.
+              (strings in: tokenization is inside the graph). Sentences go longest first by
+              characters, as sentence-transformers' encode orders them, so each batch pads
+              to its own longest.
   savedmodel_by_tokens  the same export through tfsent's client,
               `tfsent.serving.SavedModelEncoder.encode`: it asks the export's
               `count_tokens` signature for each sentence's tokens and sends

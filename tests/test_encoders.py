@@ -65,6 +65,9 @@ def test_tokenized_sentences_pad_a_batch_as_the_tokenizer_does(monkeypatch):
     tokens = enc.tokenize_all(BY_TOKENS)
     tokenizer = enc.tokenizer.with_options(pad_to_max_length=False)
     assert len(tokens) == len(BY_TOKENS) and tokens.lengths.max() == 16  # one is truncated
+    counts = enc.tokenize_all(BY_TOKENS, keep_ids=False)  # the counts alone
+    np.testing.assert_array_equal(counts.lengths, tokens.lengths)
+    assert counts.features == {} and enc.tokenize_all([]).lengths.shape == (0,)
     rng = np.random.default_rng(0)
     for rows in [np.arange(7), np.array([4]), np.array([3, 0, 6])] + [
             rng.permutation(7)[:k] for k in (2, 3, 5)]:

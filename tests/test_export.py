@@ -122,7 +122,7 @@ def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
     assert meta["max_seq_length"] == 12
 
 
-def test_encode_function_is_what_encode_runs(tiny_encoder_dir):
+def test_encode_function_gives_what_encode_gives(tiny_encoder_dir):
     """The public traced function: strings in, un-normalised (N, H) float32 out, equal to
     `encode(normalize=False)`; cached per (pooling, clamped length, jit), pooling checked."""
     import tensorflow as tf

@@ -138,7 +138,10 @@ class SavedModelEncoder:
             width = self.embedding_dim
         if not sentences:
             return np.zeros((0, width), dtype)
-        order = np.argsort(-self._lengths(sentences), kind="stable")
+        if len(sentences) <= batch_size:  # one batch: no order to choose
+            order = np.arange(len(sentences))
+        else:
+            order = np.argsort(-self._lengths(sentences), kind="stable")
         out = None
         for start in range(0, len(sentences), batch_size):
             idx = order[start:start + batch_size]

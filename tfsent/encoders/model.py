@@ -426,10 +426,11 @@ class SentenceEncoder(keras.Model):
             self._encode_cache.functions[key] = encode_fn
         return self._encode_cache.functions[key]
 
-    def tokenize_all(self, sentences, max_seq_length=None):
+    def tokenize_all(self, sentences, max_seq_length=None, keep_ids=True):
         """Every string of `sentences` through the in-graph tokenizer (truncated to
         `max_seq_length`, clamped as in `encode`), `token_batches.TOKENIZE_CHUNK` strings
-        per call: a `token_batches.TokenizedTexts` of their token ids, unpadded."""
+        per call: a `token_batches.TokenizedTexts` of their token ids, unpadded
+        (`keep_ids=False`: their token counts alone, `.lengths`)."""
         max_seq_length = self.clamp_length(max_seq_length)
         key = ("tokenize", max_seq_length)
         if key not in self._encode_cache.functions:
@@ -438,7 +439,8 @@ class SentenceEncoder(keras.Model):
             self._encode_cache.functions[key] = tf.function(
                 tokenizer.__call__, input_signature=[tf.TensorSpec([None], tf.string)])
         return tokenize_in_chunks(self._encode_cache.functions[key], [sentences],
-                                  {"token_ids": self.tokenizer.pad_id}, keep=["token_ids"])
+                                  {"token_ids": self.tokenizer.pad_id},
+                                  keep=["token_ids"] if keep_ids else [])
 
     # -- persistence ----------------------------------------------------------------------
     def save_encoder_dir(self, directory):

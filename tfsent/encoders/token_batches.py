@@ -56,21 +56,19 @@ class TokenizedTexts:
 
 def tokenize_in_chunks(tokenize, columns, pad_values, keep=None):
     """`tokenize(*string_tensors)` -> a features dict with "padding_mask" (right-padded),
-    called on `TOKENIZE_CHUNK` rows of `columns` (lists of str of one length: one column
-    for sentences, two for pairs) at a time; the features named in `keep` (default: all
-    but the mask) gathered into a `TokenizedTexts`."""
-    n = len(columns[0])
-    parts, lengths = {}, []
-    for start in range(0, n, TOKENIZE_CHUNK):
-        chunk = [tf.constant([s.encode("utf-8", "replace") for s in column[start:start +
-                                                                             TOKENIZE_CHUNK]])
+    called on `TOKENIZE_CHUNK` rows of `columns` (lists of str or bytes of one length: one
+    column for sentences, two for pairs) at a time; the features named in `keep` (None:
+    all but the mask; empty: none, the lengths alone) gathered into a `TokenizedTexts`."""
+    parts, lengths = {name: [] for name in keep or ()}, []
+    for start in range(0, len(columns[0]), TOKENIZE_CHUNK):
+        chunk = [tf.constant([s if isinstance(s, bytes) else s.encode("utf-8", "replace")
+                              for s in column[start:start + TOKENIZE_CHUNK]])
                  for column in columns]
         features = tokenize(*chunk)
         mask = features["padding_mask"].numpy().astype(bool)
         lengths.append(mask.sum(axis=1))
-        for name in keep or [k for k in features if k != "padding_mask"]:
+        names = [k for k in features if k != "padding_mask"] if keep is None else keep
+        for name in names:
             parts.setdefault(name, []).append(features[name].numpy()[mask])  # row by row
-    if not lengths:  # no texts
-        return TokenizedTexts({name: [] for name in keep or ()}, [], pad_values)
-    return TokenizedTexts({name: np.concatenate(v) for name, v in parts.items()},
-                          np.concatenate(lengths), pad_values)
+    return TokenizedTexts({name: np.concatenate(v) if v else [] for name, v in parts.items()},
+                          np.concatenate(lengths) if lengths else [], pad_values)

@@ -49,6 +49,9 @@ from tfsent.evaluation import RETRIEVAL_MEASURES as MEASURES, RETRIEVAL_PREFIX a
 from tfsent.search.exact import top_k_cosine
 
 RUN_DEPTH = 100  # documents kept per query: what the deepest measure (@100) needs
+# Batches of (query, document) pairs per reranker call: the reranker orders each call's
+# pairs by length (CrossEncoder.score by token count), so more pairs a call pad less.
+RERANK_CHUNK_BATCHES = 64
 
 
 # -- tasks ----------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ def encode_texts(encoder, texts, batch_size=64, max_seq_length=None, verbose=1,
     texts = list(texts)
     start = time.perf_counter()
     if hasattr(encoder, "tokenize_all") and texts:
-        lengths = encoder.tokenize_all(texts, max_seq_length).lengths
+        lengths = encoder.tokenize_all(texts, max_seq_length, keep_ids=False).lengths
     else:
         lengths = np.array([len(t) for t in texts])
     order = np.argsort(-lengths, kind="stable")
@@ -330,8 +333,9 @@ def rerank(ranking, split, score, top=100, batch_size=64):
     pairs = [(qid, d) for qid, docs in zip(ranking.query_ids, ranking.doc_ids)
              for d in docs[:top]]
     scores = []
-    for start in range(0, len(pairs), batch_size * 8):
-        chunk = pairs[start:start + batch_size * 8]
+    step = batch_size * RERANK_CHUNK_BATCHES
+    for start in range(0, len(pairs), step):
+        chunk = pairs[start:start + step]
         scores.append(np.asarray(score([queries[q] for q, _ in chunk],
                                        [texts[d] for _, d in chunk]), np.float32))
     flat = iter(np.concatenate(scores) if scores else [])
