@@ -16,7 +16,7 @@ import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenize
 
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
-from tfsent.encoders.token_batches import TOKENIZE_CHUNK
+from tfsent.encoders.token_batches import string_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
@@ -152,16 +152,13 @@ class SavedModelEncoder:
             out[idx] = rows
         return quantize.l2_normalize(out) if normalize else out
 
-
     def _lengths(self, sentences):
         """Tokens per sentence (`count_tokens`), or characters for older exports."""
         count = self._loaded.signatures.get("count_tokens")
         if count is None:
             return np.array([len(s) for s in sentences])
-        return np.concatenate([
-            count(sentences=tf.constant([s.encode("utf-8", "replace") for s in
-                                         sentences[i:i + TOKENIZE_CHUNK]]))["token_count"]
-            .numpy() for i in range(0, len(sentences), TOKENIZE_CHUNK)])
+        return np.concatenate([count(sentences=chunk)["token_count"].numpy()
+                               for chunk in string_chunks(sentences)])
 
 
 class ServedQuantizedEncoder:

@@ -54,16 +54,21 @@ class TokenizedTexts:
         return out
 
 
+def string_chunks(texts):
+    """1-D string tensors of `TOKENIZE_CHUNK` consecutive texts (str, UTF-8 encoded with
+    invalid code points replaced, or bytes as they are)."""
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        yield tf.constant([s if isinstance(s, bytes) else s.encode("utf-8", "replace")
+                           for s in texts[start:start + TOKENIZE_CHUNK]])
+
+
 def tokenize_in_chunks(tokenize, columns, pad_values, keep=None):
     """`tokenize(*string_tensors)` -> a features dict with "padding_mask" (right-padded),
     called on `TOKENIZE_CHUNK` rows of `columns` (lists of str or bytes of one length: one
     column for sentences, two for pairs) at a time; the features named in `keep` (None:
     all but the mask; empty: none, the lengths alone) gathered into a `TokenizedTexts`."""
     parts, lengths = {name: [] for name in keep or ()}, []
-    for start in range(0, len(columns[0]), TOKENIZE_CHUNK):
-        chunk = [tf.constant([s if isinstance(s, bytes) else s.encode("utf-8", "replace")
-                              for s in column[start:start + TOKENIZE_CHUNK]])
-                 for column in columns]
+    for chunk in zip(*(string_chunks(column) for column in columns)):
         features = tokenize(*chunk)
         mask = features["padding_mask"].numpy().astype(bool)
         lengths.append(mask.sum(axis=1))
