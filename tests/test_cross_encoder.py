@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
 from tfsent.encoders.huggingface import make_tokenizer
+from tfsent.errors import ConfigError
 from tfsent.encoders.tokenizers import longest_first_lengths
 
 MAX_LEN = 24
@@ -306,6 +307,37 @@ def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path)
     np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
     assert os.path.exists(str(tmp_path / "ce" / "1" / "assets.extra" /
                               "tf_serving_warmup_requests"))
+
+
+def test_served_cross_encoder_batches_by_the_exports_pair_token_counts(tiny_cross_encoder,
+                                                                       tmp_path):
+    """The export's `count_pair_tokens` gives each pair's tokens as `score` tokenizes it
+    (template, truncation); ServedCrossEncoder orders its batches by it (an order here
+    unlike the characters') and returns the model's scores in input order."""
+    from tfsent.serving import ServedCrossEncoder
+
+    model = tiny_cross_encoder
+    queries = ["東京は日本の首都", "a query", "zebra", "word " * 40, "q", "ab cd"]
+    passages = ["ok", "a longer passage here", "xylophones", "short", "", "é " * 9]
+    served = ServedCrossEncoder(model.export(str(tmp_path / "ce")))
+    counts = served._loaded.signatures["count_pair_tokens"](
+        queries=tf.constant(queries), passages=tf.constant(passages))["token_count"].numpy()
+    mask = model.encoder.tokenizer.tokenize_pairs(tf.constant(queries),
+                                                  tf.constant(passages))["padding_mask"]
+    np.testing.assert_array_equal(counts, np.sum(mask.numpy(), axis=1))
+    assert counts.max() == 32  # the export's truncation length
+    np.testing.assert_array_equal(served._lengths(queries, passages), counts)
+    chars = [len(q) + len(p) for q, p in zip(queries, passages)]
+    assert list(np.argsort(-counts, kind="stable")) != list(np.argsort(chars)[::-1])
+    want = model.score(queries, passages)
+    for batch_size in (1, 2, 64):
+        np.testing.assert_allclose(served.score(queries, passages, batch_size=batch_size),
+                                   want, atol=1e-5)
+    as_bytes = served.score([q.encode() for q in queries], [p.encode() for p in passages],
+                            batch_size=2)
+    np.testing.assert_allclose(as_bytes, want, atol=1e-5)
+    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
+        served.score(queries, passages, batch_size=0)
 
 
 # -- reranking ----------------------------------------------------------------------------

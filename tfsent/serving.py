@@ -16,7 +16,7 @@ import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenize
 
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
-from tfsent.encoders.token_batches import string_chunks
+from tfsent.encoders.token_batches import string_chunks, utf8_bytes
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
@@ -145,7 +145,7 @@ class SavedModelEncoder:
         out = None
         for start in range(0, len(sentences), batch_size):
             idx = order[start:start + batch_size]
-            batch = tf.constant([sentences[i].encode("utf-8", "replace") for i in idx])
+            batch = tf.constant([utf8_bytes(sentences[i]) for i in idx])
             rows = serve(sentences=batch)[key].numpy()
             if out is None:
                 out = np.zeros((len(sentences), rows.shape[1]), dtype)
@@ -192,19 +192,34 @@ class ServedCrossEncoder:
         self._score = self._loaded.signatures["score"]
 
     def score(self, queries, passages, batch_size=64, max_seq_length=None):
-        """Relevance logits (float32 (N,)) of (query, passage) string pairs, in input order
-        (longest pairs first in batches; the export's own truncation length applies,
-        `max_seq_length` is accepted and ignored)."""
+        """Relevance logits (float32 (N,)) of (query, passage) pairs (str or bytes), in
+        input order, scored in batches formed longest first: by token count through the
+        export's `count_pair_tokens` signature, by characters for exports without it
+        (older tfsent). The export's own truncation length applies; `max_seq_length` is
+        accepted and ignored."""
         del max_seq_length
         queries, passages = list(queries), list(passages)
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         out = np.zeros(len(queries), np.float32)
-        order = np.argsort([len(q) + len(p) for q, p in zip(queries, passages)],
-                           kind="stable")[::-1]
+        if len(queries) <= batch_size:  # one batch: no order to choose
+            order = np.arange(len(queries))
+        else:
+            order = np.argsort(-self._lengths(queries, passages), kind="stable")
         for start in range(0, len(queries), batch_size):
             idx = order[start:start + batch_size]
-            batch = [tf.constant([texts[i].encode("utf-8", "replace") for i in idx])
+            batch = [tf.constant([utf8_bytes(texts[i]) for i in idx])
                      for texts in (queries, passages)]
             out[idx] = self._score(queries=batch[0], passages=batch[1])["score"].numpy()
         return out
+
+    def _lengths(self, queries, passages):
+        """Tokens per pair (`count_pair_tokens`), or characters for older exports."""
+        count = self._loaded.signatures.get("count_pair_tokens")
+        if count is None:
+            return np.array([len(q) + len(p) for q, p in zip(queries, passages)])
+        return np.concatenate([
+            count(queries=q, passages=p)["token_count"].numpy()
+            for q, p in zip(string_chunks(queries), string_chunks(passages))])

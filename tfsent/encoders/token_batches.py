@@ -54,12 +54,16 @@ class TokenizedTexts:
         return out
 
 
+def utf8_bytes(text):
+    """`text` as a string tensor's element: str UTF-8 encoded (invalid code points
+    replaced), bytes as they are."""
+    return text if isinstance(text, bytes) else text.encode("utf-8", "replace")
+
+
 def string_chunks(texts):
-    """1-D string tensors of `TOKENIZE_CHUNK` consecutive texts (str, UTF-8 encoded with
-    invalid code points replaced, or bytes as they are)."""
+    """1-D string tensors of `TOKENIZE_CHUNK` consecutive texts (`utf8_bytes` of each)."""
     for start in range(0, len(texts), TOKENIZE_CHUNK):
-        yield tf.constant([s if isinstance(s, bytes) else s.encode("utf-8", "replace")
-                           for s in texts[start:start + TOKENIZE_CHUNK]])
+        yield tf.constant([utf8_bytes(s) for s in texts[start:start + TOKENIZE_CHUNK]])
 
 
 def tokenize_in_chunks(tokenize, columns, pad_values, keep=None):

@@ -1,14 +1,18 @@
 """Writes a cross-encoder (`tfsent.methods.CrossEncoder`) as a SavedModel for TF Serving.
 
 Layout as `saved_model.py`'s (versions under the target, `assets.extra/` with the metadata
-and warm-up requests, `batching_parameters.txt`). One signature, also `serving_default`:
+and warm-up requests, `batching_parameters.txt`). Signatures:
 
-  score(queries: string[N], passages: string[N]) -> {score: float32[N]}
+  score(queries: string[N], passages: string[N]) -> {score: float32[N]}  (also
+      `serving_default`): the relevance logit of each (query, passage) pair: the pair
+      tokenized in the graph in the family's template (`tokenize_pairs`, longest-first
+      truncation to `max_seq_length`), the encoder's first-token representation (`cls`
+      pooling), the score head Dense(1);
+  count_pair_tokens(queries, passages) -> {token_count: int32[N]}: each pair's tokens as
+      `score` tokenizes it (template and truncation included), for clients that batch
+      pairs by token count (`tfsent.serving.ServedCrossEncoder`).
 
-the relevance logit of each (query, passage) pair: the pair tokenized in the graph in the
-family's template (`tokenize_pairs`, longest-first truncation to `max_seq_length`), the
-encoder's first-token representation (`cls` pooling), the score head Dense(1). Loading
-needs tensorflow and tensorflow_text only, like the encoder's SavedModel.
+Loading needs tensorflow and tensorflow_text only, like the encoder's SavedModel.
 """
 
 import os
@@ -47,6 +51,13 @@ class ScoringModule(tf.Module):
         pooled = self.encoder(features, training=False, pooling="cls")["embedding"]
         return {"score": tf.cast(self.head(pooled)[:, 0], tf.float32)}
 
+    @tf.function(input_signature=_PAIR)
+    def count_pair_tokens(self, queries, passages):
+        """Signature `count_pair_tokens`: (query, passage) strings -> token_count (each
+        pair's tokens as `score` tokenizes it, truncated)."""
+        mask = self.tokenizer.tokenize_pairs(queries, passages)["padding_mask"]
+        return {"token_count": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)}
+
 
 def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=None,
                          max_seq_length=None):
@@ -65,7 +76,8 @@ def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=
     texts = np.array([s.encode("utf-8") for s in tf_serving.WARMUP_SENTENCES], dtype=object)
     warmup = [("score", {"queries": texts[:n], "passages": texts[::-1][:n]})
               for n in tf_serving.WARMUP_BATCH_SIZES]
-    write_version(final, module, {"serving_default": module.score, "score": module.score},
+    write_version(final, module, {"serving_default": module.score, "score": module.score,
+                                  "count_pair_tokens": module.count_pair_tokens},
                   {**meta, **(metadata or {})}, warmup=warmup)
     tf_serving.write_batching_parameters(export_dir)
     return final
