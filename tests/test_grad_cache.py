@@ -110,9 +110,12 @@ def test_scd_projector_and_encoder_gradients_equal_plain(jit):
     _compare(model, _features(encoder, SENTENCES), 4, jit=jit)
 
 
-def test_dropout_masks_are_replayed():
+@pytest.mark.parametrize("jit", [False, True])
+def test_dropout_masks_are_replayed(jit):
     """With dropout on, GradCache's gradient equals autodiff through the same chunked
-    forward pass (same seed state): the second pass of every chunk redraws its masks."""
+    forward pass (same seed state): the second pass of every chunk redraws its masks.
+    jit=False: the reference eagerly, GradCache in a graph (Keras's dropout); jit=True:
+    both under XLA (the forward's Threefry masks)."""
     encoder = tiny_encoder(TINY_VOCAB, dropout=0.2)
     model = SimCSE(encoder, supervised=False, grad_cache_chunk=4)  # 12 rows: 1 + loop of 2
     batch = _features(encoder, SENTENCES)
@@ -120,19 +123,25 @@ def test_dropout_masks_are_replayed():
     start = seed.numpy().copy()
     variables = model.trainable_variables
 
-    with tf.GradientTape() as tape:  # reference: the same chunks, differentiated directly
-        views = []
-        for features, kwargs in model.embedding_parts(batch):
-            views.append(tf.concat([model.embed({k: v[i:i + 4] for k, v in features.items()},
-                                                True, **kwargs)
-                                    for i in range(0, len(SENTENCES), 4)], axis=0))
-        loss, _ = model.loss_from_embeddings(views, batch)
-    reference = tape.gradient(loss, variables)
+    def reference_gradients(batch):  # the same chunks, differentiated directly
+        with tf.GradientTape() as tape:
+            views = []
+            for features, kwargs in model.embedding_parts(batch):
+                views.append(tf.concat([
+                    model.embed({k: v[i:i + 4] for k, v in features.items()}, True, **kwargs)
+                    for i in range(0, len(SENTENCES), 4)], axis=0))
+            loss, _ = model.loss_from_embeddings(views, batch)
+        return tape.gradient(loss, variables), loss, views
+
+    if jit:
+        reference_gradients = tf.function(reference_gradients, jit_compile=True)
+    reference, loss, views = reference_gradients(batch)
     end = seed.numpy().copy()
 
     seed.assign(start)
     # in a graph: chunks 4..7 run in the tf.while_loop, their masks come from saved states
-    cached, logs = tf.function(lambda b: model.grad_cache_gradients(b, variables))(batch)
+    cached, logs = tf.function(lambda b: model.grad_cache_gradients(b, variables),
+                               jit_compile=jit)(batch)
     np.testing.assert_array_equal(seed.numpy(), end)  # the stream advanced as one pass would
     np.testing.assert_allclose(float(logs["loss"]), float(loss), rtol=1e-6)
     assert not np.allclose(views[0].numpy(), views[1].numpy())  # dropout did act

@@ -251,6 +251,62 @@ def test_dropout_rates_per_call(encoder):
     assert not np.allclose(a, b)
 
 
+def test_threefry_dropout_masks():
+    """`threefry_dropout` (under XLA): about `rate` of the values zeroed, the rest scaled by
+    1 / (1 - rate); one seed one mask whatever the dtype; seeds one apart (the seed
+    generator's steps) and other keys give masks that agree as independent ones would
+    (0.9^2 + 0.1^2 = 0.82 of positions)."""
+    from tfsent.encoders.model import threefry_dropout
+
+    drop = tf.function(threefry_dropout, jit_compile=True)
+    ones = tf.ones([2000, 500])  # 1e6 values: the zeroed share's std is 3e-4
+
+    def mask(seed, x=ones):
+        out = drop(x, 0.1, tf.constant(seed, tf.int32))
+        return out.numpy().astype(np.float32) != 0, out
+
+    a, out = mask([7, 0])
+    assert abs(1 - a.mean() - 0.1) < 0.002
+    np.testing.assert_allclose(out.numpy()[a], 1 / 0.9, rtol=1e-6)
+    np.testing.assert_array_equal(mask([7, 0])[0], a)  # stateless: same seed, same mask
+    half, out16 = mask([7, 0], tf.ones([2000, 500], tf.bfloat16))
+    assert out16.dtype == tf.bfloat16
+    np.testing.assert_array_equal(half, a)  # float32 uniforms whatever x's dtype
+    for other in ([7, 1], [8, 0], [-3, 12345]):
+        agree = (mask(other)[0] == a).mean()
+        assert abs(agree - 0.82) < 0.003, (other, agree)
+
+
+def test_forward_dropout_is_threefry_under_xla_and_kerass_otherwise(encoder):
+    """The forward's dropout sites draw `threefry_dropout` masks from the encoder's seed
+    generator while XLA compiles (XLA:CPU's Philox is 5x slower; docs/methods.md, "Dropout
+    masks under XLA"), Keras's own dropout in plain graphs and eagerly."""
+    from tfsent.encoders.model import in_xla_compilation, threefry_dropout
+
+    seen = []  # what tracing saw, per jit_compile
+    for jit in (True, False):
+        tf.function(lambda: seen.append(in_xla_compilation()) or tf.constant(0),  # noqa: B023
+                    jit_compile=jit)()
+    assert seen == [True, False] and not in_xla_compilation()
+    feats = tokenizer()(SENTENCES)
+    ids, seg = feats["token_ids"], feats["segment_ids"]
+    rates = dict(dict.fromkeys(DROPOUT_SITES, 0.0), embeddings=0.3)
+    plain = encoder.embed(ids, seg, training=False)
+    state = encoder.seed_generator.state
+    start = state.numpy().copy()
+    got = {}
+    for jit in (True, False):
+        state.assign(start)
+        got[jit] = tf.function(lambda: encoder.embed(ids, seg, training=True, rates=rates),
+                               jit_compile=jit)().numpy()
+    want = tf.function(threefry_dropout, jit_compile=True)(plain, 0.3, start).numpy()
+    np.testing.assert_allclose(got[True], want, atol=1e-6)
+    np.testing.assert_array_equal(state.numpy(), start + [0, 1])  # one draw, as Keras's
+    keras_zeroed = got[False] == 0
+    assert 0.2 < keras_zeroed.mean() < 0.4
+    assert (keras_zeroed != (want == 0)).any()  # another generator's mask
+
+
 def test_bad_dropout_spec_raises(encoder):
     feats = tokenizer()(["a man"])
     with pytest.raises(ConfigError):

@@ -35,6 +35,30 @@ from tfsent.matryoshka import resolve_truncate_dim
 DROPOUT_SITES = ("embeddings", "attention_probs", "attention_output", "ffn_output")
 
 
+def in_xla_compilation():
+    """True while tracing a function XLA compiles (`jit_compile=True`, or inside one)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # a TF without this module: keep Keras's dropout
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def threefry_dropout(x, rate, seed):
+    """Inverted dropout as `keras.random.dropout` computes it (keep where a uniform
+    [0, 1) draw >= rate, scale kept values by 1 / (1 - rate)), with the uniforms made by
+    the Threefry-2x32 generator (float32 whatever x's dtype) instead of TF's default
+    Philox. For XLA only (TF's own CPU kernels have no Threefry): XLA:CPU runs its Philox
+    (64-bit products of 32-bit words) 5.3x slower than its Threefry (32-bit adds,
+    rotations and xors): the 19 masks of a minilm SimCSE step took 47.6 ms instead of
+    253.9 on machine C (docs/methods.md, "Dropout masks under XLA")."""
+    seed = tf.cast(seed, tf.int32)
+    uniform = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32,
+                                          alg="threefry")
+    kept = tf.cast(uniform >= rate, x.dtype)
+    return x * tf.cast(1.0 / (1.0 - rate), x.dtype) * kept
+
+
 def _gelu_exact(x):
     return keras.activations.gelu(x, approximate=False)
 
@@ -170,6 +194,8 @@ class SentenceEncoder(keras.Model):
     def _dropout(self, x, rate, training):
         if not training or rate == 0.0:
             return x
+        if in_xla_compilation():
+            return threefry_dropout(x, rate, self.seed_generator.next())
         return keras.random.dropout(x, rate, seed=self.seed_generator)
 
     def embed(self, token_ids, segment_ids=None, position_ids=None, training=False,
