@@ -2,14 +2,16 @@
 (every family), the losses against NumPy transcriptions and hand-computed cases, training
 on a tiny checkpoint, and the `score` SavedModel served in a fresh process."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
 from tfsent.encoders.huggingface import make_tokenizer
-from tfsent.errors import ConfigError
 from tfsent.encoders.tokenizers import longest_first_lengths
+from tfsent.errors import ConfigError
 
 MAX_LEN = 24
 
@@ -338,6 +340,10 @@ def test_served_cross_encoder_batches_by_the_exports_pair_token_counts(tiny_cros
     np.testing.assert_allclose(as_bytes, want, atol=1e-5)
     with pytest.raises(ConfigError, match="batch_size must be >= 1"):
         served.score(queries, passages, batch_size=0)
+    # an export without the signature (older tfsent): ordered by characters, same scores
+    served._loaded = SimpleNamespace(signatures={"score": served._score})
+    np.testing.assert_array_equal(served._lengths(queries, passages), chars)
+    np.testing.assert_allclose(served.score(queries, passages, batch_size=2), want, atol=1e-5)
 
 
 # -- reranking ----------------------------------------------------------------------------

@@ -191,6 +191,7 @@ def test_count_tokens_signature_and_the_client_batching_by_it(tmp_path, tiny_enc
     import tensorflow as tf
 
     from test_encoders import BY_TOKENS
+    from tfsent.errors import ConfigError
 
     enc = load_encoder(tiny_encoder_dir, pooling="mean")
     path = export_encoder(enc, str(tmp_path / "e"), max_seq_length=12)
@@ -203,6 +204,8 @@ def test_count_tokens_signature_and_the_client_batching_by_it(tmp_path, tiny_enc
     out = model.encode(BY_TOKENS, batch_size=2)
     np.testing.assert_allclose(out, enc.encode(BY_TOKENS, normalize=False, max_seq_length=12),
                                atol=1e-5)
+    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
+        model.encode(BY_TOKENS, batch_size=0)
 
 
 def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_encoder_dir):

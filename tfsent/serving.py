@@ -131,6 +131,8 @@ class SavedModelEncoder:
         first: by token count through the export's `count_tokens` signature (without the
         prompt: it adds the same tokens to every string), by characters for exports
         without it."""
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         serve = self._loaded.signatures.get(signature, self._serve)
         sentences = list(sentences)
         width = self._serve.structured_outputs[key].shape[-1]
@@ -180,8 +182,9 @@ class ServedQuantizedEncoder:
 
 class ServedCrossEncoder:
     """A cross-encoder export (`tfsent.formats.cross_encoder`: a SavedModel with a
-    `score(queries, passages)` signature) run in this process, with the `score` interface
-    of `tfsent.methods.CrossEncoder`."""
+    `score(queries, passages)` signature, and `count_pair_tokens` since tfsent batches
+    pairs by token count) run in this process, with the `score` interface of
+    `tfsent.methods.CrossEncoder`."""
 
     def __init__(self, path):
         self.path, self._loaded = load_savedmodel(path)

@@ -39,9 +39,10 @@ def in_xla_compilation():
     """True while tracing a function XLA compiles (`jit_compile=True`, or inside one)."""
     try:
         from tensorflow.python.ops import control_flow_util
-    except ImportError:  # a TF without this module: keep Keras's dropout
+        in_xla = control_flow_util.GraphOrParentsInXlaContext
+    except (ImportError, AttributeError):  # a TF without this private helper: Keras's dropout
         return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return in_xla(tf.compat.v1.get_default_graph())
 
 
 def threefry_dropout(x, rate, seed):
@@ -51,7 +52,13 @@ def threefry_dropout(x, rate, seed):
     Philox. For XLA only (TF's own CPU kernels have no Threefry): XLA:CPU runs its Philox
     (64-bit products of 32-bit words) 5.3x slower than its Threefry (32-bit adds,
     rotations and xors): the 19 masks of a minilm SimCSE step took 47.6 ms instead of
-    253.9 on machine C (docs/methods.md, "Dropout masks under XLA")."""
+    253.9 on machine C (docs/methods.md, "Dropout masks under XLA"). Call it only while XLA
+    compiles: a plain `tf.function` first traced inside a jit-compiled one and then called
+    on its own reuses that trace, which TF's kernels cannot run."""
+    if not in_xla_compilation():
+        raise ValueError("threefry_dropout runs only inside an XLA-compiled function "
+                         "(tf.function(jit_compile=True)); TF's own kernels have no Threefry: "
+                         "use keras.random.dropout elsewhere")
     seed = tf.cast(seed, tf.int32)
     uniform = tf.random.stateless_uniform(tf.shape(x), seed, dtype=tf.float32,
                                           alg="threefry")
