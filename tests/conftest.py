@@ -225,6 +225,21 @@ def serve_in_fresh_process(path, sentences):
     return json.loads(r.stdout)
 
 
+def warmup_request_shapes(path):
+    """[(signature, batch size)] of the TF Serving warm-up requests in the SavedModel at
+    `path`, parsed with tensorflow-serving-api's PredictionLog."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    out = []
+    records = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+    for raw in tf.data.TFRecordDataset(records).as_numpy_iterator():
+        request = prediction_log_pb2.PredictionLog.FromString(raw).predict_log.request
+        sizes = {tf.make_ndarray(v).shape[0] for v in request.inputs.values()}
+        assert len(sizes) == 1, sizes  # every input of one request: one batch
+        out.append((request.model_spec.signature_name, sizes.pop()))
+    return out
+
+
 def build_tiny_method(kind, strategy, weights=None):
     """A tiny method (`kind`: unsup | sup | pairs | cmlm | supcon) built under `strategy`,
     compiled with SGD(0.5) without XLA, its optimizer built, its trainable weights set to

@@ -256,6 +256,52 @@ def test_the_calibration_starts_no_probe_after_its_time_limit():
     assert calls == [("on", "default")]
 
 
+def test_a_close_comparison_runs_the_setting_not_chosen_again():
+    """Probes scoring within CLOSE of each other are inside the noise: the setting not
+    chosen runs a second time, right after its comparison, its faster run counts (for
+    threads: only TF's default, when a candidate beat it). A run slowed by noise (x1.1
+    here) that made threads 2/1 look faster, or oneDNN on slower or faster on an AVX2
+    CPU, is undone; clear comparisons run nothing twice."""
+    two_cores = _cpuinfo((0, 1))  # no hyper-threads: thread candidate 2/1 only
+    avx2 = two_cores.replace(" avx512f avx512_vnni", "")  # TF's default: oneDNN off
+
+    def calibrated(cpuinfo, slow_call=None, candidate=1.0, off=2.0):
+        calls = []
+
+        def fake(onednn, threads, budget):
+            calls.append((onednn, threads))
+            t = off if onednn == "off" else candidate if threads != "default" else 1.0
+            t *= 1.1 if len(calls) == slow_call else 1.0
+            return probe(t, t * 2, t * 3, t * 3)  # score 4t
+        result = cs.calibrate(cs.read_cpu(cpuinfo), 0.01, fake)
+        return result, calls, (result["choice"]["onednn"], result["choice"]["threads"])
+
+    on, off, on_21, off_21 = (("on", "default"), ("off", "default"), ("on", "2/1"),
+                              ("off", "2/1"))
+    # oneDNN on's slow run (4.4) is 1.048x 2/1's (4.2): inside the margin, TF's threads
+    # stay, and nothing runs twice.
+    _, calls, chosen = calibrated(two_cores, slow_call=1, candidate=1.05)
+    assert calls == [on, off, on_21] and chosen == ("on", "default")
+    # Its slow run (4.4) loses to 2/1 (3.92: 1.12x): on/default runs again (4.0) and holds.
+    result, calls, chosen = calibrated(two_cores, slow_call=1, candidate=0.98)
+    assert calls == [on, off, on_21, on] and chosen == ("on", "default")
+    assert result["probes"]["again:onednn=on,threads=default"]["train_xla"] == 3.0
+    _, calls, chosen = calibrated(two_cores, candidate=0.5)  # 2/1 2x faster: clear
+    assert calls == [on, off, on_21] and chosen == ("on", "2/1")
+    # AVX2: oneDNN off's slow run (4.4) loses to on (4.0); its second run (4.0) holds, and
+    # the thread candidate runs with off.
+    _, calls, chosen = calibrated(avx2, slow_call=2, off=1.0)
+    assert calls == [on, off, off, off_21] and chosen == ("off", "default")
+    # AVX2: on's slow run (4.4) does not beat off (4.32); its second run (4.0) does.
+    result, calls, chosen = calibrated(avx2, slow_call=1, off=1.08)
+    assert calls == [on, off, on, on_21] and chosen == ("on", "default")
+    assert result["choice"]["onednn_speedup"] == pytest.approx(1.08)
+    _, calls, chosen = calibrated(avx2, off=1.5)  # on 1.5x faster: clear
+    assert calls == [on, off, on_21] and chosen == ("on", "default")
+    merged = cs.merged_runs({"a": probe(1.0, 2.0, 3.0, 4.0), "again:a": probe(2.0, 1.0, 4.0, 3.0)})
+    assert merged == {"a": probe(1.0, 1.0, 3.0, 3.0)}
+
+
 def fake_probe_factory(calls):
     def fake_probe(onednn, threads, budget):
         calls.append((onednn, threads))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import warmup_request_shapes
 from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
 from tfsent.encoders.huggingface import make_tokenizer
 from tfsent.encoders.tokenizers import longest_first_lengths
@@ -307,8 +308,8 @@ def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path)
     out = json.loads(r.stdout)
     assert out["modules"] == []
     np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
-    assert os.path.exists(str(tmp_path / "ce" / "1" / "assets.extra" /
-                              "tf_serving_warmup_requests"))
+    assert warmup_request_shapes(path) == [("score", 1), ("score", 8),
+                                           ("count_pair_tokens", 8)]
 
 
 def test_served_cross_encoder_batches_by_the_exports_pair_token_counts(tiny_cross_encoder,

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process
+from conftest import (REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process,
+                      warmup_request_shapes)
 from tfsent.encoders import load_encoder
 from tfsent.formats.metadata import list_versions, read_metadata
 from tfsent.formats.saved_model import export_encoder
@@ -277,3 +278,11 @@ def test_query_and_document_prompts_are_signatures(tmp_path, tiny_encoder_dir):
     plain = SavedModelEncoder(export_encoder(enc, str(tmp_path / "plain")))
     np.testing.assert_allclose(plain.encode_query(texts), plain.encode(texts), atol=1e-6)
     np.testing.assert_allclose(plain.encode_document(texts), plain.encode(texts), atol=1e-6)
+    # TF Serving warms up the signatures a retrieval model's clients call (the prompt ones
+    # only when the export has prompts) and count_tokens.
+    assert warmup_request_shapes(path) == [
+        ("serving_default", 1), ("serving_default", 8), ("encode_query", 1),
+        ("encode_query", 8), ("encode_document", 1), ("encode_document", 8),
+        ("count_tokens", 8)]
+    assert warmup_request_shapes(plain.path) == [
+        ("serving_default", 1), ("serving_default", 8), ("count_tokens", 8)]

@@ -175,8 +175,9 @@ def test_unsupported_method_and_bad_chunk():
                                           ("mixed_float16", 2)])
 def test_mixed_precision_trains_with_float32_losses(policy, chunk):
     """Both mixed policies train (float16 with loss scaling, here through GradCache; chunk 2
-    of 6 rows runs the chunk loop); the encoder computes in the low precision, the losses
-    come out in float32."""
+    of 6 rows runs the chunk loop; bfloat16 under XLA, where dropout draws its float32
+    uniforms from Threefry for bfloat16 values); the encoder computes in the low
+    precision, the losses come out in float32."""
     from tfsent.losses import info_nce
 
     keras.mixed_precision.set_global_policy(policy)
@@ -186,7 +187,7 @@ def test_mixed_precision_trains_with_float32_losses(policy, chunk):
         optimizer = keras.optimizers.AdamW(1e-3)
         if policy == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, jit_compile=False)
+        model.compile(optimizer=optimizer, jit_compile=policy == "mixed_bfloat16")
         data = tf.data.Dataset.from_tensor_slices(SENTENCES).repeat()
         data = data.batch(6, drop_remainder=True).map(encoder.tokenizer)
         history = model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)

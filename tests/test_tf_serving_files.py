@@ -12,6 +12,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from google.protobuf import (descriptor_pb2, descriptor_pool, message_factory, text_format,
                              wrappers_pb2)
 
@@ -98,16 +99,22 @@ def test_method_export_is_served_the_tf_serving_way_as_encode(exports):
 
 def test_warmup_records_parse_and_replay_equal_to_encode(exports):
     """PredictionLog records (tensorflow-serving-api's proto) on serving_default, batch 1
-    and 8; replayed through the TF1 loader they give what encode gives."""
+    and 8, and count_tokens (batch 8: a client batching by token count calls it first);
+    replayed through the TF1 loader they give what encode and the tokenizer give. (No
+    prompts in this export: no encode_query / encode_document requests.)"""
     model, method_path, _, served = exports
     records = served[method_path]["records"]
     assert [(r["signature"], len(r["inputs"]["sentences"])) for r in records] == [
-        ("serving_default", 1), ("serving_default", 8)]
+        ("serving_default", 1), ("serving_default", 8), ("count_tokens", 8)]
     for record in records:
         sentences = record["inputs"]["sentences"]
         assert sentences == list(tf_serving.WARMUP_SENTENCES[:len(sentences)])
-        np.testing.assert_allclose(np.array(record["outputs"]["embedding"]),
-                                   model.encode(sentences), atol=1e-5)
+        if record["signature"] == "count_tokens":
+            mask = model.encoder.tokenizer(tf.constant(sentences))["padding_mask"]
+            assert record["outputs"]["token_count"] == np.sum(mask.numpy(), 1).tolist()
+        else:
+            np.testing.assert_allclose(np.array(record["outputs"]["embedding"]),
+                                       model.encode(sentences), atol=1e-5)
 
 
 def test_search_export_warms_up_the_search_signature(exports):

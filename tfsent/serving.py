@@ -16,7 +16,7 @@ import tensorflow_text  # noqa: F401  (registers the ops of an export's tokenize
 
 from tfsent.formats import quantize
 from tfsent.encoders import load_encoder
-from tfsent.encoders.token_batches import string_chunks, utf8_bytes
+from tfsent.encoders.token_batches import longest_first_batches, string_chunks, utf8_bytes
 from tfsent.errors import ConfigError, InputError
 from tfsent.matryoshka import resolve_truncate_dim
 from tfsent.formats.metadata import metadata_path, read_metadata, resolve_savedmodel_dir
@@ -131,22 +131,17 @@ class SavedModelEncoder:
         first: by token count through the export's `count_tokens` signature (without the
         prompt: it adds the same tokens to every string), by characters for exports
         without it."""
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         serve = self._loaded.signatures.get(signature, self._serve)
         sentences = list(sentences)
+        batches = longest_first_batches(len(sentences), batch_size,
+                                        lambda: self._lengths(sentences))
         width = self._serve.structured_outputs[key].shape[-1]
         if key == "embedding" and width is None:
             width = self.embedding_dim
         if not sentences:
             return np.zeros((0, width), dtype)
-        if len(sentences) <= batch_size:  # one batch: no order to choose
-            order = np.arange(len(sentences))
-        else:
-            order = np.argsort(-self._lengths(sentences), kind="stable")
         out = None
-        for start in range(0, len(sentences), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in batches:
             batch = tf.constant([utf8_bytes(sentences[i]) for i in idx])
             rows = serve(sentences=batch)[key].numpy()
             if out is None:
@@ -204,15 +199,9 @@ class ServedCrossEncoder:
         queries, passages = list(queries), list(passages)
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         out = np.zeros(len(queries), np.float32)
-        if len(queries) <= batch_size:  # one batch: no order to choose
-            order = np.arange(len(queries))
-        else:
-            order = np.argsort(-self._lengths(queries, passages), kind="stable")
-        for start in range(0, len(queries), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in longest_first_batches(len(queries), batch_size,
+                                         lambda: self._lengths(queries, passages)):
             batch = [tf.constant([utf8_bytes(texts[i]) for i in idx])
                      for texts in (queries, passages)]
             out[idx] = self._score(queries=batch[0], passages=batch[1])["score"].numpy()

@@ -11,6 +11,8 @@ slots fall from 72,544 to 55,424 (-24%; benchmarks/README.md, "Machine C, 2026-1
 import numpy as np
 import tensorflow as tf
 
+from tfsent.errors import ConfigError
+
 # Texts per tokenizer call when everything is tokenized first: big enough that the calls
 # cost little (2,000 wiki sentences tokenize in ~0.03 s), small enough that a chunk padded
 # to its longest text stays small.
@@ -52,6 +54,19 @@ class TokenizedTexts:
             out[name] = padded
         out["padding_mask"] = mask.astype(np.int32)
         return out
+
+
+def longest_first_batches(count, batch_size, lengths):
+    """Row indices of `count` texts, one array per batch of `batch_size`: in input order
+    when one batch holds them all, else longest first by `lengths()` (a callable, so one
+    batch costs no count; ties in input order). ConfigError when batch_size < 1."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    if count <= batch_size:
+        order = np.arange(count)
+    else:
+        order = np.argsort(-np.asarray(lengths()), kind="stable")
+    return [order[start:start + batch_size] for start in range(0, count, batch_size)]
 
 
 def utf8_bytes(text):

@@ -74,8 +74,10 @@ def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=
     meta = export_metadata("cross_encoder", encoder, "cls", module.tokenizer.max_seq_length,
                            head, hidden_dim=encoder.hidden_dim, signature="score")
     texts = np.array([s.encode("utf-8") for s in tf_serving.WARMUP_SENTENCES], dtype=object)
-    warmup = [("score", {"queries": texts[:n], "passages": texts[::-1][:n]})
-              for n in tf_serving.WARMUP_BATCH_SIZES]
+    warmup = [(signature, {"queries": texts[:n], "passages": texts[::-1][:n]})
+              for signature, sizes in (("score", tf_serving.WARMUP_BATCH_SIZES),
+                                       ("count_pair_tokens", tf_serving.WARMUP_BATCH_SIZES[-1:]))
+              for n in sizes]
     write_version(final, module, {"serving_default": module.score, "score": module.score,
                                   "count_pair_tokens": module.count_pair_tokens},
                   {**meta, **(metadata or {})}, warmup=warmup)

@@ -209,7 +209,16 @@ def export_encoder(encoder, export_dir, pooling=None, version=None, metadata=Non
     meta = encoder_metadata("tf_saved_model", module, encoder, width,
                             quantize=list(quantize_outputs), query_prompt=module.query_prompt,
                             document_prompt=module.document_prompt, **calibration)
-    write_version(final, module, signatures, {**meta, **(metadata or {})})
+    # Warm-up: serving_default; the prompt signatures of a retrieval model (its clients'
+    # signatures); count_tokens, which a client batching by token count calls first.
+    warmup = tf_serving.warmup_requests()
+    for signature, prompt in (("encode_query", module.query_prompt),
+                              ("encode_document", module.document_prompt)):
+        if prompt:
+            warmup += tf_serving.warmup_requests(signature)
+    warmup += tf_serving.warmup_requests(
+        "count_tokens", batch_sizes=tf_serving.WARMUP_BATCH_SIZES[-1:])
+    write_version(final, module, signatures, {**meta, **(metadata or {})}, warmup=warmup)
     tf_serving.write_batching_parameters(export_dir)
     return final
 
