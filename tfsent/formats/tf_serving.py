@@ -9,9 +9,10 @@ shapes it hits). The file is a TFRecord of `tensorflow.serving.PredictionLog` re
 `PredictRequest` on one signature with string inputs: by default `serving_default` on
 `WARMUP_SENTENCES[:1]` (batch 1) and on all 8 of them (batch 8); an encoder export adds
 `encode_query` / `encode_document` (when it has those prompts) and `count_tokens` (batch
-8), a cross-encoder `score` and `count_pair_tokens`, a search index `search`. The records are serialised
-here from TF's own `TensorProto` and a few lines of protobuf wire format (the field numbers
-of tensorflow_serving/apis/{prediction_log,predict,model}.proto), so writing them does not
+8), a cross-encoder warms up `score` and `count_pair_tokens` instead, a search index adds
+`search` (and `search_reranked`). The records are serialised here from TF's own
+`TensorProto` and a few lines of protobuf wire format (the field numbers of
+tensorflow_serving/apis/{prediction_log,predict,model}.proto), so writing them does not
 need `tensorflow-serving-api`; the tests parse them with that package's `PredictionLog`.
 
 Batching (`BATCHING_FILE`, next to the version directories, for
