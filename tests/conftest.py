@@ -198,6 +198,35 @@ def serve_like_tf_serving(path, sentences, outputs=("embedding", "embedding_norm
     return dict(zip(outputs, values))
 """
 
+# Defines replay_warmup(path) in a script: each TF Serving warm-up record of the SavedModel
+# at `path` (parsed with tensorflow-serving-api's PredictionLog) run through the TF1 loader,
+# as {"signature", "inputs", "outputs"} with strings decoded.
+WARMUP_REPLAY = TF_SERVING_LOADER + r"""
+from tensorflow_serving.apis import prediction_log_pb2
+
+def _plain(v):
+    return np.char.decode(v.astype(bytes), "utf-8").tolist() if v.dtype == object else v.tolist()
+
+def replay_warmup(path):
+    records = []
+    warmup = f"{path}/assets.extra/tf_serving_warmup_requests"
+    raws = list(tf.data.TFRecordDataset(warmup).as_numpy_iterator())
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
+        for raw in raws:
+            request = prediction_log_pb2.PredictionLog.FromString(raw).predict_log.request
+            sig = meta.signature_def[request.model_spec.signature_name]
+            inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            names = sorted(sig.outputs)
+            values = sess.run([sig.outputs[k].name for k in names],
+                              {sig.inputs[k].name: v for k, v in inputs.items()})
+            records.append({"signature": request.model_spec.signature_name,
+                            "inputs": {k: _plain(v) for k, v in inputs.items()},
+                            "outputs": {k: _plain(v) for k, v in zip(names, values)}})
+    return records
+"""
+
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text.
 SERVE_SCRIPT = TF_SERVING_LOADER + r"""
 import json, sys
@@ -227,14 +256,16 @@ def serve_in_fresh_process(path, sentences):
 
 def warmup_request_shapes(path):
     """[(signature, batch size)] of the TF Serving warm-up requests in the SavedModel at
-    `path`, parsed with tensorflow-serving-api's PredictionLog."""
+    `path`, parsed with tensorflow-serving-api's PredictionLog. Scalar inputs (a search
+    request's `k`) have no batch dimension and are left out of the size."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     out = []
     records = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
     for raw in tf.data.TFRecordDataset(records).as_numpy_iterator():
         request = prediction_log_pb2.PredictionLog.FromString(raw).predict_log.request
-        sizes = {tf.make_ndarray(v).shape[0] for v in request.inputs.values()}
+        arrays = [tf.make_ndarray(v) for v in request.inputs.values()]
+        sizes = {a.shape[0] for a in arrays if a.ndim}
         assert len(sizes) == 1, sizes  # every input of one request: one batch
         out.append((request.model_spec.signature_name, sizes.pop()))
     return out

@@ -249,19 +249,47 @@ def test_a_failed_calibration_is_recorded_and_not_run_at_every_import(tmp_path):
     assert "failed" not in json.load(open(path))  # the new calibration replaced the record
 
 
-def test_the_calibration_starts_no_probe_after_its_time_limit():
+def test_the_calibration_starts_no_probe_after_its_time_limit(caplog):
     calls = []
     with pytest.raises(TimeoutError, match=r"over 0 s \(probes done: onednn=on,threads="):
         cs.calibrate(cs.read_cpu(CPUINFO_HT), 0.01, fake_probe_factory(calls), timeout=0)
     assert calls == [("on", "default")]
 
+    def timed(seconds_per_probe, timeout, off=2.0):
+        """A calibration whose probes each take `seconds_per_probe` on its own clock."""
+        clock, calls = [0.0], []
 
-def test_a_close_comparison_runs_the_setting_not_chosen_again():
-    """Probes scoring within CLOSE of each other are inside the noise: the setting not
-    chosen runs a second time, right after its comparison, its faster run counts (for
-    threads: only TF's default, when a candidate beat it). A run slowed by noise (x1.1
-    here) that made threads 2/1 look faster, or oneDNN on slower or faster on an AVX2
-    CPU, is undone; clear comparisons run nothing twice."""
+        def fake(onednn, threads, budget):
+            calls.append((onednn, threads))
+            clock[0] += seconds_per_probe
+            t = off if onednn == "off" else 1.0
+            return probe(t, t * 2, t * 3, t * 3)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            result = cs.calibrate(cs.read_cpu(CPUINFO_HT), 0.01, fake, timeout=timeout,
+                                  clock=lambda: clock[0])
+        return result, calls, " ".join(r.getMessage() for r in caplog.records)
+
+    # Past the limit after oneDNN on and off: no thread candidate starts, the choice stands.
+    result, calls, warned = timed(100, 150)
+    assert calls == [("on", "default"), ("off", "default")]
+    assert result["choice"]["onednn"] == "on" and result["choice"]["threads"] == "default"
+    assert "threads 2/1 not measured" in warned
+    # A close oneDNN comparison (off 1.1x): on runs again, then no time is left for off's
+    # second run: on's is dropped (two runs against one would favour it), first runs decide.
+    result, calls, warned = timed(100, 250, off=1.1)
+    assert calls == [("on", "default"), ("off", "default"), ("on", "default")]
+    assert set(result["probes"]) == {"onednn=on,threads=default", "onednn=off,threads=default"}
+    assert result["choice"]["onednn_speedup"] == pytest.approx(1.1)
+    assert "onednn=off,threads=default a second time not measured" in warned
+
+
+def test_a_close_comparison_runs_both_settings_again():
+    """Probes scoring within CLOSE of each other are inside the noise: both settings of the
+    comparison run a second time and each one's faster whole run counts (for threads: only
+    when a candidate beat TF's default). A run slowed by noise (x1.1 here) that made
+    threads 2/1 look faster, or oneDNN on slower or faster on an AVX2 CPU, is undone; a
+    real gain inside CLOSE holds; clear comparisons run nothing twice."""
     two_cores = _cpuinfo((0, 1))  # no hyper-threads: thread candidate 2/1 only
     avx2 = two_cores.replace(" avx512f avx512_vnni", "")  # TF's default: oneDNN off
 
@@ -282,24 +310,34 @@ def test_a_close_comparison_runs_the_setting_not_chosen_again():
     # stay, and nothing runs twice.
     _, calls, chosen = calibrated(two_cores, slow_call=1, candidate=1.05)
     assert calls == [on, off, on_21] and chosen == ("on", "default")
-    # Its slow run (4.4) loses to 2/1 (3.92: 1.12x): on/default runs again (4.0) and holds.
+    # Its slow run (4.4) loses to 2/1 (3.92: 1.12x): both run again (3.92, 4.0), TF's hold.
     result, calls, chosen = calibrated(two_cores, slow_call=1, candidate=0.98)
-    assert calls == [on, off, on_21, on] and chosen == ("on", "default")
+    assert calls == [on, off, on_21, on_21, on] and chosen == ("on", "default")
     assert result["probes"]["again:onednn=on,threads=default"]["train_xla"] == 3.0
+    # 2/1 1.11x faster in both runs: a gain inside CLOSE that holds.
+    _, calls, chosen = calibrated(two_cores, candidate=0.9)
+    assert calls == [on, off, on_21, on_21, on] and chosen == ("on", "2/1")
     _, calls, chosen = calibrated(two_cores, candidate=0.5)  # 2/1 2x faster: clear
     assert calls == [on, off, on_21] and chosen == ("on", "2/1")
-    # AVX2: oneDNN off's slow run (4.4) loses to on (4.0); its second run (4.0) holds, and
-    # the thread candidate runs with off.
+    # AVX2: oneDNN off's slow run (4.4) loses to on (4.0): both run again (4.0, 4.0), TF's
+    # default (off) holds, and the thread candidate runs with it.
     _, calls, chosen = calibrated(avx2, slow_call=2, off=1.0)
-    assert calls == [on, off, off, off_21] and chosen == ("off", "default")
-    # AVX2: on's slow run (4.4) does not beat off (4.32); its second run (4.0) does.
+    assert calls == [on, off, on, off, off_21] and chosen == ("off", "default")
+    # AVX2: on's slow run (4.4) does not beat off (4.32); its second run (4.0) does, by the
+    # same 1.08x off's two runs give.
     result, calls, chosen = calibrated(avx2, slow_call=1, off=1.08)
-    assert calls == [on, off, on, on_21] and chosen == ("on", "default")
+    assert calls == [on, off, on, off, on_21] and chosen == ("on", "default")
     assert result["choice"]["onednn_speedup"] == pytest.approx(1.08)
+    # AVX2, both comparisons close: on/default already ran twice, so only 2/1 runs again.
+    result, calls, chosen = calibrated(avx2, off=1.08, candidate=0.9)
+    assert calls == [on, off, on, off, on_21, on_21] and chosen == ("on", "2/1")
+    assert result["choice"]["threads_speedup"] == pytest.approx(1 / 0.9, abs=1e-3)
     _, calls, chosen = calibrated(avx2, off=1.5)  # on 1.5x faster: clear
     assert calls == [on, off, on_21] and chosen == ("on", "default")
-    merged = cs.merged_runs({"a": probe(1.0, 2.0, 3.0, 4.0), "again:a": probe(2.0, 1.0, 4.0, 3.0)})
-    assert merged == {"a": probe(1.0, 1.0, 3.0, 3.0)}
+    # The faster whole run counts, never a mix of two runs' timings.
+    first, again = probe(1.0, 2.0, 3.0, 4.0), probe(2.0, 1.0, 2.5, 2.5)  # scores 4.0, 3.5
+    assert cs.merged_runs({"a": first, "again:a": again}) == {"a": again}
+    assert cs.merged_runs({"a": again, "again:a": first}) == {"a": again}
 
 
 def fake_probe_factory(calls):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import warmup_request_shapes
+from conftest import WARMUP_REPLAY, warmup_request_shapes
 from hf_checkpoints import FAMILIES, demo_corpus, hf_tokenizer
 from tfsent.encoders.huggingface import make_tokenizer
 from tfsent.encoders.tokenizers import longest_first_lengths
@@ -268,11 +268,9 @@ def test_bad_input_is_a_clear_error(tiny_cross_encoder, hf_checkpoint_dirs):
 
 # -- serving ------------------------------------------------------------------------------
 
-SCORE_SCRIPT = r"""
+# Runs in a fresh interpreter: tensorflow, tensorflow_text and tensorflow-serving-api only.
+SCORE_SCRIPT = WARMUP_REPLAY + r"""
 import json, sys
-import numpy as np
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (the tokenizer's ops, as in TF Serving's build)
 path, queries, passages = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 graph = tf.Graph()
 with tf.compat.v1.Session(graph=graph) as sess:  # as TF Serving loads: saver_def restore
@@ -281,8 +279,9 @@ with tf.compat.v1.Session(graph=graph) as sess:  # as TF Serving loads: saver_de
     feed = {sig.inputs["queries"].name: np.array(queries, dtype=object),
             sig.inputs["passages"].name: np.array(passages, dtype=object)}
     scores = sess.run(sig.outputs["score"].name, feed)
+warmup = replay_warmup(path)
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
-json.dump({"score": scores.tolist(), "modules": mods}, sys.stdout)
+json.dump({"score": scores.tolist(), "warmup": warmup, "modules": mods}, sys.stdout)
 """
 
 
@@ -310,6 +309,17 @@ def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path)
     np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
     assert warmup_request_shapes(path) == [("score", 1), ("score", 8),
                                            ("count_pair_tokens", 8)]
+    # The warm-up records replayed through the TF1 loader: the model's scores, and the
+    # pair token counts `score` pays (template, truncation).
+    for record in out["warmup"]:
+        q, p = record["inputs"]["queries"], record["inputs"]["passages"]
+        if record["signature"] == "score":
+            np.testing.assert_allclose(record["outputs"]["score"], model.score(q, p),
+                                       atol=1e-4)
+        else:
+            mask = model.encoder.tokenizer.tokenize_pairs(tf.constant(q),
+                                                          tf.constant(p))["padding_mask"]
+            assert record["outputs"]["token_count"] == np.sum(mask.numpy(), 1).tolist()
 
 
 def test_served_cross_encoder_batches_by_the_exports_pair_token_counts(tiny_cross_encoder,

@@ -171,15 +171,26 @@ def test_unsupported_method_and_bad_chunk():
         SimCSE(encoder, grad_cache_chunk=-1)
 
 
-@pytest.mark.parametrize("policy,chunk", [("mixed_bfloat16", 0), ("mixed_float16", 3),
-                                          ("mixed_float16", 2)])
-def test_mixed_precision_trains_with_float32_losses(policy, chunk):
+@pytest.mark.parametrize("policy,chunk,jit", [("mixed_bfloat16", 0, True),
+                                              ("mixed_bfloat16", 0, False),
+                                              ("mixed_float16", 3, False),
+                                              ("mixed_float16", 2, False)])
+def test_mixed_precision_trains_with_float32_losses(policy, chunk, jit, monkeypatch):
     """Both mixed policies train (float16 with loss scaling, here through GradCache; chunk 2
-    of 6 rows runs the chunk loop; bfloat16 under XLA, where dropout draws its float32
-    uniforms from Threefry for bfloat16 values); the encoder computes in the low
-    precision, the losses come out in float32."""
+    of 6 rows runs the chunk loop; bfloat16 with and without XLA: under XLA the dropout
+    sites draw float32 uniforms from Threefry for bfloat16 values, without it Keras's
+    dropout runs); the encoder computes in the low precision, the losses come out in
+    float32."""
+    from tfsent.encoders import model as encoder_model
     from tfsent.losses import info_nce
 
+    threefry_values = []
+
+    def threefry_dropout(x, rate, seed):  # the real one, its input dtypes recorded
+        threefry_values.append(x.dtype.name)
+        return real_threefry(x, rate, seed)
+    real_threefry = encoder_model.threefry_dropout
+    monkeypatch.setattr(encoder_model, "threefry_dropout", threefry_dropout)
     keras.mixed_precision.set_global_policy(policy)
     try:
         encoder = tiny_encoder(TINY_VOCAB, dropout=0.1)
@@ -187,11 +198,13 @@ def test_mixed_precision_trains_with_float32_losses(policy, chunk):
         optimizer = keras.optimizers.AdamW(1e-3)
         if policy == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, jit_compile=policy == "mixed_bfloat16")
+        model.compile(optimizer=optimizer, jit_compile=jit)
         data = tf.data.Dataset.from_tensor_slices(SENTENCES).repeat()
         data = data.batch(6, drop_remainder=True).map(encoder.tokenizer)
         history = model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"]).all()
+        # The traced step's dropout sites drew Threefry masks for bfloat16 values (XLA only).
+        assert set(threefry_values) == ({"bfloat16"} if jit else set())
         z = model.embed(encoder.tokenizer(tf.constant(SENTENCES[:4])), True)
         assert z.dtype == policy.split("_")[1]
         assert info_nce(z, z).dtype == tf.float32

@@ -16,7 +16,8 @@ import tensorflow as tf
 from google.protobuf import (descriptor_pb2, descriptor_pool, message_factory, text_format,
                              wrappers_pb2)
 
-from conftest import PROBE, REPO, SENTENCES, TF_SERVING_LOADER, tiny_method_encoder
+from conftest import (PROBE, REPO, SENTENCES, WARMUP_REPLAY, tiny_method_encoder,
+                      warmup_request_shapes)
 from tfsent import formats
 from tfsent.formats import tf_serving
 from tfsent.formats.metadata import read_metadata
@@ -28,35 +29,11 @@ from tfsent.formats.search_index import export_search_index
 from tfsent.serving import SavedModelEncoder
 
 # Runs in a fresh interpreter: tensorflow, tensorflow_text and tensorflow-serving-api only.
-REPLAY_SCRIPT = TF_SERVING_LOADER + r"""
+REPLAY_SCRIPT = WARMUP_REPLAY + r"""
 import json, sys
-from tensorflow_serving.apis import prediction_log_pb2
-
-def replay(path):
-    records = []
-    warmup = f"{path}/assets.extra/tf_serving_warmup_requests"
-    raws = list(tf.data.TFRecordDataset(warmup).as_numpy_iterator())
-    graph = tf.Graph()
-    with tf.compat.v1.Session(graph=graph) as sess:
-        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
-        for raw in raws:
-            request = prediction_log_pb2.PredictionLog.FromString(raw).predict_log.request
-            sig = meta.signature_def[request.model_spec.signature_name]
-            inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            names = sorted(sig.outputs)
-            values = sess.run([sig.outputs[k].name for k in names],
-                              {sig.inputs[k].name: v for k, v in inputs.items()})
-            records.append({
-                "signature": request.model_spec.signature_name,
-                "inputs": {k: np.char.decode(v.astype(bytes), "utf-8").tolist()
-                           if v.dtype == object else v.tolist() for k, v in inputs.items()},
-                "outputs": {k: np.char.decode(v.astype(bytes), "utf-8").tolist()
-                            if v.dtype == object else v.tolist()
-                            for k, v in zip(names, values)}})
-    return records
 
 paths, probe = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-out = {p: {"records": replay(p),
+out = {p: {"records": replay_warmup(p),
            "probe": serve_like_tf_serving(p, probe, ("embedding",))["embedding"].tolist()}
        for p in paths}
 out["modules"] = sorted({k.split(".")[0] for k in sys.modules
@@ -123,6 +100,8 @@ def test_search_export_warms_up_the_search_signature(exports):
     assert [(r["signature"], len(r["inputs"].get("sentences", r["inputs"].get("queries"))))
             for r in records] == [("serving_default", 1), ("serving_default", 8),
                                   ("search", 1)]
+    assert warmup_request_shapes(search_path) == [("serving_default", 1),
+                                                  ("serving_default", 8), ("search", 1)]
     search = records[-1]
     assert search["inputs"]["k"] == 1 and search["outputs"]["ids"][0][0].startswith("d")
     np.testing.assert_allclose(np.array(search["outputs"]["embeddings"]),

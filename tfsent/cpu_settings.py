@@ -15,10 +15,11 @@ To measure, at first use on a machine, a calibration (`tfsent.cpu_probe`: tfsent
 SimCSE train step and `encode` function on a 2-layer minilm-shaped encoder, plain graph
 and XLA, in one subprocess per candidate oneDNN / thread setting, since neither can change
 inside a process) picks the fastest, keeping TF's own default unless another setting wins
-by more than MARGIN; a comparison closer than CLOSE (the probes' own noise) runs the
-setting not chosen a second time (threads: only TF's default), and its faster run counts. The result is cached per
-machine (CPU model, ISA flags, physical cores, TF version) under $TFSENT_CACHE or
-~/.cache/tfsent/, and one line says what runs.
+by more than MARGIN. A comparison closer than CLOSE (the probes' own noise) is measured
+again on both sides, so each side has two runs and its faster one counts (threads: only
+when a candidate beat TF's default). The result is cached per machine (CPU model, ISA
+flags, physical cores, TF version) under $TFSENT_CACHE or ~/.cache/tfsent/, and one line
+says what runs.
 A failed calibration is recorded there too: TF's and tfsent's defaults run, with a
 warning, for FAILURE_RETRY_HOURS (or until the file is deleted), then it is measured again.
 
@@ -57,9 +58,9 @@ MARGIN = 0.05
 # noise: the same setting probed three times in a row scored up to 1.11x apart on machine C
 # idle and 1.13x on the AVX2 proxy; one setting measured twice in a calibration, 1.19x
 # (benchmarks/README.md, "Machine C, 2026-11-28: probe noise and the calibration's second
-# runs"). The calibration then runs the setting it did not choose a second time (its
-# faster run counts) and chooses again (`calibrate`: threads only when a candidate beat
-# TF's own).
+# runs"). The calibration then runs both settings of the comparison a second time and
+# chooses again from each one's faster run: equal numbers of runs, so the minimum of two
+# does not favour one side (`calibrate`; threads only when a candidate beat TF's own).
 CLOSE = 1.15
 # TF 2.21's own rule (tensorflow/core/util/port.cc): oneDNN on by default with these.
 TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
@@ -81,8 +82,10 @@ FAILURE_RETRY_HOURS = 24
 # batch function on pre-tokenized batches of the widths `encode` forms since it batches by
 # token count (~2,300 tokens a call); 5: the train step under XLA draws its dropout masks
 # from Threefry (docs/methods.md, "Dropout masks under XLA"), 1.12-1.13x faster on
-# machine C.
-CACHE_VERSION = 5
+# machine C; 6: a close comparison runs both of its settings a second time and keeps each
+# one's faster whole run (5 ran only the setting not chosen again, and mixed the two runs'
+# timings).
+CACHE_VERSION = 6
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
@@ -215,14 +218,13 @@ AGAIN = "again:"
 
 
 def merged_runs(probes):
-    """`probes` with each setting measured twice ("again:<name>" beside "<name>") as the
-    faster run of each timing."""
+    """`probes` with each setting measured twice ("again:<name>" beside "<name>") as its
+    faster whole run (by `score`: one run's four timings are never mixed with another's)."""
     merged = {name: p for name, p in probes.items() if not name.startswith(AGAIN)}
     for name, again in probes.items():
-        if name.startswith(AGAIN) and name[len(AGAIN):] in merged:
-            first = merged[name[len(AGAIN):]]
-            merged[name[len(AGAIN):]] = dict(first, **{k: min(first[k], again[k])
-                                                       for k in TIMINGS})
+        first = name[len(AGAIN):]
+        if name.startswith(AGAIN) and first in merged and score(again) < score(merged[first]):
+            merged[first] = again
     return merged
 
 
@@ -231,7 +233,7 @@ def decide(probes, onednn_default, margin=MARGIN):
 
     `probes`: {"onednn=on,threads=default": {...}, "onednn=off,threads=default": {...},
     optionally "onednn=<chosen>,threads=I/J": {...} and "again:<name>": {...} (a second
-    run of a setting: the faster of its two runs counts)}, each {"encode_graph",
+    run of a setting: the faster of its two whole runs counts)}, each {"encode_graph",
     "encode_xla", "train_graph", "train_xla"}. A setting other than the default is chosen
     only when it is faster by more than `margin`. Returns {"onednn", "jit_encode",
     "jit_train", "threads"} and the speed-ups behind them ("*_speedup": default's time /
@@ -304,55 +306,71 @@ def run_probe(onednn, threads="default", budget=PROBE_BUDGET, timeout=120, size=
     return result
 
 
-def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIMEOUT):
+def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIMEOUT,
+              clock=time.monotonic):
     """Runs the probes (oneDNN on and off with TF's threads; then each thread candidate
-    with the faster oneDNN setting; when the oneDNN comparison is closer than CLOSE, the
-    setting not chosen a second time, and TF's threads when a close candidate beat them)
-    and returns {"probes", "choice"}.
-    No probe starts after `timeout` seconds (TimeoutError): with run_probe's own limit
-    per probe, the calibration cannot hold `import tfsent` for more than a few minutes."""
+    with the faster oneDNN setting; both sides of a comparison closer than CLOSE a second
+    time: oneDNN on and off, or TF's threads and a candidate that beat them) and returns
+    {"probes", "choice"}.
+    No probe starts after `timeout` seconds (by `clock`): without both oneDNN probes that
+    is a TimeoutError; later, the choice stands on the probes done, with a warning. With
+    run_probe's own limit per probe, the calibration cannot hold `import tfsent` for more
+    than a few minutes."""
     from absl import logging
     onednn_default = tf_onednn_default(cpu)
-    deadline = time.monotonic() + timeout
+    deadline = clock() + timeout
     probes = {}
 
-    def run(onednn, threads):
-        if probes and time.monotonic() > deadline:
-            raise TimeoutError(f"the calibration took over {timeout} s (probes done: "
-                               f"{', '.join(probes)})")
-        probes[f"onednn={onednn},threads={threads}"] = probe(onednn, threads, budget)
+    def time_left(what):
+        if clock() <= deadline:
+            return True
+        logging.warning("cpu settings calibration: over its %s s, %s not measured; the "
+                        "choice stands on the probes done (%s)", timeout, what,
+                        ", ".join(probes))
+        return False
+
+    def measure(name):
+        onednn, threads = (part.split("=", 1)[1] for part in name.split(","))
+        probes[AGAIN + name if name in probes else name] = probe(onednn, threads, budget)
 
     def confirmed(choice, setting):
-        # A close comparison is measured twice: the setting not chosen runs again, its
-        # faster run counts, and the choice is made again. oneDNN: either way (on the AVX2
-        # proxy it probed 1.11-1.25x faster than TF's default there, off: one slow run of
-        # it could keep the slower default). Threads: only when a candidate beat TF's own
-        # pools (on 2 cores the two were within noise in every calibration so far).
-        merged = merged_runs(probes)
+        # A close comparison is measured again on both sides (a side already measured twice
+        # keeps its two runs), and the choice is made again from each side's faster run.
+        # oneDNN: either way (on the AVX2 proxy it probed 1.11-1.25x faster than TF's
+        # default there, off: one slow run could keep the slower default). Threads: only
+        # when a candidate beat TF's own pools (on 2 cores the two were within noise in
+        # every calibration so far; re-running losing candidates cost ~25 s each, always).
         if setting == "onednn":
-            names = {o: f"onednn={o},threads=default" for o in ("on", "off")}
-            chosen = names[choice["onednn"]]
-            rejected = names["off" if choice["onednn"] == "on" else "on"]
+            pair = [f"onednn={o},threads=default" for o in ("on", "off")]
         elif choice["threads"] == "default":
             return choice
         else:
             prefix = f"onednn={choice['onednn']},threads="
-            chosen, rejected = prefix + choice["threads"], prefix + "default"
-        if AGAIN + rejected in probes or score(merged[rejected]) / score(merged[chosen]) >= CLOSE:
+            pair = [prefix + choice["threads"], prefix + "default"]
+        merged = merged_runs(probes)
+        slower, faster = sorted((score(merged[name]) for name in pair), reverse=True)
+        if slower / faster >= CLOSE:
             return choice
-        if time.monotonic() > deadline:
-            logging.warning("cpu settings calibration: no time left to measure %s again",
-                            rejected)
-            return choice
-        onednn, threads = (part.split("=", 1)[1] for part in rejected.split(","))
-        probes[AGAIN + rejected] = probe(onednn, threads, budget)
+        measured_now = []
+        for name in [name for name in pair if AGAIN + name not in probes]:
+            if not time_left(f"{name} a second time"):
+                for done in measured_now:  # unequal numbers of runs favour the side run twice
+                    probes.pop(AGAIN + done)
+                return choice
+            measure(name)
+            measured_now.append(name)
         return decide(probes, onednn_default)
 
     for onednn in ("on", "off"):
-        run(onednn, "default")
-    first = confirmed(decide(probes, onednn_default), "onednn")
+        if probes and clock() > deadline:
+            raise TimeoutError(f"the calibration took over {timeout} s (probes done: "
+                               f"{', '.join(probes)})")
+        measure(f"onednn={onednn},threads=default")
+    choice = confirmed(decide(probes, onednn_default), "onednn")
     for threads in thread_candidates(cpu):
-        run(first["onednn"], threads)
+        if not time_left(f"threads {threads}"):
+            break
+        measure(f"onednn={choice['onednn']},threads={threads}")
     choice = confirmed(decide(probes, onednn_default), "threads")
     logging.info("cpu settings calibration: %s", json.dumps(probes))
     return {"probes": probes, "choice": choice}
