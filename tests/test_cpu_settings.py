@@ -255,33 +255,44 @@ def test_the_calibration_starts_no_probe_after_its_time_limit(caplog):
         cs.calibrate(cs.read_cpu(CPUINFO_HT), 0.01, fake_probe_factory(calls), timeout=0)
     assert calls == [("on", "default")]
 
-    def timed(seconds_per_probe, timeout, off=2.0):
+    def timed(seconds_per_probe, timeout, off=2.0, candidate=1.0, cpuinfo=CPUINFO_HT):
         """A calibration whose probes each take `seconds_per_probe` on its own clock."""
         clock, calls = [0.0], []
 
         def fake(onednn, threads, budget):
             calls.append((onednn, threads))
             clock[0] += seconds_per_probe
-            t = off if onednn == "off" else 1.0
+            t = off if onednn == "off" else candidate if threads != "default" else 1.0
             return probe(t, t * 2, t * 3, t * 3)
         caplog.clear()
         with caplog.at_level("WARNING"):
-            result = cs.calibrate(cs.read_cpu(CPUINFO_HT), 0.01, fake, timeout=timeout,
+            result = cs.calibrate(cs.read_cpu(cpuinfo), 0.01, fake, timeout=timeout,
                                   clock=lambda: clock[0])
         return result, calls, " ".join(r.getMessage() for r in caplog.records)
 
+    on, off, on_21 = ("on", "default"), ("off", "default"), ("on", "2/1")
     # Past the limit after oneDNN on and off: no thread candidate starts, the choice stands.
     result, calls, warned = timed(100, 150)
-    assert calls == [("on", "default"), ("off", "default")]
+    assert calls == [on, off]
     assert result["choice"]["onednn"] == "on" and result["choice"]["threads"] == "default"
     assert "threads 2/1 not measured" in warned
+    # Past it after the first of two thread candidates (hyper-threads: 2/1, then 4/1).
+    result, calls, warned = timed(100, 250)
+    assert calls == [on, off, on_21] and "threads 4/1 not measured" in warned
     # A close oneDNN comparison (off 1.1x): on runs again, then no time is left for off's
     # second run: on's is dropped (two runs against one would favour it), first runs decide.
     result, calls, warned = timed(100, 250, off=1.1)
-    assert calls == [("on", "default"), ("off", "default"), ("on", "default")]
+    assert calls == [on, off, on]
     assert set(result["probes"]) == {"onednn=on,threads=default", "onednn=off,threads=default"}
     assert result["choice"]["onednn_speedup"] == pytest.approx(1.1)
     assert "onednn=off,threads=default a second time not measured" in warned
+    # The same for threads (2 cores: 2/1 only): 2/1 (1.11x, close) runs again, TF's
+    # threads cannot: 2/1's second run is dropped, its first run's win stands.
+    result, calls, warned = timed(100, 350, candidate=0.9, cpuinfo=_cpuinfo((0, 1)))
+    assert calls == [on, off, on_21, on_21] and "again:onednn=on,threads=2/1" not in (
+        result["probes"])
+    assert result["choice"]["threads"] == "2/1"
+    assert "onednn=on,threads=default a second time not measured" in warned
 
 
 def test_a_close_comparison_runs_both_settings_again():
@@ -320,13 +331,15 @@ def test_a_close_comparison_runs_both_settings_again():
     _, calls, chosen = calibrated(two_cores, candidate=0.5)  # 2/1 2x faster: clear
     assert calls == [on, off, on_21] and chosen == ("on", "2/1")
     # AVX2: oneDNN off's slow run (4.4) loses to on (4.0): both run again (4.0, 4.0), TF's
-    # default (off) holds, and the thread candidate runs with it.
+    # default (off) holds, and the thread candidate runs with it. 2/1 (4.0) is compared
+    # with off's first run (4.4: one run each) and wins, inside CLOSE: it runs again and
+    # both sides' faster runs (4.0, 4.0) keep TF's threads.
     _, calls, chosen = calibrated(avx2, slow_call=2, off=1.0)
-    assert calls == [on, off, on, off, off_21] and chosen == ("off", "default")
+    assert calls == [on, off, on, off, off_21, off_21] and chosen == ("off", "default")
     # AVX2: on's slow run (4.4) does not beat off (4.32); its second run (4.0) does, by the
-    # same 1.08x off's two runs give.
+    # same 1.08x off's two runs give. 2/1 (4.0) beats on's first run and runs again, as above.
     result, calls, chosen = calibrated(avx2, slow_call=1, off=1.08)
-    assert calls == [on, off, on, off, on_21] and chosen == ("on", "default")
+    assert calls == [on, off, on, off, on_21, on_21] and chosen == ("on", "default")
     assert result["choice"]["onednn_speedup"] == pytest.approx(1.08)
     # AVX2, both comparisons close: on/default already ran twice, so only 2/1 runs again.
     result, calls, chosen = calibrated(avx2, off=1.08, candidate=0.9)
@@ -334,10 +347,34 @@ def test_a_close_comparison_runs_both_settings_again():
     assert result["choice"]["threads_speedup"] == pytest.approx(1 / 0.9, abs=1e-3)
     _, calls, chosen = calibrated(avx2, off=1.5)  # on 1.5x faster: clear
     assert calls == [on, off, on_21] and chosen == ("on", "default")
-    # The faster whole run counts, never a mix of two runs' timings.
+
+
+def test_comparisons_use_equal_numbers_of_runs():
+    """A setting's faster whole run counts, never a mix of two runs' timings, and only
+    against another setting that also ran twice: else both sides' first runs."""
     first, again = probe(1.0, 2.0, 3.0, 4.0), probe(2.0, 1.0, 2.5, 2.5)  # scores 4.0, 3.5
-    assert cs.merged_runs({"a": first, "again:a": again}) == {"a": again}
-    assert cs.merged_runs({"a": again, "again:a": first}) == {"a": again}
+    assert cs.best_run({"a": first, "again:a": again}, "a") == again
+    assert cs.best_run({"a": again, "again:a": first}, "a") == again
+    assert cs.best_run({"a": first}, "a") == first
+    b, b_again = probe(1.0, 1.0, 2.8, 2.8), probe(1.0, 1.0, 3.0, 3.0)  # scores 3.8, 4.0
+    assert cs.paired_runs({"a": first, "again:a": again, "b": b}, "a", "b") == (first, b)
+    assert cs.paired_runs({"a": first, "again:a": again, "b": b, "again:b": b_again},
+                          "a", "b") == (again, b)
+    # oneDNN on ran twice (its second run 1.25x faster), off once: compared on first runs,
+    # off is 1.11x faster and wins on this AVX2-kind default (off); TF's threads ran twice
+    # for on only, so 2/1 of off is compared with off's single run.
+    on, off = "onednn=on,threads=default", "onednn=off,threads=default"
+    probes = {on: probe(1.0, 1.0, 4.0, 4.0), "again:" + on: probe(1.0, 1.0, 3.0, 3.0),
+              off: probe(1.0, 1.0, 3.5, 3.5), "onednn=off,threads=2/1": probe(1.0, 1.0, 3.2, 3.2)}
+    choice = cs.decide(probes, onednn_default=False)
+    assert (choice["onednn"], choice["threads"]) == ("off", "2/1")
+    assert choice["onednn_speedup"] == pytest.approx(5.0 / 4.5, abs=1e-3)
+    assert choice["threads_speedup"] == pytest.approx(4.5 / 4.2, abs=1e-3)
+    # With a second run of off (4.5 again), on's faster run (4.0) wins by 1.125x.
+    probes["again:" + off] = probe(1.0, 1.0, 3.5, 3.5)
+    choice = cs.decide(probes, onednn_default=False)
+    assert (choice["onednn"], choice["threads"]) == ("on", "default")
+    assert choice["onednn_speedup"] == pytest.approx(4.5 / 4.0, abs=1e-3)
 
 
 def fake_probe_factory(calls):

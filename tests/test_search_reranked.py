@@ -12,11 +12,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, TF_SERVING_LOADER, TINY_WORDS
+from conftest import REPO, TINY_WORDS, WARMUP_REPLAY, warmup_request_shapes
 
 # Runs `search` and `search_reranked` in a TF1 session restoring the variables through the
-# saver_def (TF Serving's way), in a process that imports only tensorflow and tensorflow_text.
-SERVE_RERANKED = TF_SERVING_LOADER + r"""
+# saver_def (TF Serving's way), then replays the export's warm-up records, in a process that
+# imports only tensorflow, tensorflow_text and tensorflow-serving-api.
+SERVE_RERANKED = WARMUP_REPLAY + r"""
 import json, sys
 path, queries, k, top = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 graph = tf.Graph()
@@ -33,7 +34,7 @@ with tf.compat.v1.Session(graph=graph) as sess:
         out[name] = {n: (v.astype(str) if v.dtype == object else v).tolist()
                      for n, v in zip(names, values)}
 mods = sorted({k.split(".")[0] for k in sys.modules if k.split(".")[0] in ("tfsent", "keras_hub")})
-json.dump({"out": out, "modules": mods}, sys.stdout)
+json.dump({"out": out, "warmup": replay_warmup(path), "modules": mods}, sys.stdout)
 """
 
 
@@ -98,6 +99,15 @@ def test_search_reranked_equals_retrieval_then_the_cross_encoder(two_stage):
         np.testing.assert_allclose(second["retriever_scores"][row],
                                    np.asarray(first["scores"][row])[order], atol=1e-6)
         np.testing.assert_allclose(second["embeddings"][row], first["embeddings"][row])
+    # TF Serving's warm-up: the encoder's requests, one search and one search_reranked
+    # (k=1 of the retriever's top 10), which replays to the cross-encoder's own score.
+    assert warmup_request_shapes(two_stage["path"]) == [
+        ("serving_default", 1), ("serving_default", 8), ("search", 1), ("search_reranked", 1)]
+    record = served["warmup"][-1]
+    assert record["inputs"]["k"] == 1 and record["inputs"]["rerank_top"] == 10
+    [[best]], [[score]] = record["outputs"]["ids"], record["outputs"]["scores"]  # (1, k=1)
+    np.testing.assert_allclose(score, two_stage["reranker"].score(
+        record["inputs"]["queries"], [texts[best]])[0], atol=1e-5)
 
 
 def test_bad_requests_and_a_bi_encoder_as_reranker_are_refused(two_stage, tiny_encoder_dir):

@@ -16,10 +16,10 @@ SimCSE train step and `encode` function on a 2-layer minilm-shaped encoder, plai
 and XLA, in one subprocess per candidate oneDNN / thread setting, since neither can change
 inside a process) picks the fastest, keeping TF's own default unless another setting wins
 by more than MARGIN. A comparison closer than CLOSE (the probes' own noise) is measured
-again on both sides, so each side has two runs and its faster one counts (threads: only
-when a candidate beat TF's default). The result is cached per machine (CPU model, ISA
-flags, physical cores, TF version) under $TFSENT_CACHE or ~/.cache/tfsent/, and one line
-says what runs.
+again on both sides, and each side's faster run counts (threads: only when a candidate
+beat TF's default); every comparison is made on equal numbers of runs. The result is
+cached per machine (CPU model, ISA flags, physical cores, TF version) under $TFSENT_CACHE
+or ~/.cache/tfsent/, and one line says what runs.
 A failed calibration is recorded there too: TF's and tfsent's defaults run, with a
 warning, for FAILURE_RETRY_HOURS (or until the file is deleted), then it is measured again.
 
@@ -59,8 +59,9 @@ MARGIN = 0.05
 # idle and 1.13x on the AVX2 proxy; one setting measured twice in a calibration, 1.19x
 # (benchmarks/README.md, "Machine C, 2026-11-28: probe noise and the calibration's second
 # runs"). The calibration then runs both settings of the comparison a second time and
-# chooses again from each one's faster run: equal numbers of runs, so the minimum of two
-# does not favour one side (`calibrate`; threads only when a candidate beat TF's own).
+# chooses again from each one's faster run. Every comparison is made on equal numbers of
+# runs, so the minimum of two never favours one side (`paired_runs`; `calibrate`: threads
+# only when a candidate beat TF's own).
 CLOSE = 1.15
 # TF 2.21's own rule (tensorflow/core/util/port.cc): oneDNN on by default with these.
 TF_ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
@@ -217,15 +218,19 @@ TIMINGS = ("encode_graph", "encode_xla", "train_graph", "train_xla")
 AGAIN = "again:"
 
 
-def merged_runs(probes):
-    """`probes` with each setting measured twice ("again:<name>" beside "<name>") as its
-    faster whole run (by `score`: one run's four timings are never mixed with another's)."""
-    merged = {name: p for name, p in probes.items() if not name.startswith(AGAIN)}
-    for name, again in probes.items():
-        first = name[len(AGAIN):]
-        if name.startswith(AGAIN) and first in merged and score(again) < score(merged[first]):
-            merged[first] = again
-    return merged
+def best_run(probes, name):
+    """Setting `name`'s faster whole run (by `score`) of "<name>" and, when it ran twice,
+    "again:<name>": one run's four timings are never mixed with another's."""
+    return min((probes[n] for n in (name, AGAIN + name) if n in probes), key=score)
+
+
+def paired_runs(probes, a, b):
+    """The runs settings `a` and `b` are compared on, equal in number: each one's faster
+    whole run when both ran twice, else their first runs (the faster of two runs against
+    a single run would favour the side measured twice)."""
+    if AGAIN + a in probes and AGAIN + b in probes:
+        return best_run(probes, a), best_run(probes, b)
+    return probes[a], probes[b]
 
 
 def decide(probes, onednn_default, margin=MARGIN):
@@ -233,27 +238,27 @@ def decide(probes, onednn_default, margin=MARGIN):
 
     `probes`: {"onednn=on,threads=default": {...}, "onednn=off,threads=default": {...},
     optionally "onednn=<chosen>,threads=I/J": {...} and "again:<name>": {...} (a second
-    run of a setting: the faster of its two whole runs counts)}, each {"encode_graph",
-    "encode_xla", "train_graph", "train_xla"}. A setting other than the default is chosen
-    only when it is faster by more than `margin`. Returns {"onednn", "jit_encode",
-    "jit_train", "threads"} and the speed-ups behind them ("*_speedup": default's time /
-    chosen's, or the chosen one's advantage over the alternative)."""
-    probes = merged_runs(probes)
-    on, off = probes["onednn=on,threads=default"], probes["onednn=off,threads=default"]
+    run of a setting; comparisons: `paired_runs`)}, each {"encode_graph", "encode_xla",
+    "train_graph", "train_xla"}. A setting other than the default is chosen only when it
+    is faster by more than `margin`; XLA from the chosen setting's `best_run`. Returns
+    {"onednn", "jit_encode", "jit_train", "threads"} and the speed-ups behind them
+    ("*_speedup": default's time / chosen's, or the chosen one's advantage over the
+    alternative)."""
+    names = {o: f"onednn={o},threads=default" for o in ("on", "off")}
     default, other = ("on", "off") if onednn_default else ("off", "on")
-    by_name = {"on": on, "off": off}
-    gain = score(by_name[default]) / score(by_name[other])
-    onednn = other if gain > 1 + margin else default
-    chosen = by_name[onednn]
-    alternative = by_name["off" if onednn == "on" else "on"]
-    threads, threads_gain, chosen_threads = "default", 1.0, chosen
-    for name, probe in probes.items():
-        prefix = f"onednn={onednn},threads="
+    default_run, other_run = paired_runs(probes, names[default], names[other])
+    onednn = other if score(default_run) / score(other_run) > 1 + margin else default
+    chosen, alternative = ((other_run, default_run) if onednn == other
+                           else (default_run, other_run))
+    prefix = f"onednn={onednn},threads="
+    threads, threads_gain = "default", 1.0
+    for name in probes:
         if name.startswith(prefix) and not name.endswith("=default"):
-            g = score(chosen) / score(probe)
+            own, candidate = paired_runs(probes, prefix + "default", name)
+            g = score(own) / score(candidate)
             if g > 1 + margin and g > threads_gain:
-                threads, threads_gain, chosen_threads = name[len(prefix):], g, probe
-    final = chosen_threads
+                threads, threads_gain = name[len(prefix):], g
+    final = best_run(probes, prefix + threads)
     # encode: XLA only when faster by the margin; the train step: XLA unless slower by it.
     jit_encode = final["encode_graph"] / final["encode_xla"] > 1 + margin
     jit_train = final["train_xla"] / final["train_graph"] <= 1 + margin
@@ -321,13 +326,10 @@ def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIM
     deadline = clock() + timeout
     probes = {}
 
-    def time_left(what):
-        if clock() <= deadline:
-            return True
+    def skipped(what):
         logging.warning("cpu settings calibration: over its %s s, %s not measured; the "
                         "choice stands on the probes done (%s)", timeout, what,
                         ", ".join(probes))
-        return False
 
     def measure(name):
         onednn, threads = (part.split("=", 1)[1] for part in name.split(","))
@@ -335,7 +337,7 @@ def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIM
 
     def confirmed(choice, setting):
         # A close comparison is measured again on both sides (a side already measured twice
-        # keeps its two runs), and the choice is made again from each side's faster run.
+        # keeps its two runs), and the choice is made again on the pair's faster runs.
         # oneDNN: either way (on the AVX2 proxy it probed 1.11-1.25x faster than TF's
         # default there, off: one slow run could keep the slower default). Threads: only
         # when a candidate beat TF's own pools (on 2 cores the two were within noise in
@@ -347,15 +349,15 @@ def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIM
         else:
             prefix = f"onednn={choice['onednn']},threads="
             pair = [prefix + choice["threads"], prefix + "default"]
-        merged = merged_runs(probes)
-        slower, faster = sorted((score(merged[name]) for name in pair), reverse=True)
+        slower, faster = sorted(map(score, paired_runs(probes, *pair)), reverse=True)
         if slower / faster >= CLOSE:
             return choice
         measured_now = []
         for name in [name for name in pair if AGAIN + name not in probes]:
-            if not time_left(f"{name} a second time"):
+            if clock() > deadline:
                 for done in measured_now:  # unequal numbers of runs favour the side run twice
                     probes.pop(AGAIN + done)
+                skipped(f"{name} a second time")
                 return choice
             measure(name)
             measured_now.append(name)
@@ -368,7 +370,8 @@ def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIM
         measure(f"onednn={onednn},threads=default")
     choice = confirmed(decide(probes, onednn_default), "onednn")
     for threads in thread_candidates(cpu):
-        if not time_left(f"threads {threads}"):
+        if clock() > deadline:
+            skipped(f"threads {threads}")
             break
         measure(f"onednn={choice['onednn']},threads={threads}")
     choice = confirmed(decide(probes, onednn_default), "threads")
@@ -451,7 +454,7 @@ def measured_choice(cpu=None, environ=None, probe=run_probe, budget=PROBE_BUDGET
         with _locked(path):
             data = load_cache(path, key) if os.path.exists(path) else None
             if data is None:
-                logging.warning("calibrating TensorFlow's CPU settings for this machine (1-2 "
+                logging.warning("calibrating TensorFlow's CPU settings for this machine (1-3 "
                                 "minutes, once: cached in %s; TFSENT_CPU_SETTINGS=default "
                                 "skips it)", path)
                 start = time.time()
@@ -527,7 +530,7 @@ def calibration_mode(environ):
 def measuring_wanted(environ, cpu=None):
     """Whether to calibrate, from TFSENT_CPU_SETTINGS: "measure" always, "default" never,
     "auto" (or unset) only where `calibration_pays` on this CPU (`cpu`: `read_cpu()`'s
-    answer, read here when needed). The calibration costs 1-2 minutes once per
+    answer, read here when needed). The calibration costs 1-3 minutes once per
     machine."""
     value = calibration_mode(environ)
     if value == "auto":

@@ -29,8 +29,9 @@ Signatures:
 `search` prepends the query prompt (given at export) to each query in the graph, then
 embeds through the same tokenizer + forward as `serving_default` (one forward pass).
 Each version carries TF Serving warm-up requests (`serving_default` at batch 1 and 8, one
-`search` with k=1; `tfsent.formats.tf_serving`); no batching parameters: TF Serving's request
-batching needs a batch dimension on every input, and `k` is a scalar.
+`search` with k=1, and one `search_reranked` with a reranker; `tfsent.formats.tf_serving`);
+no batching parameters: TF Serving's request batching needs a batch dimension on every
+input, and `k` is a scalar.
 `k` is chosen per request; k < 1 or k > corpus size fails the request with an
 InvalidArgumentError reading "k=<k> is out of range: k must be between 1 and the corpus
 size <M>".
@@ -385,8 +386,9 @@ def export_search_index(encoder, corpus, export_dir, quantize_index=None, poolin
                                search_index=index), **(metadata or {})}
     signatures = {"serving_default": search.serve, "encode_ids": search.encode_ids,
                   "search": search.search, "search_embeddings": search.search_embeddings}
-    # Warm-up: the encoder's requests and one search (k=1). No batching_parameters.txt:
-    # TF Serving's batching needs a batch dimension on every input, and `k` is a scalar.
+    # Warm-up: the encoder's requests, one search (k=1) and, with a reranker, one
+    # search_reranked. No batching_parameters.txt: TF Serving's batching needs a batch
+    # dimension on every input, and `k` is a scalar.
     warmup = tf_serving.warmup_requests() + tf_serving.warmup_requests(
         "search", "queries", batch_sizes=(1,), extra_inputs={"k": np.int32(1)})
     if scorer is not None:
