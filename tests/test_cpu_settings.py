@@ -345,6 +345,12 @@ def test_a_close_comparison_runs_both_settings_again():
     result, calls, chosen = calibrated(avx2, off=1.08, candidate=0.9)
     assert calls == [on, off, on, off, on_21, on_21] and chosen == ("on", "2/1")
     assert result["choice"]["threads_speedup"] == pytest.approx(1 / 0.9, abs=1e-3)
+    # Hyper-threads, two candidates (2/1, 4/1): on's slow first run (4.4) makes 2/1 win
+    # (1.1x, close); their second runs tie (4.0), and 4/1, still on first runs against
+    # on's slow one, leads: it runs again too, and TF's threads hold.
+    _, calls, chosen = calibrated(CPUINFO_HT, slow_call=1)
+    assert calls == [on, off, on_21, ("on", "4/1"), on_21, on, ("on", "4/1")]
+    assert chosen == ("on", "default")
     _, calls, chosen = calibrated(avx2, off=1.5)  # on 1.5x faster: clear
     assert calls == [on, off, on_21] and chosen == ("on", "default")
 

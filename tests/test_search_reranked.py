@@ -84,7 +84,7 @@ def test_search_reranked_equals_retrieval_then_the_cross_encoder(two_stage):
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
     served = json.loads(r.stdout)
-    assert served["modules"] == []  # TensorFlow and TF Text only
+    assert served["modules"] == []  # neither tfsent nor keras_hub
     first, second = served["out"]["search"], served["out"]["search_reranked"]
     texts = {f"d{i}": t for i, t in enumerate(two_stage["texts"])}
     # the reranker changes the order (else this test could not tell the stages apart)

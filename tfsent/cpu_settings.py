@@ -85,8 +85,9 @@ FAILURE_RETRY_HOURS = 24
 # from Threefry (docs/methods.md, "Dropout masks under XLA"), 1.12-1.13x faster on
 # machine C; 6: a close comparison runs both of its settings a second time and keeps each
 # one's faster whole run (5 ran only the setting not chosen again, and mixed the two runs'
-# timings).
-CACHE_VERSION = 6
+# timings); 7: every comparison on equal numbers of runs (`paired_runs`), and a thread
+# candidate that takes the lead after a second run is confirmed too.
+CACHE_VERSION = 7
 # Set beside TF_ENABLE_ONEDNN_OPTS when tfsent set it, so a child process (inheriting both)
 # does not take tfsent's own choice for the user's variable.
 SET_BY_US = "TFSENT_SET_TF_ENABLE_ONEDNN_OPTS"
@@ -361,7 +362,12 @@ def calibrate(cpu, budget=PROBE_BUDGET, probe=run_probe, timeout=CALIBRATION_TIM
                 return choice
             measure(name)
             measured_now.append(name)
-        return decide(probes, onednn_default)
+        new = decide(probes, onednn_default)
+        if setting == "threads" and new["threads"] not in ("default", choice["threads"]):
+            # Another candidate, compared on first runs, now leads: confirm it too (each
+            # round runs one more setting twice, so this ends).
+            return confirmed(new, "threads")
+        return new
 
     for onednn in ("on", "off"):
         if probes and clock() > deadline:

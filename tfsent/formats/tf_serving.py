@@ -6,7 +6,8 @@ requests when it loads a version (`--enable_model_warmup`, on by default) before
 takes traffic, so the first real request does not pay for the lazy initialisation (kernel
 selection, oneDNN primitives, memory pools; under `jit_compile` the XLA compilation of the
 shapes it hits). The file is a TFRecord of `tensorflow.serving.PredictionLog` records, each a
-`PredictRequest` on one signature with string inputs: by default `serving_default` on
+`PredictRequest` on one signature with string inputs (a search request adds int32 scalars
+`k`, `rerank_top`): by default `serving_default` on
 `WARMUP_SENTENCES[:1]` (batch 1) and on all 8 of them (batch 8); an encoder export adds
 `encode_query` / `encode_document` (when it has those prompts) and `count_tokens` (batch
 8), a cross-encoder warms up `score` and `count_pair_tokens` instead, a search index adds
