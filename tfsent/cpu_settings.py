@@ -214,7 +214,6 @@ def score(probe):
     return _best(probe, "encode") + _best(probe, "train")
 
 
-TIMINGS = ("encode_graph", "encode_xla", "train_graph", "train_xla")
 # The prefix of a probe's name when the calibration runs that setting a second time.
 AGAIN = "again:"
 
