@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from conftest import (REPO, TF_SERVING_LOADER, minilm_or_skip, serve_in_fresh_process,
-                      warmup_request_shapes)
+from conftest import (REPO, TF_SERVING_LOADER, WARMUP_REPLAY, minilm_or_skip,
+                      serve_in_fresh_process, warmup_request_shapes)
 from tfsent.encoders import load_encoder
 from tfsent.formats.metadata import list_versions, read_metadata
 from tfsent.formats.saved_model import export_encoder
@@ -55,8 +56,6 @@ def test_fresh_process_serving_matches_encode(minilm_export):
 
 
 def test_encode_ids_signature_gives_same_vectors(minilm_export):
-    import tensorflow as tf
-
     loaded = tf.saved_model.load(os.path.join(minilm_export, "1"))
     encoder = load_encoder("minilm-l6", pooling="mean", max_seq_length=256,
                            pad_to_max_length=False)
@@ -126,7 +125,6 @@ def test_export_after_encode_calls(tmp_path, tiny_encoder_dir):
 def test_encode_function_gives_what_encode_gives(tiny_encoder_dir):
     """The public traced function: strings in, un-normalised (N, H) float32 out, equal to
     `encode(normalize=False)`; cached per (pooling, clamped length, jit), pooling checked."""
-    import tensorflow as tf
 
     from tfsent.errors import ConfigError
 
@@ -154,6 +152,13 @@ def test_xla_export_and_encode_match_plain(tmp_path, tiny_encoder_dir):
     for batch_size in (3, 4, 6):
         xla = enc.encode(SENTENCES, batch_size=batch_size, jit_compile=True)
         np.testing.assert_allclose(xla, plain, atol=1e-5)
+    # encode_function(jit_compile=True) runs the same XLA function as encode: traced once
+    # for both, so a bucket shape compiled by one is not compiled again by the other.
+    strings_fn = enc.encode_function(jit_compile=True)
+    np.testing.assert_allclose(strings_fn(tf.constant(SENTENCES)).numpy(),
+                               enc.encode(SENTENCES, normalize=False), atol=1e-5)
+    shared = enc._encode_cache.functions["xla_forward", "mean", enc.tokenizer.max_seq_length]
+    assert shared.experimental_get_tracing_count() == 1
     path = export_encoder(enc, str(tmp_path / "x"), jit_compile=True)
     meta = read_metadata(path)
     assert meta["jit_compile"] is True
@@ -164,8 +169,6 @@ def test_xla_export_and_encode_match_plain(tmp_path, tiny_encoder_dir):
 
 
 def test_call_in_buckets_shapes():
-    import tensorflow as tf
-
     from tfsent.encoders import call_in_buckets
     from tfsent.encoders.buckets import bucket_width
 
@@ -189,7 +192,6 @@ def test_count_tokens_signature_and_the_client_batching_by_it(tmp_path, tiny_enc
     """`count_tokens` gives each string's tokens at the serving truncation length (the
     tokenizer's padding mask); SavedModelEncoder batches by it, most tokens first, and
     returns rows in input order equal to `encode`."""
-    import tensorflow as tf
 
     from test_encoders import BY_TOKENS
     from tfsent.errors import ConfigError
@@ -245,11 +247,13 @@ def test_served_as_tf_serving_with_a_head_and_each_weight_saved_once(tmp_path,
     assert weight_bytes <= saved < 2 * weight_bytes  # saved twice was over 2x
 
 
-PROMPT_SCRIPT = TF_SERVING_LOADER + r"""
+# Serves the sentences on the three signatures and replays the export's warm-up records.
+PROMPT_SCRIPT = WARMUP_REPLAY + r"""
 import json, sys
 path, sentences = sys.argv[1], json.loads(sys.argv[2])
 out = {name: serve_like_tf_serving(path, sentences, ("embedding",), name)["embedding"].tolist()
        for name in ("serving_default", "encode_query", "encode_document")}
+out["warmup"] = replay_warmup(path)
 json.dump(out, sys.stdout)
 """
 
@@ -265,7 +269,9 @@ def test_query_and_document_prompts_are_signatures(tmp_path, tiny_encoder_dir):
                        capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
-    served = {k: np.array(v) for k, v in json.loads(r.stdout).items()}
+    served = json.loads(r.stdout)
+    warmup = served.pop("warmup")
+    served = {k: np.array(v) for k, v in served.items()}
     np.testing.assert_allclose(served["encode_query"],
                                enc.encode(["query: " + t for t in texts]), atol=1e-5)
     np.testing.assert_allclose(served["encode_document"],
@@ -279,7 +285,24 @@ def test_query_and_document_prompts_are_signatures(tmp_path, tiny_encoder_dir):
     np.testing.assert_allclose(plain.encode_query(texts), plain.encode(texts), atol=1e-6)
     np.testing.assert_allclose(plain.encode_document(texts), plain.encode(texts), atol=1e-6)
     # TF Serving warms up the signatures a retrieval model's clients call (the prompt ones
-    # only when the export has prompts) and count_tokens.
+    # only when the export has prompts) and count_tokens; replayed through the TF1 loader,
+    # each record gives what the encoder gives on its sentences with that signature's prompt.
+    prompts = {"serving_default": "", "encode_query": "query: ",
+               "encode_document": "passage: "}
+    for record in warmup:
+        sentences = record["inputs"]["sentences"]
+        if record["signature"] == "count_tokens":
+            mask = enc.tokenizer(tf.constant(sentences))["padding_mask"]
+            assert record["outputs"]["token_count"] == np.sum(mask.numpy(), 1).tolist()
+        else:
+            prompt = prompts[record["signature"]]
+            np.testing.assert_allclose(np.array(record["outputs"]["embedding"]),
+                                       enc.encode([prompt + t for t in sentences]),
+                                       atol=1e-5, err_msg=record["signature"])
+    assert [(r["signature"], len(r["inputs"]["sentences"])) for r in warmup] == [
+        ("serving_default", 1), ("serving_default", 8), ("encode_query", 1),
+        ("encode_query", 8), ("encode_document", 1), ("encode_document", 8),
+        ("count_tokens", 8)]
     assert warmup_request_shapes(path) == [
         ("serving_default", 1), ("serving_default", 8), ("encode_query", 1),
         ("encode_query", 8), ("encode_document", 1), ("encode_document", 8),

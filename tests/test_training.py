@@ -145,15 +145,20 @@ def test_sigkill_then_ctrl_c_then_rerun_resumes(tmp_path, tiny_encoder_dir):
 
 
 def test_cli_errors_are_clear(tmp_path):
+    """Each bad argument: a non-zero status and one message naming it, no traceback (the
+    runs fork one process that imported the CLI's modules: conftest.cli_runs_in_one_process)."""
+    from conftest import TRAIN_IMPORTS, cli_runs_in_one_process
+
     bad = [("--method=nope", "unknown method"),
            ("--config.batch_size=-3", "batch_size must be an integer >= 1"),
            ("--config.train_data=/does/not/exist.txt", "/does/not/exist.txt"),
            ("--config.no_such_field=1", "unknown field")]
-    for arg, message in bad:
-        cmd = [sys.executable, "-m", "tfsent.train", f"--output_dir={tmp_path}/x"]
-        cmd += [arg] if arg.startswith("--method") else ["--method=simcse_unsup", arg]
-        r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
-                           timeout=300)
+    cases = [[f"--output_dir={tmp_path}/x"]
+             + ([arg] if arg.startswith("--method") else ["--method=simcse_unsup", arg])
+             for arg, _ in bad]
+    runs = cli_runs_in_one_process("tfsent.train", cases, str(tmp_path),
+                                   preload=TRAIN_IMPORTS, env=_env())
+    for (arg, message), r in zip(bad, runs):
         assert r.returncode != 0
         assert message in r.stderr, (arg, r.stderr[-2000:])
         assert "Traceback" not in r.stderr, (arg, r.stderr[-2000:])

@@ -406,7 +406,9 @@ class SentenceEncoder(keras.Model):
 
     def _forward_function(self, pooling, max_seq_length, jit_compile):
         """(token_ids, padding_mask) -> float32 embeddings (B, H), traced in the caller's
-        tf.function; under XLA each batch is padded to its bucket (`call_in_buckets`)."""
+        tf.function; under XLA each batch is padded to its bucket (`call_in_buckets`) and
+        runs one XLA function per (pooling, length), shared by `encode` and
+        `encode_function` (one compilation per bucket shape for both)."""
 
         def forward(token_ids, padding_mask):
             features = {"token_ids": token_ids, "padding_mask": padding_mask}
@@ -415,7 +417,10 @@ class SentenceEncoder(keras.Model):
 
         if not jit_compile:
             return lambda token_ids, padding_mask: forward(token_ids, padding_mask)["embedding"]
-        xla_forward = tf.function(forward, jit_compile=True)
+        key = ("xla_forward", pooling, max_seq_length)
+        if key not in self._encode_cache.functions:
+            self._encode_cache.functions[key] = tf.function(forward, jit_compile=True)
+        xla_forward = self._encode_cache.functions[key]
 
         def bucketed(token_ids, padding_mask):
             features = {"token_ids": token_ids, "padding_mask": padding_mask}
