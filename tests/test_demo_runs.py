@@ -1,4 +1,6 @@
-"""The shipped demo: the main command with no flags, and every method on the demo data.
+"""The shipped demo: the main command with no flags (a fresh `python -m tfsent.train`), and
+every method on the demo data (short runs, forks of one process that imported the CLI's
+modules once).
 
 Every run's export is served the TF Serving way by ONE fresh process per module (it
 imports only tensorflow and tensorflow_text; started with the module, so its import
@@ -154,11 +156,35 @@ SHORT_RUNS = {
 }
 
 
-@pytest.mark.parametrize("method", sorted(SHORT_RUNS))
-def test_each_method_on_demo_data(method, tmp_path, serve):
+def _snli_args():
+    """The SNLI flags of the simcse_sup run ([] when ../shared's SNLI is absent)."""
+    snli = os.path.join(SHARED_DATA, "SNLI")
+    return ([f"--config.train_data={snli}", "--config.train_split=dev"]
+            if os.path.isdir(snli) else [])
+
+
+@pytest.fixture(scope="module")
+def short_runs(tmp_path_factory):
+    """{name: (the finished `python -m tfsent.train` run, its output_dir)} for every method's
+    short demo run and simcse_sup on SNLI: forks of one process that imported TensorFlow,
+    keras-hub and tfsent once (conftest.cli_runs_in_one_process), one run after another."""
+    from conftest import TRAIN_IMPORTS, cli_runs_in_one_process
+
     minilm_or_skip()
-    out = str(tmp_path / method)
-    r = _run([f"--method={method}", f"--output_dir={out}", *SHORT_RUNS[method]])
+    root = tmp_path_factory.mktemp("short_runs")
+    cases = {method: [f"--method={method}", *args] for method, args in SHORT_RUNS.items()}
+    cases["sup_snli"] = ["--method=simcse_sup", *_snli_args(), *_SHORT]
+    outputs = {name: str(root / name) for name in cases}
+    runs = cli_runs_in_one_process(
+        "tfsent.train", [[*argv, f"--output_dir={outputs[name]}"]
+                         for name, argv in cases.items()],
+        str(root), preload=TRAIN_IMPORTS, timeout=1500)
+    return {name: (r, outputs[name]) for name, r in zip(cases, runs)}
+
+
+@pytest.mark.parametrize("method", sorted(SHORT_RUNS))
+def test_each_method_on_demo_data(method, short_runs, serve):
+    r, out = short_runs[method]
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = _check_export(out, serve)
     _check_tensorboard(out)
@@ -167,20 +193,15 @@ def test_each_method_on_demo_data(method, tmp_path, serve):
     assert metrics["steps"] == steps and len(metrics["dev_history"]) == steps // every
 
 
-def test_simcse_sup_on_snli(tmp_path, serve):
+def test_simcse_sup_on_snli(short_runs, serve):
     """Supervised SimCSE on SNLI triplets read from SentEval's s1/s2/labels files (with XLA);
     the method's demo run too: on the demo's NLI triplets when ../shared is absent."""
-    minilm_or_skip()
-    snli = os.path.join(SHARED_DATA, "SNLI")
-    snli = snli if os.path.isdir(snli) else None
-    out = str(tmp_path / "sup_snli")
-    data = [f"--config.train_data={snli}", "--config.train_split=dev"] if snli else []
-    r = _run(["--method=simcse_sup", f"--output_dir={out}", *data, *_SHORT])
+    r, out = short_runs["sup_snli"]
     assert r.returncode == 0, r.stderr[-3000:]
     metrics = _check_export(out, serve)
     _check_tensorboard(out)
     assert metrics["steps"] == 4 and len(metrics["dev_history"]) == 1
-    if snli is None:
+    if not _snli_args():
         return
     assert "triplets from" in r.stderr  # the reader logs how many triplets it built
     # SNLI has several hypotheses per premise: duplicate-free batching defers some rows.
