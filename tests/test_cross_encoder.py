@@ -183,7 +183,11 @@ def test_cross_encoder_trains_on_tiny_checkpoint(trained_cross_encoder):
 def test_margin_mse_fits_the_teachers_margins(trained_cross_encoder, hf_checkpoint_dirs,
                                               tmp_path):
     """A fresh student (another initialisation) learns the trained teacher's margins on
-    its own pair tokens: the loss drops, the teacher is not trained and not saved."""
+    its own pair tokens: the loss drops, the teacher is not trained and not saved.
+
+    60 steps: the student first sits on a plateau (margins near 0, the loss near the mean
+    squared teacher margin) that 30 steps did not always leave (once in CI: 41.3 -> 40.0);
+    after 60, 8 teachers of 8 seeds gave loss ratios 0.005-0.027 (the test asks < 0.5)."""
     import keras
 
     from tfsent.data.kinds import dataset_for_kind
@@ -202,7 +206,7 @@ def test_margin_mse_fits_the_teachers_margins(trained_cross_encoder, hf_checkpoi
     batch = next(iter(ds))
     before = float(student.compute_losses(batch, training=False)[0])
     student.compile(optimizer=keras.optimizers.AdamW(3e-3))
-    student.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
+    student.fit(ds, steps_per_epoch=60, epochs=1, verbose=0)
     after = float(student.compute_losses(batch, training=False)[0])
     assert after < 0.5 * before, (before, after)
     for w, b in zip(student.teacher.trainable_weights, before_teacher):
