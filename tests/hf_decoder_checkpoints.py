@@ -58,7 +58,11 @@ def qwen_tokenizer_json(vocab_size=600):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(demo_corpus(), trainer)
+    corpus = demo_corpus()
+    # Paragraph breaks too, so that "\n\n" is one token as in the real vocabulary ("ĊĊ").
+    paragraphs = [corpus[i] + "\n\n" + corpus[i + 1] for i in range(0, 400, 2)]
+    tok.train_from_iterator(corpus + paragraphs, trainer)
+    assert len(tok.encode("\n\n").ids) == 1
     tok.add_special_tokens(QWEN_SPECIALS)
     eos = tok.token_to_id("<|endoftext|>")
     tok.post_processor = processors.TemplateProcessing(

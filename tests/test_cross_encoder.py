@@ -55,6 +55,42 @@ def test_pair_ids_equal_hugging_face(family, hf_checkpoint_dirs, pair_tokenizers
         assert (mask.sum(1) == max_len).sum() >= 5  # truncation exercised
 
 
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_decoder_pair_ids_equal_hugging_face(family, tmp_path):
+    """The decoder families' pair templates, as their tokenizer.json builds them: Qwen's
+    `a <|endoftext|> b <|endoftext|>` (no first token), Gemma's
+    `<bos> a <eos> <bos> b <eos>`."""
+    from hf_decoder_checkpoints import make_embeddinggemma_dir, make_qwen3_embedding_dir
+
+    make = {"qwen3": make_qwen3_embedding_dir, "gemma3": make_embeddinggemma_dir}[family]
+    folder = make(str(tmp_path / family))
+    reference = hf_tokenizer(folder)
+    corpus = demo_corpus()
+    pairs = PAIR_CASES + list(zip(corpus[:8], corpus[8:16]))
+    first, second = (tf.constant([p[i] for p in pairs]) for i in (0, 1))
+    for max_len in (MAX_LEN, 25):
+        tokenizer = make_tokenizer(family, folder, max_len, False, 10 ** 6)
+        out = tokenizer.tokenize_pairs(first, second)
+        ids, mask = out["token_ids"].numpy(), out["padding_mask"].numpy()
+        for row, (a, b) in enumerate(pairs):
+            want = reference(a, b, truncation="longest_first", max_length=max_len)
+            assert ids[row][mask[row] == 1].tolist() == want["input_ids"], (family, a, b)
+        assert (mask.sum(1) == max_len).sum() >= 3  # truncation exercised
+
+
+def test_cross_encoder_refuses_a_causal_family(tmp_path):
+    """Qwen3's attention is causal: its first token sees nothing of the pair."""
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    encoder = load_encoder(make_qwen3_embedding_dir(str(tmp_path / "qwen3")))
+    with pytest.raises(ConfigError, match="qwen3 family: its attention is causal.*"
+                                          "bidirectional attention: bert, .*gemma3"):
+        CrossEncoder(encoder)
+
+
 def test_longest_first_lengths_by_hand():
     # budget 10: (3, 20) -> (3, 7); (20, 3) -> (7, 3); (8, 8) -> (5, 5); (9, 6) -> (5, 5);
     # (6, 7) -> (5, 5); budget 9: (8, 8) -> (4, 5) (tie: second gets the odd piece);

@@ -165,6 +165,24 @@ def test_encoder_dir_round_trip(encoder, tmp_path):
     np.testing.assert_allclose(again.encode(HARD), encoder.encode(HARD), atol=1e-6)
 
 
+def test_keras_file_round_trip(encoder, tmp_path):
+    """`.keras` archives (`Model.save`, Keras' ModelCheckpoint) keep the Dense head and the
+    prompts, of the encoder alone and inside a method: the same embeddings back."""
+    import keras
+
+    from tfsent.methods import SimCSE
+
+    want = encoder.encode(HARD, normalize=False)
+    for model in (encoder, SimCSE(encoder)):
+        path = str(tmp_path / f"{model.name}.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+        again = getattr(loaded, "encoder", loaded)
+        assert again.prompts == encoder.prompts
+        assert again.dense_head.modules == encoder.dense_head.modules
+        np.testing.assert_allclose(again.encode(HARD, normalize=False), want, atol=1e-6)
+
+
 def test_unknown_model_type_is_refused(folder, tmp_path):
     """Gemma3's multimodal model_type (`gemma3`) and an unknown one: errors naming the
     file and the model types tfsent runs."""
@@ -200,6 +218,25 @@ def test_settings_keras_hub_fixes_are_refused(folder, tmp_path):
     _edit_json(path, layer_types=config["layer_types"], rope_parameters=rope)
     with pytest.raises(ConfigError, match="rope_theta 50000.0 of sliding_attention"):
         load_encoder(copy)
+    rope = json.loads(json.dumps(config["rope_parameters"]))
+    rope["full_attention"].update(rope_type="yarn", factor=4.0)
+    _edit_json(path, rope_parameters=rope)
+    with pytest.raises(ConfigError, match="config.json: rotary scaling yarn .*gemma3 "
+                                          "backbone applies linear scaling"):
+        load_encoder(copy)
+    _edit_json(path, rope_parameters=config["rope_parameters"], attention_bias=True)
+    with pytest.raises(ConfigError, match="config.json: attention_bias True; .* does not read"):
+        load_encoder(copy)
+
+
+def test_linear_rope_scaling_applies(folder, encoder, tmp_path):
+    """Linear rotary scaling on the full-attention layers (Gemma 3's larger releases'
+    `rope_scaling`), which keras-hub applies: it loads, and the positions change."""
+    copy = _copy(folder, tmp_path)
+    _edit_json(os.path.join(copy, "config.json"),
+               rope_scaling={"rope_type": "linear", "factor": 8.0})
+    scaled = load_encoder(copy)
+    assert not np.allclose(scaled.encode(HARD[1:4]), encoder.encode(HARD[1:4]), atol=1e-4)
 
 
 def test_bad_dense_module_is_refused(folder, tmp_path):

@@ -18,7 +18,7 @@ from tfsent.encoders.pooling import last_token
 from tfsent.errors import ConfigError, InputError
 
 HARD = ["", "Hello world", "  leading spaces", "trailing  ",
-        "a  \n\n b\tc\r\nd",
+        "a  \n\n b\tc\r\nd", "Title\n\nBody", "end!\n\nnext", "one\r\n\r\ntwo",
         "I'M here, you'LL see: they've 12345 apples!", "Café crème, naïve Ångström",
         "東京は日本の首都です。", "The party 🎉😀👍 (really) [ok] {x}", "e\u0301 vs é",
         "(hello) --world-- ...ok", "\u00a0non-breaking\u3000ideographic"]
@@ -59,6 +59,67 @@ def test_tokenizer_equals_tokenizer_json(folder, encoder, max_length):
     eos = reference.token_to_id("<|endoftext|>")
     assert all(row[-1] == eos for row in got)  # kept when the text is cut
     assert got == expected
+
+
+def test_pre_tokenization_equals_the_split_pattern(encoder):
+    """Word pieces equal `tokenizers`' Split on Qwen's pattern (NFC first, as the folder's
+    normalizer) over 3,000 seeded strings of whitespace runs, line breaks, contractions,
+    punctuation and Unicode spaces. A run ending in a line break before a word stays whole
+    ("\\n\\n" then "Body"): Qwen's `\\s*[\\r\\n]+` comes before `\\s+(?!\\S)`."""
+    import random
+
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    from hf_decoder_checkpoints import QWEN_PATTERN
+
+    split = pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False)
+    nfc = normalizers.NFC()
+    pieces = ["a", "Z", "1", "23", "ß", "日", "é", "'s", "'LL", " ", "  ", "\t", "\n", "\r",
+              "\r\n", "\n\n", "  \n", "\x0b", "\x0c", "\x85", "\u2028", "\u00a0",
+              "\u3000", ".", "!", "?", "(", "-"]
+    rng = random.Random(0)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+             for _ in range(3000)]
+    mismatches = []
+    for text, words in zip(texts, encoder.tokenizer.pre_tokenize(np.array(texts)).to_list()):
+        got = [w.decode("utf-8") for w in words]
+        want = [piece for piece, _ in split.pre_tokenize_str(nfc.normalize_str(text))]
+        if got != want:
+            mismatches.append((text, got, want))
+    assert not mismatches, (len(mismatches), mismatches[:3])
+    title = encoder.tokenizer.pre_tokenize(np.array(["Title\n\nBody"])).to_list()[0]
+    assert [w.decode("utf-8") for w in title] == ["Title", "\n\n", "Body"]
+
+
+def _edited_copy(folder, tmp_path, **changes):
+    import shutil
+    copy = shutil.copytree(folder, str(tmp_path / f"copy{len(os.listdir(tmp_path))}"))
+    with open(os.path.join(copy, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(copy, "config.json"), "w") as f:
+        json.dump({**config, **changes}, f)
+    return copy
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rotary scaling yarn"),
+    ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0}},
+     "rotary scaling dynamic"),
+    ({"attention_bias": True}, "attention_bias True")])
+def test_settings_keras_hub_does_not_read_are_refused(folder, tmp_path, changes, message):
+    """Rotary scaling (YaRN, Qwen's way past 32k tokens) or attention biases, which
+    keras-hub's Qwen3 converter never reads: such a folder would load and compute
+    something else, so it is refused before any weight loads, naming config.json."""
+    with pytest.raises(ConfigError, match=f"config.json: {message}"):
+        load_encoder(_edited_copy(folder, tmp_path, **changes))
+
+
+def test_untied_base_model_loads(folder, encoder, tmp_path):
+    """`tie_word_embeddings: false` in a Qwen3Model file without `lm_head.weight` (a base
+    model's safetensors): keras-hub's converter would ask for the LM head, which an
+    embedding model never runs; it loads tied, the same embeddings."""
+    untied = load_encoder(_edited_copy(folder, tmp_path, tie_word_embeddings=False))
+    np.testing.assert_allclose(untied.encode(HARD), encoder.encode(HARD), atol=1e-6)
 
 
 def test_last_token_pooling_hand_case():

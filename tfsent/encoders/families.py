@@ -73,6 +73,14 @@ class Family(NamedTuple):
     # (sliding layers, then one full-attention layer) and the rotary base per layer type.
     layer_type_period: object = None
     rope_thetas: object = None
+    # The rotary scaling kinds (`rope_type` in rope_scaling / rope_parameters; "default":
+    # none) keras-hub's converter applies, and config.json fields it never reads with the
+    # one value its backbone computes (also checked by `check_keras_hub_fixed`).
+    rope_types: tuple = ("default",)
+    keras_hub_unread: object = None
+    # keras-hub's backbone takes `tie_word_embeddings`, its converter then reading
+    # `lm_head.weight` (absent from a base model's file: `keras_hub_overrides` ties).
+    keras_hub_ties_flag: bool = False
     # The layer names keras-hub's `Backbone.enable_lora` adapts (`tfsent.encoders.lora`):
     # every family's attention query and value projections (EinsumDense layers named
     # "query" / "value" in keras' MultiHeadAttention and keras-hub's Qwen3 / Gemma3
@@ -244,7 +252,8 @@ TABLE = {
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
-        appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS),
+        appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS,
+        keras_hub_unread={"attention_bias": False}, keras_hub_ties_flag=True),
     # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
     # blocks, grouped-query attention with query / key norms, rotary positions (base 10k
     # on sliding-window layers, 1M on every sixth, full, layer), token embeddings scaled
@@ -269,6 +278,7 @@ TABLE = {
                              "embedding_dim": None},
         layer_type_period=6,
         rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0},
+        rope_types=("default", "linear"), keras_hub_unread={"attention_bias": False},
         # Gemma's residual stream grows past float16's 65504 (Google trains and serves it
         # in bfloat16 or float32): mixed_float16 is refused (mixed_bfloat16 works).
         float16_safe=False),

@@ -235,8 +235,9 @@ def _load_hf_converted(family, directory, values, pad_to_max_length, dtype, seed
     huggingface.check_keras_hub_fixed(family, config, os.path.join(directory, "config.json"))
     tokenizer = huggingface.make_tokenizer(family, directory, values["max_seq_length"],
                                            pad_to_max_length, int(config["vocab_size"]))
+    names = huggingface.SafetensorsCheckpoint(directory).names
     backbone = kh.load_hf_backbone(directory, dtype,
-                                   huggingface.keras_hub_overrides(family, config))
+                                   huggingface.keras_hub_overrides(family, config, names))
     if families.family_of(backbone) != family:
         raise InputError(f"keras-hub loaded a {type(backbone).__name__} from a {family} "
                          "config.json", path=directory)

@@ -146,11 +146,14 @@ class SentenceEncoder(keras.Model):
             None: all. Only `encode` and the exports cut; the forward and training use the
             whole embedding. Kept by the encoder directory and the exports
             (docs/export.md, "A model's own truncate_dim").
+        prompts: the model's own {"query_prompt", "document_prompt"} (a
+            sentence-transformers folder's `prompts`), what training, `encode_query` and
+            the exports use when not told otherwise; None: none.
     """
 
     def __init__(self, backbone, tokenizer=None, pooling="mean", activation="gelu", seed=None,
                  normalize=False, mlm_head=None, dense_head=None, truncate_dim=None,
-                 **kwargs):
+                 prompts=None, **kwargs):
         super().__init__(**kwargs)
         family = families.family_of(backbone)
         if family is None:
@@ -177,6 +180,7 @@ class SentenceEncoder(keras.Model):
             raise ConfigError(f"a Dense head after pooling is not supported for the {family} "
                               "family")
         self.dense_head = dense_head
+        self.prompts = dict(prompts) if prompts else None
         # its own size (None: all); `resolve_truncate_dim` checks it against the width
         self.truncate_dim = resolve_truncate_dim(truncate_dim, None, self.hidden_dim)
         self.built = True  # the backbone owns every variable and is built already
@@ -508,14 +512,20 @@ class SentenceEncoder(keras.Model):
                               else keras.saving.serialize_keras_object(self.tokenizer)),
                 "pooling": self.pooling, "activation": self.activation, "seed": self.seed,
                 "normalize": self.normalize, "truncate_dim": self.truncate_dim,
-                "name": self.name}
+                "dense_head": (None if self.dense_head is None
+                               else keras.saving.serialize_keras_object(self.dense_head)),
+                "prompts": self.prompts, "name": self.name}
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        if config.get("tokenizer") is not None:
-            config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        for key in ("tokenizer", "dense_head"):
+            if config.get(key) is not None:
+                config[key] = keras.saving.deserialize_keras_object(config[key])
+        head = config.get("dense_head")
+        if head is not None and not head.built:  # built, so that its weights load
+            head.build((None, config["backbone"].hidden_dim))
         return cls(**config)
 
 

@@ -63,6 +63,9 @@ class _InGraphTokenizer(keras.layers.Layer):
     # [SEP]-like tokens between the two texts of a pair: one in BERT's template
     # `[CLS] a [SEP] b [SEP]`, two in RoBERTa's / XLM-R's `<s> a </s></s> b </s>`.
     pair_separators = 1
+    # The second text of a pair starts with the first token again (Gemma's
+    # `<bos> a <eos> <bos> b <eos>`); Qwen's is `a <eos> b <eos>` (`prepends_first` False).
+    pair_restarts = False
 
     def __init__(self, max_seq_length=128, pad_to_max_length=True, **kwargs):
         super().__init__(**kwargs)
@@ -109,16 +112,18 @@ class _InGraphTokenizer(keras.layers.Layer):
 
     def tokenize_pairs(self, first, second):
         """(first, second) string tensors (B,) -> the features of the joint pair input, in the
-        family's pair template (`[CLS] a [SEP] b [SEP]`; `<s> a </s></s> b </s>`),
-        truncated longest-first to `max_seq_length` as Hugging Face's tokenizers do
+        family's pair template (`[CLS] a [SEP] b [SEP]`; `<s> a </s></s> b </s>`;
+        `a <|endoftext|> b <|endoftext|>`; `<bos> a <eos> <bos> b <eos>`), truncated
+        longest-first to `max_seq_length` as Hugging Face's tokenizers do
         (`longest_first_lengths`); `segment_ids` (0 on `[CLS] a [SEP]`, 1 on `b [SEP]`)
         when the tokenizer emits them."""
         first = tf.convert_to_tensor(first, dtype=tf.string)
         second = tf.convert_to_tensor(second, dtype=tf.string)
-        budget = self.max_seq_length - 2 - self.pair_separators
+        specials = self.prepends_first + self.pair_separators + self.pair_restarts + 1
+        budget = self.max_seq_length - specials
         if budget < 0:
             raise ConfigError(f"max_seq_length {self.max_seq_length} is too short for a pair "
-                              f"(at least {2 + self.pair_separators})")
+                              f"(at least {specials})")
         a, b = (tf.cast(self.pieces(s), tf.int32) for s in (first, second))
         keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
         a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < keep_a[:, None])
@@ -128,8 +133,10 @@ class _InGraphTokenizer(keras.layers.Layer):
         def column(value, width=1):
             return tf.RaggedTensor.from_tensor(tf.fill([n, width], value))
 
-        head = [column(self.cls_id), a, column(self.sep_id, self.pair_separators)]
-        tail = [b, column(self.sep_id)]
+        head = [column(self.cls_id)] if self.prepends_first else []
+        head += [a, column(self.sep_id, self.pair_separators)]
+        tail = [column(self.cls_id)] if self.pair_restarts else []
+        tail += [b, column(self.sep_id)]
         ids = tf.concat(head + tail, axis=1)
         batch = first.shape[0] if first.shape.rank == 1 else None
         shape = [batch, self.max_seq_length if self.pad_to_max_length else None]
@@ -314,6 +321,7 @@ class ByteBPETokenizer(_InGraphTokenizer):
     DEFAULT_SPECIALS = {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "mask": "<mask>",
                         "unk": "<unk>"}
     split_pattern = _GPT2_SPLIT
+    line_breaks_end_runs = False  # the pattern has no `\s*[\r\n]+` before `\s+(?!\S)`
     lowercase = False  # recorded in export metadata, like the WordPiece tokenizer's
     strip_accents = False
     pair_separators = 2
@@ -375,7 +383,9 @@ class ByteBPETokenizer(_InGraphTokenizer):
             strings = tf.where(tf.strings.regex_full_match(strings, "(?s) .*"), strings,
                                tf.strings.join([" ", strings]))
         # 1. Cut each whitespace run of >= 2 characters that a non-space follows before its
-        #    last character (what `\s+(?!\S)` leaves to the next token).
+        #    last character (what `\s+(?!\S)` leaves to the next token); with
+        #    `line_breaks_end_runs` (Qwen), not a run ending in a line break, which Qwen's
+        #    `\s*[\r\n]+`, tried first, takes whole ("\n\n" is one token there).
         # TF Text's regex ops stop at a NUL byte: they split a copy whose NULs are \x01
         # (the same regex class, the same length) and the pieces are cut from `strings`.
         masked = tf.strings.regex_replace(strings, r"\x00", "\x01")
@@ -389,6 +399,8 @@ class ByteBPETokenizer(_InGraphTokenizer):
         row_len = tf.gather(tf.cast(lengths, tf.int64), parts.value_rowids())
         ends = ends.flat_values
         cut = is_space & (n_chars >= 2) & (ends < row_len)
+        if self.line_breaks_end_runs:  # `\s*[\r\n]+` keeps such a run whole
+            cut &= ~tf.strings.regex_full_match(last_char, r"[\r\n]")
         cut_at = ends - tf.cast(tf.strings.length(last_char), tf.int64)
         cuts = tf.ragged.boolean_mask(parts.with_flat_values(cut_at),
                                       parts.with_flat_values(cut))  # (B, None) byte offsets
@@ -520,7 +532,9 @@ class QwenBPETokenizer(ByteBPETokenizer):
 
     DEFAULT_SPECIALS = dict.fromkeys(("cls", "sep", "pad", "mask", "unk"), "<|endoftext|>")
     split_pattern = _QWEN_SPLIT
+    line_breaks_end_runs = True
     prepends_first = False
+    pair_separators = 1  # pairs: `a <|endoftext|> b <|endoftext|>` (tokenizer.json's)
 
     def __init__(self, vocabulary, merges, special_tokens=None, max_seq_length=128,
                  pad_to_max_length=True, add_prefix_space=False, hf_files=None, **kwargs):
@@ -665,6 +679,7 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
 
     lowercase = False
     strip_accents = False
+    pair_restarts = True  # pairs: `<bos> a <eos> <bos> b <eos>` (tokenizer.json's template)
     SPECIALS = (b"<pad>", b"<eos>", b"<bos>", b"<unk>")
 
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,

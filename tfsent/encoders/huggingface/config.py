@@ -55,14 +55,19 @@ def read_hf_config(directory):
     return family, config
 
 
-def keras_hub_overrides(family, config):
+def keras_hub_overrides(family, config, weight_names=None):
     """Settings passed over keras-hub's converter for a folder of a family it loads: the
     family's `keras_hub_overrides`, and for a bidirectional sliding window (EmbeddingGemma)
     a window keras-hub reads as Hugging Face does. transformers lets a token see
     `sliding_window // 2` tokens on each side; keras-hub's window of size s sees s // 2
     after and s - s // 2 - 1 before (one fewer: 255 / 256 for EmbeddingGemma's 512), so it
-    gets s = 2 * (sliding_window // 2) + 1."""
+    gets s = 2 * (sliding_window // 2) + 1. A base model saved with `tie_word_embeddings`
+    false and no `lm_head.weight` among `weight_names` (its safetensors names) loads tied:
+    the converter would look for the LM head, which an embedding model never runs."""
     out = dict(families.TABLE[family].keras_hub_overrides or {})
+    if families.TABLE[family].keras_hub_ties_flag and config.get("tie_word_embeddings") \
+            is False and weight_names is not None and "lm_head.weight" not in weight_names:
+        out["tie_word_embeddings"] = True
     window = config.get("sliding_window")
     if families.TABLE[family].layer_type_period and window \
             and config.get("use_bidirectional_attention"):
@@ -70,11 +75,40 @@ def keras_hub_overrides(family, config):
     return out
 
 
+def rope_types(config):
+    """The rotary scaling kinds a config.json asks for: `rope_type` (or `type`) of
+    transformers 4's `rope_scaling` and of transformers 5's `rope_parameters` (one dict,
+    or one per layer type); "default" when a dict names none."""
+    found = set()
+    scaling = config.get("rope_scaling")
+    parameters = config.get("rope_parameters") or {}
+    dicts = [scaling] if isinstance(scaling, dict) else []
+    if isinstance(parameters, dict):
+        nested = [v for v in parameters.values() if isinstance(v, dict)]
+        dicts += nested if nested and "rope_type" not in parameters else [parameters]
+    for d in dicts:
+        if d:
+            found.add(str(d.get("rope_type", d.get("type", "default"))))
+    return found
+
+
 def check_keras_hub_fixed(family, config, path):
     """ConfigError when config.json sets what keras-hub's backbone of the family fixes
-    (`Family.layer_type_period`, `Family.rope_thetas`): such a checkpoint would load
-    without error and compute something else."""
+    (`Family.layer_type_period`, `Family.rope_thetas`, `Family.rope_types`,
+    `Family.keras_hub_unread`): such a checkpoint would load without error and compute
+    something else."""
     record = families.TABLE[family]
+    for field, value in (record.keras_hub_unread or {}).items():
+        if field in config and config[field] != value:
+            raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} "
+                              f"backbone runs only {value!r} (it does not read {field})")
+    unsupported = sorted(rope_types(config) - set(record.rope_types))
+    if unsupported:
+        applied = [t for t in record.rope_types if t != "default"]
+        raise ConfigError(f"{path}: rotary scaling {', '.join(unsupported)} "
+                          f"(rope_scaling / rope_parameters); keras-hub's {family} backbone "
+                          f"applies {' or '.join(applied) + ' scaling' if applied else 'none'}"
+                          ": the positions would be computed otherwise")
     period = record.layer_type_period
     types = config.get("layer_types")
     if period and types:
