@@ -76,6 +76,18 @@ def test_malformed_rows_name_file_and_line(tmp_path):
         readers.read_nli_pairs_jsonl(str(nli))
 
 
+def test_a_dev_set_of_one_gold_score_is_refused(tmp_path):
+    """Spearman cannot rank equal gold scores: the run used to take it, then call its
+    NaN dev score a collapse of the model."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("3\ta\tb\n3\tc\td\n3\te\tf\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"dev.tsv: a dev set needs at least two different "
+                                         r"gold scores .*3 pair\(s\), all scored 3.0"):
+        readers.read_dev_pairs(str(dev))
+    dev.write_text("3\ta\tb\n1\tc\td\n", encoding="utf-8")
+    assert readers.read_dev_pairs(str(dev))[2] == [3.0, 1.0]
+
+
 def test_blank_file_is_an_error(tmp_path):
     path = tmp_path / "blank.txt"
     path.write_text("\n  \n", encoding="utf-8")

@@ -55,6 +55,10 @@ def test_overrides_parse_to_field_types():
     ("encoder_dropout=1.0", "encoder_dropout: dropout rate for embeddings must be in [0, 1)"),
     ("mixed_precision=fp8", "mixed_precision must be"),
     ("nonsense=1", "unknown field"),
+    ("epochs=inf", "epochs must be >= 0, got inf"),       # was an OverflowError later
+    ("learning_rate=nan", "learning_rate must be > 0"),
+    ("seed=-5", "seed must be an integer in [0, 4294967295]"),  # NumPy's ValueError before
+    ("seed=4294967296", "seed must be an integer in [0,"),
 ])
 def test_bad_overrides_are_named(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -153,6 +157,22 @@ def test_recipe_values_are_type_checked(tmp_path, field, value, expected):
 
     with pytest.raises(ConfigError, match=re.escape(str(path)) + f".*{field} must be "
                                           + re.escape(expected)):
+        resolve_config("cmlm_cse", str(path))
+
+
+@pytest.mark.parametrize("body, message", [
+    ("def get_config():\n    return {'batch': 1}['batch_size']\n",
+     "get_config() failed: KeyError: 'batch_size'"),
+    ("get_config = {'method': 'cmlm_cse'}\n", "defines no get_config() function"),
+])
+def test_a_broken_recipe_is_named(tmp_path, body, message):
+    """A recipe whose get_config raises, or is not a function: a ConfigError naming the
+    file (was a traceback)."""
+    path = tmp_path / "recipe.py"
+    path.write_text(body)
+    from tfsent.training import resolve_config
+
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + ".*" + re.escape(message)):
         resolve_config("cmlm_cse", str(path))
 
 

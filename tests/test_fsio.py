@@ -95,6 +95,36 @@ def test_an_exception_while_writing_leaves_the_target_untouched(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["enc"]
 
 
+@pytest.mark.parametrize("interrupt", ["after_first_rename", "second_rename"])
+def test_ctrl_c_between_the_renames_keeps_the_old_version(tmp_path, monkeypatch, interrupt):
+    """A KeyboardInterrupt after the old version moved into the stage (during its fsync,
+    or in the rename of the new one) puts the old version back; nothing else is left."""
+    target = tmp_path / "enc"
+    target.mkdir()
+    (target / "v.txt").write_text("old")
+    real_fsync, real_rename = fsio.fsync_path, os.rename
+
+    def fsync(path):
+        real_fsync(path)
+        if interrupt == "after_first_rename" and os.path.isdir(os.path.join(path, "old")):
+            raise KeyboardInterrupt
+
+    def rename(src, dst):
+        if interrupt == "second_rename" and os.path.basename(src) == "new":
+            raise KeyboardInterrupt
+        real_rename(src, dst)
+
+    monkeypatch.setattr(fsio, "fsync_path", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        with fsio.staged_dir(target, "test folder", replace=lambda path: None) as tmp:
+            with open(os.path.join(tmp, "v.txt"), "w") as f:
+                f.write("new")
+    monkeypatch.undo()
+    assert _read(target / "v.txt") == "old"
+    assert sorted(os.listdir(tmp_path)) == ["enc"]
+
+
 def test_recover_finishes_a_swap_interrupted_between_the_renames(tmp_path):
     target = tmp_path / "enc"
     _stage_by(target, _dead_pid(), complete=True, with_old=True)
@@ -161,3 +191,25 @@ def test_write_file_atomic_replaces_whole_files(tmp_path):
     fsio.write_json_atomic(str(path), {"a": 2})
     assert json.loads(_read(path)) == {"a": 2}
     assert sorted(os.listdir(tmp_path)) == ["m.json"]
+
+
+def test_a_first_write_killed_midway_does_not_block_the_rerun(tmp_path, monkeypatch):
+    """A run killed while writing its first config.json leaves only the temporary
+    sibling: the folder still counts as empty for the same command; a write that fails
+    (Ctrl-C included) removes its temporary file itself."""
+    from tfsent.training.run_dir import prepare_run_dir
+
+    (tmp_path / ".config.json.tfsent-tmp-4242").write_text("{")
+    assert fsio.is_temporary_file(".config.json.tfsent-tmp-4242")
+    assert not fsio.is_temporary_file("config.json.tfsent-tmp-4242")
+    assert not fsio.is_temporary_file(".notes.tfsent-tmp-x")
+    assert prepare_run_dir(str(tmp_path), {"method": "simcse_unsup"}) == "new"
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fsio.write_file_atomic(tmp_path / "config.json", "{}")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == [".config.json.tfsent-tmp-4242"]

@@ -91,6 +91,19 @@ def test_guard_watches_the_distance_from_the_start():
     assert "below the best 85.00" in guard.check(_report(74.0), 20)  # best moved up
 
 
+def test_a_resumed_guard_remembers_the_best_before_the_interruption():
+    """A resumed run's guard starts from its dev history's best (NaN never counts), so it
+    stops where the uninterrupted run would (85 at step 20, then 74 at step 40)."""
+    guard = _guard(max_drop=10.0)
+    guard.remember([{"step": 10, **_report(82.0)}, {"step": 20, **_report(85.0)},
+                    {"step": 30, **_report(float("nan"))}])
+    assert guard.best == 85.0
+    assert "below the best 85.00" in guard.check(_report(74.0), 40)
+    fresh = _guard(max_drop=10.0)
+    fresh.remember([])
+    assert fresh.best == 80.0 and fresh.check(_report(74.0), 40) is None
+
+
 def test_guard_nan_score_and_collapse_signature():
     assert "NaN" in _guard(max_drop=10.0).check(_report(float("nan")), 10)
     rise = _guard(collapse_cosine_rise=0.3)

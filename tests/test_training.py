@@ -142,6 +142,8 @@ def test_sigkill_then_ctrl_c_then_rerun_resumes(tmp_path, tiny_encoder_dir):
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["steps"] == 100
     assert "dev_before" in metrics  # kept from the first, killed run
+    # every evaluation, those before each stop included (written with each checkpoint)
+    assert [h["step"] for h in metrics["dev_history"]] == [20, 40, 60, 80, 100]
 
 
 def test_cli_errors_are_clear(tmp_path):

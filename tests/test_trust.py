@@ -72,10 +72,17 @@ def test_finished_differing_and_overwritten_runs(tmp_path, tiny_encoder_dir, cap
         config = training.resolve_config("scd", overrides=[f"encoder={tiny_encoder_dir}"])
         training.run("scd", config, out)
     assert list_versions(os.path.join(out, "export")) == [1]
-    # --overwrite: the earlier run's files go, the new config trains from the start.
+    # --overwrite: the earlier run's files go, the new config trains from the start; the
+    # user's own files stay, even those named like a run's (export_FORMAT is the run's).
+    os.makedirs(os.path.join(out, "export_backup_v3"))
+    open(os.path.join(out, "export_notes.md"), "w").close()
+    os.makedirs(os.path.join(out, "export_onnx", "1"))
     redone = training.run("simcse_unsup", _config(tiny_encoder_dir, "learning_rate=0.01"),
                           out, overwrite=True)
     assert redone["steps"] == 4 and list_versions(os.path.join(out, "export")) == [1]
+    assert os.path.isdir(os.path.join(out, "export_backup_v3"))
+    assert os.path.isfile(os.path.join(out, "export_notes.md"))
+    assert not os.path.exists(os.path.join(out, "export_onnx"))
     stored = json.load(open(os.path.join(out, "config.json")))
     assert stored["learning_rate"] == 0.01
 

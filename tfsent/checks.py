@@ -5,6 +5,7 @@ config checks the field that feeds that argument with the same object, so the tw
 disagree. Every failure is a ConfigError naming the argument or field.
 """
 
+import math
 import numbers
 
 from tfsent.errors import ConfigError
@@ -26,24 +27,27 @@ class Range:
 
     def describe(self):
         """The interval as text, e.g. "in [0, 1)", "> 0" or "an integer >= 0"."""
+        low, high = (b if b is None or isinstance(b, int) else f"{b:g}"
+                     for b in (self.low, self.high))
         if self.low is not None and self.high is not None:
-            text = (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+            text = (f"in {'(' if self.low_open else '['}{low}, {high}"
                     f"{')' if self.high_open else ']'}")
         elif self.low is not None:
-            text = f"{'>' if self.low_open else '>='} {self.low:g}"
+            text = f"{'>' if self.low_open else '>='} {low}"
         elif self.high is not None:
-            text = f"{'<' if self.high_open else '<='} {self.high:g}"
+            text = f"{'<' if self.high_open else '<='} {high}"
         else:
             text = "any number"
         return f"an integer {text}" if self.integer else text
 
     def contains(self, value):
-        """True if `value` is a number (an integer if required) inside the interval."""
+        """True if `value` is a finite number (an integer if required) inside the
+        interval."""
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False
-        if self.integer and int(value) != value:
+        if not math.isfinite(value):  # NaN, +-inf: no setting means those
             return False
-        if value != value:  # NaN
+        if self.integer and int(value) != value:
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -66,6 +70,7 @@ RATE = Range(0.0, 1.0, high_open=True)                          # [0, 1): dropou
 OPEN_RATE = Range(0.0, 1.0, low_open=True, high_open=True)      # (0, 1): MLM mask rate
 COUNT = Range(0, integer=True)                                  # >= 0 (0: off / all)
 SIZE = Range(1, integer=True)                                   # >= 1
+SEED = Range(0, 2 ** 32 - 1, integer=True)                      # what NumPy seeds take
 
 
 class Choices:

@@ -60,12 +60,24 @@ def write_file_atomic(path, data):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}{_FILE_INFIX}{os.getpid()}")
-    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
     fsync_path(folder)
+
+
+def is_temporary_file(name):
+    """True for the name of `write_file_atomic`'s temporary sibling (`.NAME.tfsent-tmp-PID`),
+    which a killed process leaves behind."""
+    head, infix, pid = name.rpartition(_FILE_INFIX)
+    return bool(infix) and head.startswith(".") and pid.isdigit()
 
 
 def write_json_atomic(path, data):
@@ -216,12 +228,12 @@ def staged_dir(target, purpose, replace=None):
         fsync_path(stage)
         _check_replaceable(target, purpose, replace)  # unchanged while we wrote?
         old = os.path.join(stage, "old")
-        if os.path.isdir(target) and os.listdir(target):
-            os.rename(target, old)
-            fsync_path(stage)
-        elif os.path.isdir(target):
-            os.rmdir(target)  # an empty folder (checked above)
-        try:
+        try:  # from the first rename on: any exception (Ctrl-C too) puts the old one back
+            if os.path.isdir(target) and os.listdir(target):
+                os.rename(target, old)
+                fsync_path(stage)
+            elif os.path.isdir(target):
+                os.rmdir(target)  # an empty folder (checked above)
             os.rename(new, target)
         except BaseException:
             if os.path.isdir(old) and not os.path.lexists(target):
@@ -229,7 +241,10 @@ def staged_dir(target, purpose, replace=None):
             raise
         fsync_path(parent)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        # The stage goes unless it still holds the only copy (interrupted again while the
+        # old version was put back): then `recover(target)` finishes the swap.
+        if os.path.lexists(target) or not os.path.isdir(os.path.join(stage, "old")):
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _check_replaceable(target, purpose, replace):

@@ -244,7 +244,12 @@ def read_dev_pairs(source, data_dir=None):
         if source == "stsb":
             return senteval_data.read_stsbenchmark(data_dir, "dev")
         return senteval_data.read_sick(data_dir, "dev")
-    return read_scored_pairs(source)
+    s1, s2, scores = read_scored_pairs(source)
+    if len({float(score) for score in scores}) < 2:  # read_scored_pairs refuses none
+        raise InputError(f"a dev set needs at least two different gold scores (Spearman "
+                         f"ranks them): {len(scores)} pair(s), all scored {scores[0]}",
+                         path=source)
+    return s1, s2, scores
 
 
 def read_pair_file(path):

@@ -198,15 +198,19 @@ class RetrievalDevEvaluation(DevEvaluation):
 
 class RunCheckpoint(keras.callbacks.Callback):
     """Writes a resume checkpoint (model + optimizer + step) at the end of every epoch,
-    unless `skip_when()` (training diverged: no checkpoint of exploded weights)."""
+    unless `skip_when()` (training diverged: no checkpoint of exploded weights), after
+    `before_save()` (what a resumed run reads back with it)."""
 
-    def __init__(self, state, skip_when=None):
+    def __init__(self, state, skip_when=None, before_save=None):
         super().__init__()
         self.state = state
         self.skip_when = skip_when
+        self.before_save = before_save  # e.g. writes metrics.json (its dev history)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.skip_when is None or not self.skip_when():
+            if self.before_save is not None:
+                self.before_save()
             self.state.save_checkpoint(_step(self.model))
 
 
@@ -277,6 +281,14 @@ class DivergenceGuard(keras.callbacks.Callback):
         self.best = self.best if _finite(self.best) else None
         self.reason = None
         self.stopped_step = None
+
+    def remember(self, history):
+        """Takes the best of earlier evaluations (a resumed run's dev history, entries of
+        `{monitor: score}`) as the best so far."""
+        for entry in history:
+            score = entry.get(self.monitor)
+            if _finite(score) and (self.best is None or score > self.best):
+                self.best = score
 
     def check(self, report, step):
         """Returns the reason to stop at this evaluation, or None (and updates the best)."""

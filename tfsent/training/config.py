@@ -142,7 +142,7 @@ RUN_FIELDS = [
               "tfsent.cpu_settings; switched off for multi-replica CPU runs)"),
     Field("steps_per_execution", 1, checks.SIZE,
           doc="train steps per tf.function call (raise for tiny models)"),
-    Field("seed", 0, checks.Range(integer=True), doc="seed of initialisation, data, views"),
+    Field("seed", 0, checks.SEED, doc="seed of initialisation, data, views"),
 ]
 RUN_FIELD = {f.name: f for f in RUN_FIELDS}
 BASE_DEFAULTS = {f.name: f.default for f in RUN_FIELDS}
@@ -166,9 +166,13 @@ def load_recipe(path):
         spec.loader.exec_module(module)
     except Exception as e:
         raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: {e}") from e
-    if not hasattr(module, "get_config"):
-        raise ConfigError(f"config file {path} defines no get_config()")
-    recipe = module.get_config()
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"config file {path} defines no get_config() function")
+    try:
+        recipe = module.get_config()
+    except Exception as e:
+        raise ConfigError(f"config file {path}: get_config() failed: {type(e).__name__}: "
+                          f"{e}") from e
     if not isinstance(recipe, dict):
         raise ConfigError(f"{path}: get_config() must return a dict")
     return Recipe(recipe, path)

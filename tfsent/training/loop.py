@@ -385,6 +385,9 @@ def restore_run(r):
     if r.start_step:
         logging.info("resuming from step %d (checkpoint in %s)", r.start_step,
                      os.path.join(r.output_dir, "checkpoints"))
+        if "dev_history" in r.metrics:  # written before each checkpoint: none past it
+            r.metrics["dev_history"] = [h for h in r.metrics["dev_history"]
+                                        if h.get("step", 0) <= r.start_step]
         return
     if r.reranked:
         # The starting encoder under an untrained score head is no candidate: the best
@@ -465,12 +468,18 @@ def fit_run(r):
                             collapse_cosine_rise=config.collapse_cosine_rise,
                             collapse_uniformity_ratio=config.collapse_uniformity_ratio,
                             monitor=r.monitor)
+    guard.remember(history)  # a resumed run: the best before the interruption counts
+
+    def write_metrics():  # the dev history so far, with each checkpoint
+        write_json_atomic(r.metrics_path, r.metrics)
+
     callbacks = [
         # The progress bar first: its epoch line ends before the dev evaluation logs
         # (Keras adds its own last, and the dev log lines were glued onto the bar).
         keras.callbacks.ProgbarLogger(),
         nan_guard, throughput, evaluation, keeper,
-        RunCheckpoint(r.state, skip_when=nan_guard.failed), board, guard,
+        RunCheckpoint(r.state, skip_when=nan_guard.failed,
+                      before_save=write_metrics if r.chief else None), board, guard,
         keras.callbacks.TensorBoard(log_dir=tb_dir,
                                     update_freq=max(1, 10 // config.steps_per_execution),
                                     write_graph=False),

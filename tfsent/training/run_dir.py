@@ -294,16 +294,21 @@ def prepare_run_dir(output_dir, config, overwrite=False):
     the run is new; a folder that is not a tfsent run is refused even then."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(f"--output_dir={output_dir} exists and is not a folder")
-    # `.workers` may appear first: other workers of a multi-worker run create it.
-    if not os.path.isdir(output_dir) or not set(os.listdir(output_dir)) - {".workers"}:
+    # `.workers` may appear first: other workers of a multi-worker run create it; a run
+    # killed while writing its first config.json leaves that file's temporary sibling.
+    if not os.path.isdir(output_dir) or not [
+            n for n in os.listdir(output_dir)
+            if n != ".workers" and not fsio.is_temporary_file(n)]:
         return "new"
     stored = read_run_config(output_dir)
     if stored is None:
         raise ConfigError(f"--output_dir={output_dir} is not empty and holds no tfsent run "
                           f"(no config.json); a run writes checkpoints, exports and "
                           f"metrics there: choose a new or empty folder")
-    if overwrite:
-        formats = [n for n in os.listdir(output_dir) if n.startswith("export_")]
+    if overwrite:  # only what a run writes: its entries and export_FORMAT folders
+        from tfsent.formats import FORMATS
+        formats = [n for n in os.listdir(output_dir)
+                   if n.startswith("export_") and n[len("export_"):] in FORMATS]
         for name in (*RUN_ENTRIES, *formats):
             path = os.path.join(output_dir, name)
             if os.path.isdir(path) and not os.path.islink(path):
