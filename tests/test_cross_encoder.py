@@ -4,6 +4,8 @@ on a tiny checkpoint, and the `score` SavedModel served in a fresh process."""
 
 from types import SimpleNamespace
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -425,3 +427,54 @@ def test_rerank_reorders_the_top_and_keeps_the_tail(tmp_path):
     # top=2 reranks d2, d1 only: d3 stays third
     assert retrieval.rerank(first_stage, split, overlap, top=2).doc_ids == [
         ["d1", "d2", "d3", "d4"]]
+
+
+def test_score_clamps_the_length_to_the_position_table():
+    """`score(max_seq_length=128)` on a model of 64 positions scores at 64, as `encode`
+    and the export do (it failed in the graph; dev selection passes eval_max_seq_length,
+    256 by default)."""
+    from conftest import TINY_VOCAB
+
+    from tfsent.methods import CrossEncoder
+    from tfsent.testing import tiny_encoder
+
+    model = CrossEncoder(tiny_encoder(TINY_VOCAB, max_seq_length=32), seed=0)
+    queries, passages = ["the cat"] * 2, ["the dog runs " * 30, "a cat"]
+    np.testing.assert_allclose(model.score(queries, passages, max_seq_length=128),
+                               model.score(queries, passages, max_seq_length=64), atol=1e-6)
+
+
+def test_a_reranked_run_file_reads_back_as_the_same_ranking(tmp_path, absl_messages):
+    """Negative logits above first-stage cosines: the written run's scores still fall
+    with rank, so trec_eval (which sorts a run by score) measures what tfsent measured;
+    a NaN score goes last of the reranked top, not leaving it unsorted."""
+    from test_retrieval import write_beir
+
+    from tfsent.data import beir
+    from tfsent.evaluation import retrieval
+
+    corpus = [(f"d{i}", "", f"text {i}") for i in range(6)]
+    folder = write_beir(tmp_path / "b", corpus, [("q1", "query")], {"test": [("q1", "d3", 1)]})
+    split = beir.read_split(folder, "test")
+    first_stage = retrieval.Ranking(["q1"], [[f"d{i}" for i in range(6)]],
+                                    [np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4], np.float32)])
+    logits = {"text 0": -3.0, "text 1": -4.0, "text 2": float("nan"), "text 3": 2.0}
+
+    def score(queries, passages):
+        return np.array([logits[p] for p in passages], np.float32)
+
+    reranked = retrieval.rerank(first_stage, split, score, top=2)
+    assert reranked.doc_ids == [["d0", "d1", "d2", "d3", "d4", "d5"]]
+    np.testing.assert_allclose(reranked.scores[0], [-3, -4, -5, -5.1, -5.2, -5.3], rtol=1e-6)
+    path = str(tmp_path / "run.json")
+    retrieval.write_run(path, reranked)
+    with open(path) as f:
+        run = json.load(f)
+    by_score = sorted(run["q1"], key=lambda d: (-run["q1"][d], d))
+    assert by_score == reranked.doc_ids[0]
+    nan_last = retrieval.rerank(first_stage, split, score, top=4)
+    assert nan_last.doc_ids == [["d3", "d0", "d1", "d2", "d4", "d5"]]
+    assert nan_last.scores[0][3] == -5.0  # 1 below the lowest finite score
+    assert any("1 of 4 pairs a NaN or infinite score" in m for m in absl_messages)
+    with pytest.raises(ConfigError, match="returned \\(3,\\) scores for 4"):
+        retrieval.rerank(first_stage, split, lambda q, p: np.zeros(3), top=4)

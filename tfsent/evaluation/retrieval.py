@@ -325,7 +325,11 @@ def rerank(ranking, split, score, top=100, batch_size=64):
     """A Ranking whose first `top` documents of each query are reordered by
     `score(queries, passages) -> (N,) scores` (a cross-encoder's `score`, or a served
     export's), highest first, ties in trec_eval's order; the documents after `top` keep
-    their place and their first-stage scores."""
+    their place. Scores fall with rank, so trec_eval re-sorting a written run (by score)
+    sees the same ranking: the tail's first-stage scores, when not already below the
+    lowest reranked score, are shifted to 1 below it (their gaps kept); a NaN / infinite
+    reranker score counts as 1 below the query's lowest finite one (a warning says how
+    many)."""
     if top < 1:
         raise ConfigError(f"rerank top must be >= 1, got {top}")
     texts = dict(zip(split.corpus.ids, split.corpus.texts))
@@ -338,13 +342,27 @@ def rerank(ranking, split, score, top=100, batch_size=64):
         chunk = pairs[start:start + step]
         scores.append(np.asarray(score([queries[q] for q, _ in chunk],
                                        [texts[d] for _, d in chunk]), np.float32))
-    flat = iter(np.concatenate(scores) if scores else [])
-    doc_ids, new_scores = [], []
+    flat = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+    if flat.shape != (len(pairs),):
+        raise ConfigError(f"the reranker returned {flat.shape} scores for {len(pairs)} "
+                          "(query, passage) pairs: one score per pair expected")
+    bad = int(np.sum(~np.isfinite(flat)))
+    if bad:
+        logging.warning("the reranker gave %d of %d pairs a NaN or infinite score: ranked "
+                        "last of their query's top %d", bad, len(pairs), top)
+    doc_ids, new_scores, at = [], [], 0
     for docs, first_stage in zip(ranking.doc_ids, ranking.scores):
-        head = sorted(((float(next(flat)), d) for d in docs[:top]), reverse=True)
+        head_scores = flat[at:at + len(docs[:top])].astype(np.float64)
+        at += len(head_scores)
+        finite = np.isfinite(head_scores)
+        if not finite.all():
+            head_scores[~finite] = (head_scores[finite].min() if finite.any() else 0.0) - 1.0
+        head = sorted(zip(head_scores.tolist(), docs[:top]), reverse=True)
+        tail = np.asarray(first_stage[top:len(docs)], np.float64)
+        if len(tail) and head and tail[0] >= head[-1][0]:  # below the head, gaps kept
+            tail = tail - tail[0] + head[-1][0] - 1.0
         doc_ids.append([d for _, d in head] + list(docs[top:]))
-        new_scores.append(np.asarray([s for s, _ in head] + list(first_stage[top:]),
-                                     np.float32))
+        new_scores.append(np.asarray([s for s, _ in head] + tail.tolist(), np.float32))
     return Ranking(ranking.query_ids, doc_ids, new_scores)
 
 

@@ -199,7 +199,10 @@ class CrossEncoder(SentenceMethod):
     def score(self, queries, passages, batch_size=64, max_seq_length=None):
         """Relevance logits (numpy (N,)) of (query, passage) string pairs, in input order.
         The pairs are tokenized first, then scored in batches formed by token count, most
-        first (`tfsent.encoders.token_batches`), each padded to its own longest pair."""
+        first (`tfsent.encoders.token_batches`), each padded to its own longest pair.
+        `max_seq_length` (None: the tokenizer's) is clamped to the position table, as in
+        `encode` and the export."""
+        max_seq_length = self.encoder.clamp_length(max_seq_length)
         if len(queries) != len(passages):
             raise ConfigError(f"score: {len(queries)} queries but {len(passages)} passages")
         if batch_size < 1:
@@ -208,9 +211,7 @@ class CrossEncoder(SentenceMethod):
             return np.zeros([0], np.float32)
         functions = self._score_functions.get(max_seq_length)
         if functions is None:
-            tokenizer = self.encoder.tokenizer
-            if max_seq_length is not None:
-                tokenizer = tokenizer.with_options(max_seq_length=max_seq_length)
+            tokenizer = self.encoder.tokenizer.with_options(max_seq_length=max_seq_length)
             functions = self._score_functions[max_seq_length] = _score_functions(
                 self, tokenizer)
         tokenize_pairs, score_features = functions
