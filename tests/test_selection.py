@@ -104,6 +104,25 @@ def test_a_resumed_guard_remembers_the_best_before_the_interruption():
     assert fresh.best == 80.0 and fresh.check(_report(74.0), 40) is None
 
 
+def test_checkpoints_only_on_the_epoch_grid():
+    """An epoch cut short (the early dev check's divergence stop at step 10 of a 50-step
+    epoch) writes no checkpoint: a rerun resumed there would start its epochs off the grid
+    and train past `steps`. Epoch ends on the grid save, after `before_save`."""
+    from types import SimpleNamespace
+
+    from tfsent.training.callbacks import RunCheckpoint
+
+    saved, calls = [], []
+    state = SimpleNamespace(save_checkpoint=saved.append)
+    checkpoint = RunCheckpoint(state, before_save=lambda: calls.append(len(saved)), every=50)
+    model = SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.Variable(10, tf.int64)))
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(0)
+    model.optimizer.iterations.assign(100)
+    checkpoint.on_epoch_end(1)
+    assert saved == [100] and calls == [0]
+
+
 def test_guard_nan_score_and_collapse_signature():
     assert "NaN" in _guard(max_drop=10.0).check(_report(float("nan")), 10)
     rise = _guard(collapse_cosine_rise=0.3)

@@ -199,19 +199,27 @@ class RetrievalDevEvaluation(DevEvaluation):
 class RunCheckpoint(keras.callbacks.Callback):
     """Writes a resume checkpoint (model + optimizer + step) at the end of every epoch,
     unless `skip_when()` (training diverged: no checkpoint of exploded weights), after
-    `before_save()` (what a resumed run reads back with it)."""
+    `before_save()` (what a resumed run reads back with it). Only at steps that are a
+    multiple of `every` (the epoch length): a resumed run restarts at an epoch boundary
+    (an epoch cut short by an early stop, `EarlyDevCheck`, is not one)."""
 
-    def __init__(self, state, skip_when=None, before_save=None):
+    def __init__(self, state, skip_when=None, before_save=None, every=1):
         super().__init__()
         self.state = state
         self.skip_when = skip_when
         self.before_save = before_save  # e.g. writes metrics.json (its dev history)
+        self.every = every
 
     def on_epoch_end(self, epoch, logs=None):
+        step = _step(self.model)
+        if step % self.every:
+            logging.info("no checkpoint at step %d: not a multiple of %d (an epoch cut "
+                         "short); a rerun resumes from the last one", step, self.every)
+            return
         if self.skip_when is None or not self.skip_when():
             if self.before_save is not None:
                 self.before_save()
-            self.state.save_checkpoint(_step(self.model))
+            self.state.save_checkpoint(step)
 
 
 class DevTensorBoard(keras.callbacks.Callback):

@@ -478,7 +478,7 @@ def fit_run(r):
         # (Keras adds its own last, and the dev log lines were glued onto the bar).
         keras.callbacks.ProgbarLogger(),
         nan_guard, throughput, evaluation, keeper,
-        RunCheckpoint(r.state, skip_when=nan_guard.failed,
+        RunCheckpoint(r.state, skip_when=nan_guard.failed, every=config.eval_every,
                       before_save=write_metrics if r.chief else None), board, guard,
         keras.callbacks.TensorBoard(log_dir=tb_dir,
                                     update_freq=max(1, 10 // config.steps_per_execution),
