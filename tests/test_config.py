@@ -59,6 +59,7 @@ def test_overrides_parse_to_field_types():
     ("learning_rate=nan", "learning_rate must be > 0"),
     ("seed=-5", "seed must be an integer in [0, 4294967295]"),  # NumPy's ValueError before
     ("seed=4294967296", "seed must be an integer in [0,"),
+    ("seed=" + "9" * 400, "seed must be an integer in [0,"),  # too big for a float
 ])
 def test_bad_overrides_are_named(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

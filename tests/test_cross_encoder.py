@@ -78,6 +78,13 @@ def test_decoder_pair_ids_equal_hugging_face(family, tmp_path):
             want = reference(a, b, truncation="longest_first", max_length=max_len)
             assert ids[row][mask[row] == 1].tolist() == want["input_ids"], (family, a, b)
         assert (mask.sum(1) == max_len).sum() >= 3  # truncation exercised
+    if family == "gemma3":  # a config saved before the template was recorded: the old one
+        config = tokenizer.get_config()
+        assert type(tokenizer).from_config(config).pair_restarts
+        old = type(tokenizer).from_config({k: v for k, v in config.items()
+                                           if k != "pair_restarts"})
+        row = old.tokenize_pairs(first[:1], second[:1])["token_ids"].numpy()[0].tolist()
+        assert row.count(old.cls_id) == 1 and row[0] == old.cls_id
 
 
 def test_cross_encoder_refuses_a_causal_family(tmp_path):
@@ -88,7 +95,7 @@ def test_cross_encoder_refuses_a_causal_family(tmp_path):
     from tfsent.methods import CrossEncoder
 
     encoder = load_encoder(make_qwen3_embedding_dir(str(tmp_path / "qwen3")))
-    with pytest.raises(ConfigError, match="qwen3 family: its attention is causal.*"
+    with pytest.raises(ConfigError, match="a qwen3 model with causal attention.*"
                                           "bidirectional attention: bert, .*gemma3"):
         CrossEncoder(encoder)
 
@@ -476,5 +483,14 @@ def test_a_reranked_run_file_reads_back_as_the_same_ranking(tmp_path, absl_messa
     assert nan_last.doc_ids == [["d3", "d0", "d1", "d2", "d4", "d5"]]
     assert nan_last.scores[0][3] == -5.0  # 1 below the lowest finite score
     assert any("1 of 4 pairs a NaN or infinite score" in m for m in absl_messages)
+    logits["text 1"] = float("inf")  # +inf first
+    assert retrieval.rerank(first_stage, split, score, top=4).doc_ids[0][:2] == ["d1", "d3"]
+    # Cosines 1e-7 apart shifted below logits near -12 stay apart in float32 (not rounded
+    # into ties, which trec_eval would break by document id); equal ones stay equal.
+    close = retrieval.Ranking(["q1"], [[f"d{i}" for i in range(6)]], [np.array(
+        [0.9, 0.8, 0.8123451, 0.812345, 0.812345, 0.8123449], np.float32)])
+    logits.update({"text 0": -11.0, "text 1": -12.0})
+    tail = retrieval.rerank(close, split, score, top=2).scores[0][2:]
+    assert tail[0] > tail[1] == tail[2] > tail[3] and tail[0] < -12
     with pytest.raises(ConfigError, match="returned \\(3,\\) scores for 4"):
         retrieval.rerank(first_stage, split, lambda q, p: np.zeros(3), top=4)

@@ -45,7 +45,7 @@ class Range:
         interval."""
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False
-        if not math.isfinite(value):  # NaN, +-inf: no setting means those
+        if not isinstance(value, numbers.Integral) and not math.isfinite(value):  # NaN, inf
             return False
         if self.integer and int(value) != value:
             return False

@@ -10,10 +10,11 @@ A document's text is `title + " " + text`, stripped (what MTEB and BEIR's
 sentence-transformers wrapper embed). Qrels with score > 0 are relevant; queries of the
 split without a relevant document are dropped, and qrels naming an unknown query or
 document are ignored (both counted in the log; when no qrel matches, the split is refused:
-a wrong folder or split). BEIR's own loader keeps both, and pytrec_eval then scores such
-a query 0 and counts a relevant document missing from the corpus in recall and in nDCG's
-ideal ranking: on folders that have them, tfsent's figures are over the judged, findable
-part only (docs/search.md); Climate-FEVER has neither.
+a wrong folder or split). BEIR's own loader keeps queries whose judgements are all 0 and
+qrels naming documents missing from the corpus; pytrec_eval then scores such a query 0
+and counts a missing relevant document in recall and in nDCG's ideal ranking: on folders
+that have them, tfsent's figures are over the judged, findable part only
+(docs/search.md); Climate-FEVER has neither.
 """
 
 import os

@@ -675,17 +675,22 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
         model_base64: the proto as base64 text instead of `model` (what `get_config` holds).
         hf_files: {file name: text} of the Hugging Face tokenizer files it was read from
             (`HF_TOKENIZER_FILES`), written back by `save_files` and by the exports.
+        pair_restarts: pairs as `<bos> a <eos> <bos> b <eos>` (tokenizer.json's); False:
+            `<bos> a <eos> b <eos>` (configs saved before 2026-11-28 load with False).
     """
 
     lowercase = False
     strip_accents = False
-    pair_restarts = True  # pairs: `<bos> a <eos> <bos> b <eos>` (tokenizer.json's template)
     SPECIALS = (b"<pad>", b"<eos>", b"<bos>", b"<unk>")
 
     def __init__(self, model=None, max_seq_length=128, pad_to_max_length=True,
-                 model_base64=None, hf_files=None, **kwargs):
+                 model_base64=None, hf_files=None, pair_restarts=True, **kwargs):
         super().__init__(max_seq_length, pad_to_max_length, **kwargs)
         self.hf_files = _checked_hf_files(hf_files)
+        # Pairs as tokenizer.json's template, `<bos> a <eos> <bos> b <eos>`; False: without
+        # the second <bos>, what tfsent built before 2026-11-28 (`from_config` of a config
+        # saved then: a cross-encoder keeps the pairs it was trained on).
+        self.pair_restarts = bool(pair_restarts)
         self.model, path = _sentencepiece_model_bytes(model, model_base64,
                                                       type(self).__name__)
         try:
@@ -719,7 +724,11 @@ class GemmaSentencePieceTokenizer(_InGraphTokenizer):
 
     def _config(self):
         return {"model_base64": base64.b64encode(self.model).decode("ascii"),
-                "hf_files": dict(self.hf_files)}
+                "hf_files": dict(self.hf_files), "pair_restarts": self.pair_restarts}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{"pair_restarts": False, **config})  # saved before it was recorded
 
 
 def longest_first_lengths(len_a, len_b, budget):

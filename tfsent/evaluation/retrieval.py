@@ -327,9 +327,9 @@ def rerank(ranking, split, score, top=100, batch_size=64):
     export's), highest first, ties in trec_eval's order; the documents after `top` keep
     their place. Scores fall with rank, so trec_eval re-sorting a written run (by score)
     sees the same ranking: the tail's first-stage scores, when not already below the
-    lowest reranked score, are shifted to 1 below it (their gaps kept); a NaN / infinite
-    reranker score counts as 1 below the query's lowest finite one (a warning says how
-    many)."""
+    lowest reranked score, are shifted to 1 below it (their gaps kept, and no two distinct
+    scores rounded to one float32); a NaN or -inf reranker score counts as 1 below the
+    query's lowest finite one, +inf as 1 above its highest (a warning says how many)."""
     if top < 1:
         raise ConfigError(f"rerank top must be >= 1, got {top}")
     texts = dict(zip(split.corpus.ids, split.corpus.texts))
@@ -348,22 +348,40 @@ def rerank(ranking, split, score, top=100, batch_size=64):
                           "(query, passage) pairs: one score per pair expected")
     bad = int(np.sum(~np.isfinite(flat)))
     if bad:
-        logging.warning("the reranker gave %d of %d pairs a NaN or infinite score: ranked "
-                        "last of their query's top %d", bad, len(pairs), top)
+        logging.warning("the reranker gave %d of %d pairs a NaN or infinite score: NaN and "
+                        "-inf ranked last of their query's top %d, +inf first", bad,
+                        len(pairs), top)
     doc_ids, new_scores, at = [], [], 0
     for docs, first_stage in zip(ranking.doc_ids, ranking.scores):
         head_scores = flat[at:at + len(docs[:top])].astype(np.float64)
         at += len(head_scores)
         finite = np.isfinite(head_scores)
-        if not finite.all():
-            head_scores[~finite] = (head_scores[finite].min() if finite.any() else 0.0) - 1.0
+        if not finite.all():  # +inf first, NaN / -inf last (1 beyond the finite ones)
+            low, high = ((head_scores[finite].min(), head_scores[finite].max())
+                         if finite.any() else (0.0, 0.0))
+            head_scores[np.isnan(head_scores) | (head_scores == -np.inf)] = low - 1.0
+            head_scores[head_scores == np.inf] = high + 1.0
         head = sorted(zip(head_scores.tolist(), docs[:top]), reverse=True)
         tail = np.asarray(first_stage[top:len(docs)], np.float64)
         if len(tail) and head and tail[0] >= head[-1][0]:  # below the head, gaps kept
-            tail = tail - tail[0] + head[-1][0] - 1.0
+            tail = _falling_float32(tail, tail - tail[0] + head[-1][0] - 1.0)
         doc_ids.append([d for _, d in head] + list(docs[top:]))
-        new_scores.append(np.asarray([s for s, _ in head] + tail.tolist(), np.float32))
+        new_scores.append(np.concatenate([np.asarray([s for s, _ in head], np.float32),
+                                          np.asarray(tail, np.float32)]))
     return Ranking(ranking.query_ids, doc_ids, new_scores)
+
+
+def _falling_float32(original, shifted):
+    """`shifted` as float32, each value below the one before wherever `original` fell
+    there (a shift to larger magnitudes can round distinct scores to one float32: a tie
+    trec_eval would break by document id), equal where `original` was."""
+    out = np.asarray(shifted, np.float32).copy()
+    for i in range(1, len(out)):
+        if original[i] < original[i - 1] and not out[i] < out[i - 1]:
+            out[i] = np.nextafter(out[i - 1], np.float32(-np.inf))
+        elif original[i] == original[i - 1]:
+            out[i] = out[i - 1]
+    return out
 
 
 def read_task_split(source, default_split="test"):

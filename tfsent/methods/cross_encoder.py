@@ -130,12 +130,14 @@ class CrossEncoder(SentenceMethod):
             if value not in (None, "cls"):
                 raise ConfigError(f"{name}={value!r}: a cross-encoder scores the first "
                                   "token's representation; use cls")
-        if families.TABLE[encoder.family].attention == "causal":
+        if families.TABLE[encoder.family].attention == "causal" or not getattr(
+                encoder.backbone, "use_bidirectional_attention", True):
             raise ConfigError(
-                f"a cross-encoder on the {encoder.family} family: its attention is causal, "
-                "so the first token, which the score head reads, sees nothing of the pair "
-                "(every pair would get one score); families with bidirectional attention: "
-                + ", ".join(f for f, r in families.TABLE.items() if r.attention != "causal"))
+                f"a cross-encoder on a {encoder.family} model with causal attention: the "
+                "first token, which the score head reads, sees nothing of the pair (every "
+                "pair would get one score); families with bidirectional attention: "
+                + ", ".join(f for f, r in families.TABLE.items() if r.attention != "causal")
+                + " (gemma3 with use_bidirectional_attention)")
         super().__init__(encoder, "cls", "cls", **kwargs)
         self.loss_name = LOSS.check("loss", loss)
         self.seed = seed

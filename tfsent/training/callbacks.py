@@ -211,15 +211,16 @@ class RunCheckpoint(keras.callbacks.Callback):
         self.every = every
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.skip_when is not None and self.skip_when():
+            return
         step = _step(self.model)
         if step % self.every:
             logging.info("no checkpoint at step %d: not a multiple of %d (an epoch cut "
                          "short); a rerun resumes from the last one", step, self.every)
             return
-        if self.skip_when is None or not self.skip_when():
-            if self.before_save is not None:
-                self.before_save()
-            self.state.save_checkpoint(step)
+        if self.before_save is not None:
+            self.before_save()
+        self.state.save_checkpoint(step)
 
 
 class DevTensorBoard(keras.callbacks.Callback):

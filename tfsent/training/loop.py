@@ -376,7 +376,8 @@ def restore_run(r):
         _pool_dev_split(r)  # before restoring: the pool is the starting encoder's
     r.state = RunState(r.output_dir, r.model, r.optimizer, write_dir=r.write_dir)
     r.start_step = r.state.restore()
-    r.metrics = read_json(r.metrics_path, {}) if r.start_step and r.chief else {}
+    # Every worker reads it (only the chief writes it): their divergence guards must agree.
+    r.metrics = read_json(r.metrics_path, {}) if r.start_step else {}
     r.metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
     if r.reranked:
         # The retriever's dev top N: searched once per run (read back when resuming).
@@ -385,6 +386,12 @@ def restore_run(r):
     if r.start_step:
         logging.info("resuming from step %d (checkpoint in %s)", r.start_step,
                      os.path.join(r.output_dir, "checkpoints"))
+        if r.start_step % config.eval_every:
+            raise ConfigError(
+                f"the checkpoint in {r.output_dir} is at step {r.start_step}, not a multiple "
+                f"of eval_every={config.eval_every} (an earlier tfsent saved one when an "
+                "early stop cut an epoch short): resuming there would run past the last "
+                "step; rerun with --overwrite to start again")
         if "dev_history" in r.metrics:  # written before each checkpoint: none past it
             r.metrics["dev_history"] = [h for h in r.metrics["dev_history"]
                                         if h.get("step", 0) <= r.start_step]
