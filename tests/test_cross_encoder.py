@@ -479,6 +479,10 @@ def test_a_reranked_run_file_reads_back_as_the_same_ranking(tmp_path, absl_messa
         run = json.load(f)
     by_score = sorted(run["q1"], key=lambda d: (-run["q1"][d], d))
     assert by_score == reranked.doc_ids[0]
+    pytrec_eval = pytest.importorskip("pytrec_eval")  # trec_eval reads the file (by score)
+    got = pytrec_eval.RelevanceEvaluator(split.qrels, {"ndcg_cut.10"}).evaluate(run)
+    ours = retrieval.evaluate_ranking(reranked.as_dict(), split.qrels)
+    assert 100 * got["q1"]["ndcg_cut_10"] == pytest.approx(ours["ndcg@10"], abs=1e-6)
     nan_last = retrieval.rerank(first_stage, split, score, top=4)
     assert nan_last.doc_ids == [["d3", "d0", "d1", "d2", "d4", "d5"]]
     assert nan_last.scores[0][3] == -5.0  # 1 below the lowest finite score
