@@ -249,3 +249,38 @@ def test_selection_flags_are_validated(flag):
 
     with pytest.raises(ConfigError, match=flag.split(".")[1].split("=")[0]):
         build_config({}, {}, [flag[len("--config."):]])
+
+
+
+def test_a_rerun_from_step_0_drops_the_earlier_attempts_best(tmp_path, tiny_encoder_dir,
+                                                              absl_messages, monkeypatch):
+    """An attempt interrupted after its early dev check (step 5) and before its first
+    checkpoint (step 10: checkpoints only on the eval_every grid) left a best/ and no
+    checkpoint; a rerun starts at step 0. The earlier best must neither compete with the
+    rerun's evaluations nor be exported. (The earlier best's score is raised to 99 in its
+    best.json, a lucky early check, so that keeping it would show.)"""
+    out = str(tmp_path / "run")
+    args = ("steps=20", "eval_every=10", "first_eval_step=5", "jit_compile=false",
+            "learning_rate=1e-4")
+    consider = BestEncoderKeeper.consider
+
+    def interrupted_after(self, report, step):  # Ctrl-C right after the early check
+        consider(self, report, step)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BestEncoderKeeper, "consider", interrupted_after)
+    with pytest.raises(KeyboardInterrupt):
+        _train(out, tiny_encoder_dir, *args)
+    monkeypatch.undo()
+    assert not os.path.exists(os.path.join(out, "checkpoints", "checkpoint"))
+    best_json = os.path.join(out, "best", "best.json")
+    earlier = json.load(open(best_json))
+    assert earlier["step"] == 5
+    json.dump(dict(earlier, score=99.0), open(best_json, "w"))
+
+    metrics = _train(out, tiny_encoder_dir, *args)
+    trained = [h["spearman"] for h in metrics["dev_history"] if h["step"] > 0]
+    assert [h["step"] for h in metrics["dev_history"]] == [5, 10, 20]
+    assert metrics["exported"]["score"] != 99.0
+    assert json.load(open(best_json))["score"] == pytest.approx(max(trained))
+    assert "removed best/ of an earlier attempt" in "\n".join(absl_messages)

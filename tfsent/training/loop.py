@@ -396,6 +396,10 @@ def restore_run(r):
             r.metrics["dev_history"] = [h for h in r.metrics["dev_history"]
                                         if h.get("step", 0) <= r.start_step]
         return
+    # A run from step 0 in a folder it owns (an earlier attempt that stopped before its
+    # first checkpoint, e.g. the divergence guard's early check): that attempt's best/
+    # would compete with this run's evaluations and could be exported.
+    r.state.discard_best()
     if r.reranked:
         # The starting encoder under an untrained score head is no candidate: the best
         # trained checkpoint is exported, measured against the retriever alone.

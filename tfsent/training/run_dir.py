@@ -102,6 +102,17 @@ class RunState:
                 write_json_atomic(self.best_json, chief_best)
         return int(self.model.optimizer.iterations.numpy())
 
+    def discard_best(self):
+        """Removes best/ (a new run in a folder whose earlier attempt stopped before its
+        first checkpoint: its best must not compete with this run's). best.json goes
+        first, so an interruption leaves no best rather than a half-removed one."""
+        if os.path.lexists(self.best_json):
+            os.remove(self.best_json)
+        if os.path.isdir(self.best_dir) and not os.path.islink(self.best_dir):
+            shutil.rmtree(self.best_dir)
+            logging.info("removed best/ of an earlier attempt in %s (this run starts at "
+                         "step 0)", self.write_dir)
+
     def save_checkpoint(self, step):
         """Writes a checkpoint (TF writes data files first, then the index atomically)."""
         return self.manager.save(checkpoint_number=step)
