@@ -227,6 +227,17 @@ def test_settings_keras_hub_fixes_are_refused(folder, tmp_path):
     _edit_json(path, rope_parameters=config["rope_parameters"], attention_bias=True)
     with pytest.raises(ConfigError, match="config.json: attention_bias True; .* does not read"):
         load_encoder(copy)
+    _edit_json(path, attention_bias=False, hidden_activation="gelu")
+    with pytest.raises(ConfigError, match="config.json: hidden_activation 'gelu'; .* does "
+                                          "not read"):
+        load_encoder(copy)
+    # Queries scaled by 1 / sqrt(query_pre_attn_scalar): keras-hub computes head_dim or
+    # hidden_size / num_attention_heads (Gemma 3 27B's 168), nothing else.
+    _edit_json(path, hidden_activation=config["hidden_activation"],
+               query_pre_attn_scalar=config["head_dim"] + 1)
+    with pytest.raises(ConfigError, match="config.json: query_pre_attn_scalar "
+                                          f"{config['head_dim'] + 1}; .* head_dim"):
+        load_encoder(copy)
 
 
 def test_linear_rope_scaling_applies(folder, encoder, tmp_path):

@@ -105,7 +105,8 @@ def _edited_copy(folder, tmp_path, **changes):
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rotary scaling yarn"),
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0}},
      "rotary scaling dynamic"),
-    ({"attention_bias": True}, "attention_bias True")])
+    ({"attention_bias": True}, "attention_bias True"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu'")])
 def test_settings_keras_hub_does_not_read_are_refused(folder, tmp_path, changes, message):
     """Rotary scaling (YaRN, Qwen's way past 32k tokens) or attention biases, which
     keras-hub's Qwen3 converter never reads: such a folder would load and compute
@@ -251,3 +252,26 @@ def test_onnx_is_refused_clearly(encoder, tmp_path):
     with pytest.raises(ConfigError, match="qwen3 family cannot be exported as onnx"):
         encoder.export(str(tmp_path / "onnx"), format="onnx")
     assert not os.path.exists(tmp_path / "onnx")
+
+
+def test_default_prompt_name_is_read(folder, tmp_path, absl_messages):
+    """config_sentence_transformers.json's default_prompt_name (the prompt
+    sentence-transformers' encode() prepends when given none): loading says tfsent's
+    encode() does not; a name that is not among the prompts is an error naming the file."""
+    import shutil
+
+    copy = shutil.copytree(folder, str(tmp_path / "copy"))
+    path = os.path.join(copy, "config_sentence_transformers.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump(dict(config, default_prompt_name="query"), f)
+    load_encoder(copy)
+    said = "\n".join(absl_messages)
+    assert "names default_prompt_name 'query'" in said
+    assert repr(QWEN_PROMPTS["query"]) in said
+    with open(path, "w") as f:
+        json.dump(dict(config, default_prompt_name="classification"), f)
+    with pytest.raises(InputError, match="config_sentence_transformers.json.*"
+                                         "default_prompt_name 'classification' is not one"):
+        load_encoder(copy)

@@ -78,6 +78,10 @@ class Family(NamedTuple):
     # one value its backbone computes (also checked by `check_keras_hub_fixed`).
     rope_types: tuple = ("default",)
     keras_hub_unread: object = None
+    # config.json's field setting the attention's query scale 1 / sqrt(field), of which
+    # keras-hub's backbone computes two: head_dim, or hidden_size / num_attention_heads
+    # (Gemma 3's `query_head_dim_normalize`); any other value is refused.
+    query_scale_field: object = None
     # keras-hub's backbone takes `tie_word_embeddings`, its converter then reading
     # `lm_head.weight` (absent from a base model's file: `keras_hub_overrides` ties).
     keras_hub_ties_flag: bool = False
@@ -253,7 +257,8 @@ TABLE = {
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
         appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS,
-        keras_hub_unread={"attention_bias": False}, keras_hub_ties_flag=True),
+        keras_hub_unread={"attention_bias": False, "hidden_act": "silu"},
+        keras_hub_ties_flag=True),
     # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
     # blocks, grouped-query attention with query / key norms, rotary positions (base 10k
     # on sliding-window layers, 1M on every sixth, full, layer), token embeddings scaled
@@ -278,7 +283,9 @@ TABLE = {
                              "embedding_dim": None},
         layer_type_period=6,
         rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0},
-        rope_types=("default", "linear"), keras_hub_unread={"attention_bias": False},
+        rope_types=("default", "linear"),
+        keras_hub_unread={"attention_bias": False, "hidden_activation": "gelu_pytorch_tanh"},
+        query_scale_field="query_pre_attn_scalar",
         # Gemma's residual stream grows past float16's 65504 (Google trains and serves it
         # in bfloat16 or float32): mixed_float16 is refused (mixed_bfloat16 works).
         float16_safe=False),

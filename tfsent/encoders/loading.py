@@ -277,6 +277,14 @@ def _load_sentence_transformers(directory, settings, pad_to_max_length, dtype, s
     if st.get("prompts"):
         encoder.prompts = st["prompts"]
         logging.info("prompts from %s: %s", directory, st["prompts"])
+    if st.get("default_prompt"):  # tfsent's encode applies no prompt of its own accord
+        name, text = st["default_prompt"]
+        logging.warning(
+            "%s names default_prompt_name %r: sentence-transformers' encode() prepends its "
+            "prompt %r to every text given no prompt; tfsent's encode() prepends none "
+            "(training, evaluation and the exports' encode_query / encode_document use the "
+            "query / document prompts): prepend it yourself where encode() should match",
+            os.path.join(directory, huggingface.ST_CONFIG_FILE), name, text)
     _set_truncate_dim(encoder, st.get("truncate_dim"),
                       os.path.join(directory, huggingface.ST_CONFIG_FILE))
     if st.get("do_lower_case") and not getattr(encoder.tokenizer, "lowercase", False):

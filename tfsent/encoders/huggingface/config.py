@@ -95,13 +95,22 @@ def rope_types(config):
 def check_keras_hub_fixed(family, config, path):
     """ConfigError when config.json sets what keras-hub's backbone of the family fixes
     (`Family.layer_type_period`, `Family.rope_thetas`, `Family.rope_types`,
-    `Family.keras_hub_unread`): such a checkpoint would load without error and compute
-    something else."""
+    `Family.keras_hub_unread`, `Family.query_scale_field`): such a checkpoint would load
+    without error and compute something else."""
     record = families.TABLE[family]
     for field, value in (record.keras_hub_unread or {}).items():
         if field in config and config[field] != value:
             raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} "
                               f"backbone runs only {value!r} (it does not read {field})")
+    field = record.query_scale_field
+    if field and config.get(field) is not None:
+        head_dim = config.get("head_dim")
+        heads = config.get("num_attention_heads")
+        computed = {head_dim, config.get("hidden_size", 0) // heads if heads else None}
+        if config[field] not in computed - {None}:
+            raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} "
+                              f"backbone scales queries by head_dim ({head_dim}) or "
+                              "hidden_size / num_attention_heads only")
     unsupported = sorted(rope_types(config) - set(record.rope_types))
     if unsupported:
         applied = [t for t in record.rope_types if t != "default"]

@@ -26,8 +26,8 @@ def read_sentence_transformers(directory):
     """Settings of a sentence-transformers model directory (modules.json):
     {"transformer_dir", "pooling" (a tfsent pooling, or None with "pooling_error"),
      "max_seq_length", "normalize", "do_lower_case", "dense_modules" (the folders of Dense
-     modules after the Pooling one, in order), "prompts" (`read_prompts`), "truncate_dim"
-     (`read_truncate_dim`)} (absent keys: not declared)."""
+     modules after the Pooling one, in order), "prompts" (`read_prompts`), "default_prompt"
+     (`read_default_prompt`), "truncate_dim" (`read_truncate_dim`)} (absent keys: not declared)."""
     path = os.path.join(directory, "modules.json")
     modules = read_json(path)
     if not isinstance(modules, list) or not modules:
@@ -72,6 +72,7 @@ def read_sentence_transformers(directory):
     if "transformer_dir" not in out:
         raise InputError("no sentence_transformers.models.Transformer module", path=path)
     out["prompts"] = read_prompts(directory)
+    out["default_prompt"] = read_default_prompt(directory)
     out["truncate_dim"] = read_truncate_dim(directory)
     return out
 
@@ -130,6 +131,21 @@ def read_prompts(directory):
 
     found = {"query_prompt": first(_QUERY_PROMPTS), "document_prompt": first(_DOCUMENT_PROMPTS)}
     return found if any(found.values()) else None
+
+
+def read_default_prompt(directory):
+    """(name, text) of config_sentence_transformers.json's `default_prompt_name` (the prompt
+    sentence-transformers' `encode` prepends when given none), or None when unset.
+    InputError naming the file when it names no entry of `prompts`."""
+    path, config = _model_config(directory)
+    name = (config or {}).get("default_prompt_name")
+    if name is None:
+        return None
+    prompts = config.get("prompts") or {}
+    if not isinstance(prompts, dict) or name not in prompts:
+        raise InputError(f"default_prompt_name {name!r} is not one of its prompts "
+                         f"({', '.join(map(repr, prompts)) or 'none'})", path=path)
+    return str(name), str(prompts[name])
 
 
 def _is_pooler_dense(module_dir, settings):
