@@ -118,6 +118,9 @@ def test_sigkill_then_ctrl_c_then_rerun_resumes(tmp_path, tiny_encoder_dir):
     proc.wait()
     assert not os.path.exists(os.path.join(out, "export"))
     killed_at = _latest_step(out)
+    # metrics.json is written with each checkpoint, the seconds trained so far with it
+    seconds_before_kill = json.load(open(os.path.join(out, "metrics.json")))["train_seconds"]
+    assert seconds_before_kill > 0
 
     proc = _start_until_checkpoint(cmd, out, subprocess.PIPE, after=killed_at)
     proc.send_signal(signal.SIGINT)
@@ -142,6 +145,7 @@ def test_sigkill_then_ctrl_c_then_rerun_resumes(tmp_path, tiny_encoder_dir):
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["steps"] == 100
     assert "dev_before" in metrics  # kept from the first, killed run
+    assert metrics["train_seconds"] > seconds_before_kill  # the attempts' seconds add up
     # every evaluation, those before each stop included (written with each checkpoint)
     assert [h["step"] for h in metrics["dev_history"]] == [20, 40, 60, 80, 100]
 

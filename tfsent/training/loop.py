@@ -481,7 +481,16 @@ def fit_run(r):
                             monitor=r.monitor)
     guard.remember(history)  # a resumed run: the best before the interruption counts
 
+    # Seconds in `fit` over every attempt: an interrupted one's count up to its last
+    # checkpoint is read back from metrics.json (the steps after it are trained again).
+    clock = {"before": r.metrics.get("train_seconds", 0.0), "start": None}
+
+    def count_train_seconds():
+        if clock["start"] is not None:
+            r.metrics["train_seconds"] = clock["before"] + time.time() - clock["start"]
+
     def write_metrics():  # the dev history so far, with each checkpoint
+        count_train_seconds()
         write_json_atomic(r.metrics_path, r.metrics)
 
     callbacks = [
@@ -505,12 +514,12 @@ def fit_run(r):
         logging.info("training %s: %d steps, global batch %d on %d replica(s), jit %s",
                      r.method, r.steps, config.batch_size, r.strategy.num_replicas_in_sync,
                      r.model.jit_compile)
-        t0 = time.time()
+        clock["start"] = time.time()
         r.model.fit(dataset, epochs=r.steps // config.eval_every,
                     steps_per_epoch=config.eval_every,
                     initial_epoch=r.start_step // config.eval_every, callbacks=callbacks,
                     verbose=1)
-        r.metrics["train_seconds"] = r.metrics.get("train_seconds", 0.0) + time.time() - t0
+        count_train_seconds()
         r.metrics["examples_per_second"] = throughput.examples_per_second()
     if isinstance(r.examples, mixture.SourceMixture):
         # Replayed from the seeded choice stream for the steps taken (tfsent.data.mixture):
