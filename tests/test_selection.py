@@ -240,6 +240,38 @@ def test_fp16_overflow_steps_do_not_stop_the_run(tmp_path, tiny_encoder_dir, abs
     assert keras.mixed_precision.global_policy().name == "float32"  # a stopped run too
 
 
+def test_a_resume_with_another_loss_scale_starts_from_it(tmp_path, tiny_encoder_dir,
+                                                         monkeypatch, absl_messages):
+    """loss_scale is a recovery knob: the checkpoint holds the dynamic scale as the earlier
+    attempt adapted it, and a resume with another loss_scale starts from the new value
+    (the restored one used to win silently). Few steps, no overflow at scale 2: the final
+    scale is the new setting."""
+    from tfsent.training.callbacks import RunCheckpoint
+
+    out = str(tmp_path / "fp16")
+    args = ("mixed_precision=mixed_float16", "steps=20", "eval_every=5", "first_eval_step=0",
+            "learning_rate=1e-4", "jit_compile=false")
+    on_epoch_end = RunCheckpoint.on_epoch_end
+
+    def killed_after_step_10(self, epoch, logs=None):
+        on_epoch_end(self, epoch, logs)
+        if epoch + 1 >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunCheckpoint, "on_epoch_end", killed_after_step_10)
+    with pytest.raises(KeyboardInterrupt):
+        _train(out, tiny_encoder_dir, *args)
+    monkeypatch.undo()
+    assert json.load(open(os.path.join(out, "metrics.json")))["loss_scale"] == {
+        "setting": 32768.0}
+    metrics = _train(out, tiny_encoder_dir, *args, "loss_scale=2")
+    said = "\n".join(absl_messages)
+    assert "resuming from step 10" in said
+    assert "loss scale 2 (loss_scale changed from 32768" in said
+    assert metrics["loss_scale"] == {"setting": 2.0, "final": 2.0}
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
 @pytest.mark.parametrize("flag", ["--config.first_eval_step=-1",
                                   "--config.collapse_uniformity_ratio=1.5",
                                   "--config.divergence_drop=-2", "--config.loss_scale=0"])

@@ -367,6 +367,23 @@ def build_run(r):
         r.encoder, r.model, r.optimizer = build_model(r.spec, r.config, r.steps, r.jit)
 
 
+def _set_loss_scale(r):
+    """mixed_float16: the checkpoint restores the dynamic loss scale as the earlier attempt
+    adapted it. A resume that changes `loss_scale` (a recovery knob) starts from the new
+    value instead; metrics.json's `loss_scale` records the setting (with each checkpoint)
+    and, once the run ends, the final scale."""
+    scale = getattr(r.optimizer, "dynamic_scale", None)
+    if scale is None:
+        return
+    earlier = (r.metrics.get("loss_scale") or {}).get("setting")
+    if r.start_step and earlier is not None and earlier != r.config.loss_scale:
+        restored = float(keras.ops.convert_to_numpy(scale))
+        scale.assign(r.config.loss_scale)
+        logging.info("loss scale %g (loss_scale changed from %g; the checkpoint's adapted "
+                     "scale %g is dropped)", r.config.loss_scale, earlier, restored)
+    r.metrics["loss_scale"] = {"setting": r.config.loss_scale}
+
+
 def restore_run(r):
     """Resumes from the last checkpoint, or (a new run) scores the starting encoder on the
     dev set and keeps its weights: it is the first candidate of dev selection."""
@@ -379,6 +396,7 @@ def restore_run(r):
     # Every worker reads it (only the chief writes it): their divergence guards must agree.
     r.metrics = read_json(r.metrics_path, {}) if r.start_step else {}
     r.metrics.pop("stopped", None)  # an earlier attempt's divergence, being resumed
+    _set_loss_scale(r)
     if r.reranked:
         # The retriever's dev top N: searched once per run (read back when resuming).
         r.first_stage = rerank_dev.first_stage(config, r.dev_split, r.output_dir,
@@ -537,6 +555,9 @@ def finalize_run(r, nan_guard, guard):
     config, metrics, state = r.config, r.metrics, r.state
     final_step = int(r.optimizer.iterations.numpy())
     metrics["steps"] = final_step
+    if getattr(r.optimizer, "dynamic_scale", None) is not None:
+        metrics.setdefault("loss_scale", {})["final"] = float(
+            keras.ops.convert_to_numpy(r.optimizer.dynamic_scale))
     if nan_guard.failed_step is not None:
         _stop_diverged(state, metrics, r.metrics_path if r.chief else None,
                        nan_guard.failed_step, nan_guard.reason)
