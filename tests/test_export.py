@@ -227,6 +227,21 @@ def test_savedmodel_encoder_empty_input_has_the_embedding_width(tmp_path, tiny_e
     assert headed.encode(["a man", "a dog"]).shape == (2, 5)
 
 
+def test_signatures_serve_an_empty_batch_with_every_pooling(tmp_path, tiny_encoder_dir):
+    """The signatures take `sentences: string[None]`: a batch of none gives (0, D) with
+    every pooling (the first-token poolings indexed past the width-0 padding once)."""
+    enc = load_encoder(tiny_encoder_dir)
+    for pooling in ("cls", "cls_before_pooler", "mean", "last_token"):
+        loaded = tf.saved_model.load(export_encoder(enc, str(tmp_path / pooling),
+                                                    pooling=pooling, query_prompt="q: "))
+        for name in ("serving_default", "encode_query"):
+            out = loaded.signatures[name](sentences=tf.constant([], tf.string))
+            assert out["embedding"].shape == (0, enc.hidden_dim), (pooling, name)
+        one = loaded.signatures["serving_default"](sentences=tf.constant(["a man"]))
+        np.testing.assert_allclose(one["embedding"].numpy(), enc.encode(
+            ["a man"], pooling=pooling, normalize=False), atol=1e-5)
+
+
 def test_served_as_tf_serving_with_a_head_and_each_weight_saved_once(tmp_path,
                                                                       tiny_encoder_dir):
     """TF Serving's loader (TF1 session, saver_def restore) finds every variable, a head's

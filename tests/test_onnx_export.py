@@ -144,7 +144,7 @@ def test_poolings_head_and_normalized_output(hf_checkpoint_dirs, tmp_path):
              "attention_mask": features["padding_mask"].numpy().astype(np.int64)}
     feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
     for pooling in ("cls", "cls_before_pooler", "mean_no_cls", "first_last_avg",
-                    "emb_last_avg", "last2_avg"):
+                    "emb_last_avg", "last2_avg", "last_token"):
         path = onnx_format.write_onnx_model(encoder, str(tmp_path / f"{pooling}.onnx"),
                                             pooling=pooling)
         session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

@@ -37,10 +37,13 @@ def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
     without a pooler (RoBERTa, XLM-R, DistilBERT), where `cls` is the first token's state.
     """
     last = hidden_states[-1]
-    if pooling == "cls":
-        return last[:, 0] if pooler_dense is None else pooler_dense(last[:, 0])
-    if pooling == "cls_before_pooler":
-        return last[:, 0]
+    if pooling in ("cls", "cls_before_pooler"):
+        # The first token's state; a sum over the first position (not `last[:, 0]`) so
+        # that an empty batch, padded to width 0 (a SavedModel's serving signature), gives
+        # (0, H) as every other pooling does.
+        first = tf.reduce_sum(last[:, :1], axis=1)
+        return first if pooling == "cls_before_pooler" or pooler_dense is None \
+            else pooler_dense(first)
     if pooling == "mean":
         return masked_mean(last, padding_mask)
     if pooling == "mean_no_cls":

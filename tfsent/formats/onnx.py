@@ -212,6 +212,16 @@ def _pool(g, pooling, states, mask_3d, encoder):
             return first
         return g.op("Tanh", [_dense(g, first, _numpy(pooler.kernel), _numpy(pooler.bias),
                                     "pooler")])
+    if pooling == "last_token":  # the mask's last 1 of each row (either padding side)
+        axis = g.const("axis", [1], np.int64)
+        after = g.op("Concat", [
+            g.op("Slice", [mask_3d, g.const("one_i", [1], np.int64),
+                           g.const("end_i", [np.iinfo(np.int64).max], np.int64), axis]),
+            g.op("Mul", [g.op("Slice", [mask_3d, g.const("zero_i", [0], np.int64),
+                                        g.const("one_i", [1], np.int64), axis]),
+                         g.const("zero_f", 0.0)])], axis=1)
+        weight = g.op("Mul", [mask_3d, g.op("Sub", [g.const("one", 1.0), after])])
+        return g.op("ReduceSum", [g.op("Mul", [last, weight]), axis], keepdims=0)
     if pooling not in ("mean", "mean_no_cls"):  # averages of two hidden states
         other = states[{"first_last_avg": 1, "emb_last_avg": 0, "last2_avg": -2}[pooling]]
         last = g.op("Div", [g.op("Add", [other, last]), g.const("two", 2.0)])
