@@ -93,6 +93,12 @@ def test_blank_file_is_an_error(tmp_path):
     path.write_text("\n  \n", encoding="utf-8")
     with pytest.raises(InputError, match="blank.txt: no sentences"):
         readers.read_sentences(str(path))
+    # a .jsonl given as unlabelled sentences would train on its JSON text
+    rows = tmp_path / "queries.jsonl"
+    rows.write_text('{"_id": "0", "text": "global warming"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"queries.jsonl: unlabelled sentences are read from "
+                                         r"a text file"):
+        readers.read_training_sentences(str(rows))
 
 
 def test_bad_encoder_names():

@@ -83,6 +83,10 @@ def test_pairs_jsonl_with_and_without_negatives(tmp_path):
                                                ("q2", "p2", "n3", "n4")]
     path = _write(tmp_path / "p.jsonl", '{"anchor": "q1", "positive": "p1"}\n')
     assert pairs.read_training_pairs(path) == [("q1", "p1")]
+    # sentence-transformers' triplet columns: (anchor, positive, negative)
+    path = _write(tmp_path / "t.jsonl", '{"anchor": "q1", "positive": "p1", "negative": '
+                                        '"n1"}\n')
+    assert pairs.read_training_pairs(path) == [("q1", "p1", "n1")]
 
 
 @pytest.mark.parametrize("name, text, message", [
@@ -104,6 +108,10 @@ def test_pairs_jsonl_with_and_without_negatives(tmp_path):
      r"j\.jsonl, line 1: field 'negative_1' missing"),
     ("i.jsonl", '{"anchor": "q", "positive": "p"}\nnot json\n', r"i\.jsonl, line 2: not a "
                                                                 r"JSON object"),
+    ("k.jsonl", '{"anchor": "q", "positive": "p", "negatives": ["n"]}\n',
+     r"k\.jsonl, line 1: a 'negatives' list is not read"),
+    ("l.jsonl", '{"anchor": "q", "positive": "p", "negative": "n", "negative_1": "m"}\n',
+     r"l\.jsonl, line 1: both 'negative' and negative_N"),
 ])
 def test_bad_pairs_files_name_file_and_line(tmp_path, name, text, message):
     with pytest.raises(InputError, match=message):
@@ -126,6 +134,15 @@ def test_nli_sources_as_pairs_with_and_without_contradictions(tmp_path):
         ("a man plays", "a man plays music"), ("a dog runs", "a dog is out")]
     assert pairs.read_training_pairs(path) == [("a man plays", "a man plays music",
                                                 "a man sleeps")]
+    # '-' (no consensus) is skipped; any other label is an error naming the line
+    with open(path, "a") as f:
+        f.write(json.dumps(dict(nli[0], gold_label="-")) + "\n")
+    assert len(pairs.read_training_pairs(path, hard_negatives=False)) == 2
+    with open(path, "a") as f:
+        f.write(json.dumps(dict(nli[0], gold_label="Entailment")) + "\n")
+    with pytest.raises(InputError, match=r"snli\.jsonl, line 6: gold_label 'Entailment' is "
+                                         r"none of entailment"):
+        pairs.read_training_pairs(path)
 
 
 # -- batches --------------------------------------------------------------------------------

@@ -101,6 +101,11 @@ def test_reader_malformed_json_and_qrels_columns(tmp_path):
         ("q1", "d1", "high")]})
     with pytest.raises(InputError, match=r"test.tsv, line 2: score 'high' is not an integer"):
         beir.read_split(folder, "test")
+    # A qrels file written without BEIR's header: its first judgement is kept
+    with open(os.path.join(folder, "qrels", "test.tsv"), "w") as f:
+        f.write("q1\td1\t1\nq2\td3\t1\n")
+    assert beir.read_qrels(os.path.join(folder, "qrels", "test.tsv")) == {
+        "q1": {"d1": 1}, "q2": {"d3": 1}}
 
 
 def test_reader_counts_unknown_ids_and_refuses_when_none_matches(tmp_path, absl_messages):

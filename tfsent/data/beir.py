@@ -132,13 +132,22 @@ def read_queries(path):
 
 def qrel_rows(path):
     """Yields (line number, query id, document id, integer score) of a qrels TSV (header
-    line first); InputError naming the line for a malformed row."""
+    line first; a first line with an integer score is read as a judgement, with a
+    warning); InputError naming the line for a malformed row."""
     lines = read_lines(path)
     if not lines:
         raise InputError("empty qrels file (expected the header query-id, corpus-id, "
                          "score)", path=path)
+    # BEIR's qrels start with a header; a first line whose score column is an integer is
+    # a judgement (a file written without the header), not one to drop.
+    first = lines[0].split("\t")
+    headerless = len(first) == 3 and first[2].strip().lstrip("-").isdigit()
+    if headerless:
+        logging.warning("%s has no header line (query-id, corpus-id, score): line 1 is read "
+                        "as a judgement", path)
     for number, (query, doc, score) in tab_rows(path, ("query-id", "corpus-id", "score"),
-                                                lines[1:], first_number=2):
+                                                lines[0 if headerless else 1:],
+                                                first_number=1 if headerless else 2):
         try:
             value = int(score)
         except ValueError:

@@ -9,8 +9,8 @@ Sources (`read_training_pairs`):
                        `anchor<TAB>positive[<TAB>negative_1 ...]` is a header
                        (`tfsent.mine --output_format=n-tuple` writes such rows)
     FILE.jsonl         one object a line: "anchor", "positive", optional "negative_1" ..
-                       "negative_N" (sentence-transformers' column names), the same N on
-                       every line
+                       "negative_N" or one "negative" (sentence-transformers' column
+                       names), the same N on every line
     demo / demo_nli, a SentEval SNLI folder, an NLI .jsonl (sentence1, sentence2,
     gold_label), tfds:snli   NLI as (premise, entailment hypothesis) pairs, with the
                        contradiction as a negative column when hard negatives are asked
@@ -71,6 +71,15 @@ def read_pairs_jsonl(path):
     """The rows of a pairs .jsonl (see the module doc)."""
     rows, width = [], None
     for number, obj in read_json_lines(path, ("anchor", "positive")):
+        if "negatives" in obj:
+            raise InputError("a 'negatives' list is not read: give each negative its own "
+                             "field, negative_1..negative_N (or one 'negative')", path=path,
+                             line=number)
+        if "negative" in obj:  # sentence-transformers' (anchor, positive, negative) triplets
+            if any(key.startswith("negative_") for key in obj):
+                raise InputError("both 'negative' and negative_N fields: use one naming",
+                                 path=path, line=number)
+            obj = dict(obj, negative_1=obj.pop("negative"))
         n_negatives = sum(1 for key in obj if key.startswith("negative_"))
         names = column_names(n_negatives + 2)
         if width is None:

@@ -129,9 +129,12 @@ def read_nli_pairs_jsonl(path):
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise InputError(f"not an NLI json row ({type(e).__name__}: {e})", path=path,
                              line=number) from None
-        if not isinstance(y, str) or y not in NLI_LABELS:
+        if y is None or y == "-":  # no consensus label (SNLI's '-')
             skipped += 1
             continue
+        if not isinstance(y, str) or y not in NLI_LABELS:
+            raise InputError(f"gold_label {y!r} is none of {', '.join(NLI_LABELS)} or '-' "
+                             "(no consensus: skipped)", path=path, line=number)
         if not isinstance(p, str) or not isinstance(h, str):
             raise InputError("sentence1 and sentence2 must be strings", path=path,
                              line=number)
@@ -230,6 +233,10 @@ def read_training_sentences(source):
                 rows += read_nli_pairs_senteval(source, split)
         seen = dict.fromkeys(s for p, h, _ in rows for s in (p, h))
         return list(seen)
+    if source.lower().endswith(".jsonl"):  # one sentence a line would be the JSON itself
+        raise InputError("unlabelled sentences are read from a text file, one a line; a "
+                         ".jsonl is not one (NLI rows: a SentEval SNLI folder or a pairs "
+                         "method; BEIR: beir:DIR)", path=source)
     return read_sentences(source)
 
 
