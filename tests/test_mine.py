@@ -199,7 +199,8 @@ def test_too_many_negatives_is_a_clear_error():
 def test_malformed_pairs_name_file_and_line(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("an anchor\ta positive\n\nonly one column\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"pairs.tsv, line 3: expected 2 non-empty"):
+    with pytest.raises(InputError, match=r"pairs.tsv, line 3: expected 2 tab-separated "
+                                         r"columns \(anchor, positive\), found 1"):
         mined_files.read_pairs(str(path))
     with pytest.raises(InputError, match="file not found"):
         mined_files.read_pairs(str(tmp_path / "missing.tsv"))
@@ -288,7 +289,7 @@ def test_n_tuple_file_reads_and_batches_anchor_major(tmp_path):
     np.testing.assert_array_equal(batch["negative"]["token_ids"],
                                   tokenizer(flat)["token_ids"])
     path.write_text("".join("\t".join(row) + "\n" for row in N_TUPLES) + "a\tb\tc\n")
-    with pytest.raises(InputError, match=r"tuples.tsv, line 5: expected 4 non-empty .*"
+    with pytest.raises(InputError, match=r"tuples.tsv, line 5: expected 4 tab-separated .*"
                                          r"2 negatives, as in the first row"):
         readers.read_triplets_tsv(str(path))
 

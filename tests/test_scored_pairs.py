@@ -186,7 +186,8 @@ def test_named_sources_and_refusals(tmp_path):
     out = _write(tmp_path, "range.tsv", "a\tb\t1\nc\td\t7\n")
     config = build_config(get_method("scored_pairs").defaults,
                           {"method": "scored_pairs", "train_data": out}, [])
-    with pytest.raises(InputError, match=r"row 2 has score 7.0, outside .*\[0.0, 5.0\]"):
+    with pytest.raises(InputError, match=r"pair 2 of the 2 read \(sentence1 'c'\) has score "
+                                         r"7.0, outside .*\[0.0, 5.0\]"):
         kinds.read_training_examples("scored_pairs", out, config)
 
 

@@ -116,7 +116,8 @@ def read_corpus(path):
         raise InputError("the corpus is empty", path=path)
     ids, texts = [], []
     for key, (_, obj) in rows.items():
-        title = obj.get("title") or ""
+        title = obj.get("title")
+        title = "" if title is None else title
         if not isinstance(title, str):
             raise InputError(f"document {key!r}: title is not a string", path=path)
         ids.append(key)

@@ -130,10 +130,13 @@ def read_training_pairs(source, split="train", hard_negatives=True):
     if sources.is_beir(source):
         directory, beir_split = sources.parse_beir(source, default_split="train")
         rows = beir.read_training_pairs(directory, beir_split)
-    elif source.endswith(".tsv") and not os.path.isdir(source):
-        rows = read_pairs_tsv(source)
-    elif source.endswith(".jsonl") and not os.path.isdir(source) and _is_pairs_jsonl(source):
+    elif _is_jsonl(source) and not os.path.isdir(source):
+        if not _is_pairs_jsonl(source):
+            return read_nli_as_pairs(source, split, hard_negatives)
         rows = read_pairs_jsonl(source)
+    elif (source.lower().endswith((".tsv", ".txt")) and not os.path.isdir(source)) or (
+            os.path.isfile(source) and sources.parse_source(source).scheme == "path"):
+        rows = read_pairs_tsv(source)
     else:
         return read_nli_as_pairs(source, split, hard_negatives)
     if not hard_negatives and len(rows[0]) > 2:
@@ -141,6 +144,10 @@ def read_training_pairs(source, split="train", hard_negatives=True):
                      len(rows[0]) - 2, source)
         rows = [row[:2] for row in rows]
     return rows
+
+
+def _is_jsonl(path):
+    return path.lower().endswith(".jsonl")
 
 
 def _is_pairs_jsonl(path):

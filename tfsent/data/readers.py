@@ -13,7 +13,7 @@ from absl import logging
 
 from tfsent.data import senteval as senteval_data
 from tfsent.data.sources import DEMO_NAMES, is_tfds, parse_source
-from tfsent.data.textio import read_lines, tab_rows
+from tfsent.data.textio import check_json_text, header_row, read_lines, tab_rows
 from tfsent.errors import ConfigError, InputError
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
@@ -22,6 +22,11 @@ DEMO_TRIPLETS = os.path.join(DEMO_DIR, "nli_triplets.tsv")
 DEMO_PAIRS = os.path.join(DEMO_DIR, "sts_pairs.tsv")
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
+# Optional header rows (compared stripped and lower-cased) of the tab-separated files below.
+PAIR_HEADERS = (("sentence_a", "sentence_b"), ("sentence1", "sentence2"),
+                ("sentence_1", "sentence_2"), ("anchor", "positive"), ("query", "positive"))
+TRIPLET_HEADERS = (("premise", "entailment", "contradiction"), ("sent0", "sent1", "hard_neg"),
+                   ("anchor", "positive", "negative"))
 
 
 def read_sentences(path):
@@ -37,9 +42,11 @@ def read_sentences(path):
 
 
 def read_scored_pairs(path):
-    """`score<TAB>sentence1<TAB>sentence2` per line -> (sents1, sents2, scores)."""
+    """`score<TAB>sentence1<TAB>sentence2` per line -> (sents1, sents2, scores); an optional
+    first row `score<TAB>sentence1<TAB>sentence2` is a header."""
     s1, s2, scores = [], [], []
-    for number, cols in tab_rows(path, ("score", "sentence1", "sentence2")):
+    for number, cols in tab_rows(path, ("score", "sentence1", "sentence2"),
+                                 headers=(("score", "sentence1", "sentence2"),)):
         try:
             score = float(cols[0])
         except ValueError:
@@ -59,37 +66,65 @@ def read_scored_pairs(path):
     return s1, s2, scores
 
 
-def read_tsv_rows(path, names):
+def read_tsv_rows(path, names, headers=()):
     """Rows of a tab-separated file with exactly len(names) non-empty columns, whitespace-
-    normalised; blank lines skipped; a bad row raises InputError naming file and line."""
+    normalised; blank lines skipped, and a first row that is one of `headers` (tuples of
+    lower-case column names); a bad row raises InputError naming file and line."""
     rows = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
+        if not rows and header_row(line, headers):
+            logging.info("%s line %d is a header row (%s): skipped", path, number,
+                         line.strip())
+            continue
         cols = [" ".join(c.split()) for c in line.split("\t")]
-        if len(cols) != len(names) or not all(cols):
-            raise InputError(f"expected {len(names)} non-empty tab-separated columns "
-                             f"({', '.join(names)}), found {len(cols)}", path=path,
-                             line=number)
+        _check_columns(cols, names, path, number)
         rows.append(tuple(cols))
     return rows
+
+
+def _check_columns(cols, names, path, number, what=None):
+    """InputError naming the file and line unless `cols` are len(names) non-empty columns."""
+    if len(cols) != len(names):
+        raise InputError(f"expected {len(names)} tab-separated columns "
+                         f"({what or ', '.join(names)}), found {len(cols)}", path=path,
+                         line=number)
+    empty = [name for name, c in zip(names, cols) if not c]
+    if empty:
+        raise InputError(f"empty {', '.join(empty)} column", path=path, line=number)
+
+
+def _ntuple_header(line):
+    """True for a header row anchor, positive, negative_1..negative_N (N >= 1)."""
+    cols = [c.strip().lower() for c in line.split("\t")]
+    return len(cols) >= 3 and cols == ["anchor", "positive"] + [
+        f"negative_{i}" for i in range(1, len(cols) - 1)]
 
 
 def read_triplets_tsv(path):
     """`premise<TAB>entailment<TAB>contradiction` per line -> list of 3-tuples; also
     n-tuples `anchor<TAB>positive<TAB>neg1<TAB>...<TAB>negN` (as `tfsent.mine
-    --output_format=n-tuple` writes them): every row has the first row's width, N >= 1."""
+    --output_format=n-tuple` writes them): every row has the first row's width, N >= 1.
+    An optional first row of column names (`TRIPLET_HEADERS`, or anchor, positive,
+    negative_1..negative_N) is skipped."""
     rows = []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
+        if not rows and (header_row(line, TRIPLET_HEADERS) or _ntuple_header(line)):
+            logging.info("%s line %d is a header row (%s): skipped", path, number,
+                         line.strip())
+            continue
         cols = [" ".join(c.split()) for c in line.split("\t")]
         width = len(rows[0]) if rows else max(3, len(cols))
-        if len(cols) != width or not all(cols):
-            what = ("premise, entailment, contradiction" if width == 3 else
-                    f"anchor, positive, {width - 2} negatives, as in the first row")
-            raise InputError(f"expected {width} non-empty tab-separated columns ({what}), "
-                             f"found {len(cols)}", path=path, line=number)
+        if width == 3:
+            names, what = ("premise", "entailment", "contradiction"), None
+        else:
+            names = ("anchor", "positive") + tuple(f"negative_{i}"
+                                                   for i in range(1, width - 1))
+            what = f"anchor, positive, {width - 2} negatives, as in the first row"
+        _check_columns(cols, names, path, number, what)
         rows.append(tuple(cols))
     if rows and len(rows[0]) > 3:
         logging.info("read %d (anchor, positive, %d hard negatives) rows from %s", len(rows),
@@ -99,6 +134,13 @@ def read_triplets_tsv(path):
     return rows
 
 
+def _log_empty_nli(empty, path):
+    """Warns how many NLI rows with an empty premise or hypothesis were skipped."""
+    if empty:
+        logging.warning("%s: %d NLI row(s) with an empty premise or hypothesis skipped "
+                        "(the first at line %d)", path, len(empty), empty[0])
+
+
 def read_nli_pairs_senteval(directory, split):
     """SentEval's SNLI layout: s1.SPLIT, s2.SPLIT, labels.SPLIT -> list of (p, h, label)."""
     paths = [os.path.join(directory, f"{name}.{split}") for name in ("s1", "s2", "labels")]
@@ -106,20 +148,25 @@ def read_nli_pairs_senteval(directory, split):
     if not len(s1) == len(s2) == len(labels):
         raise InputError(f"s1/s2/labels have different line counts ({len(s1)}, {len(s2)}, "
                          f"{len(labels)})", path=directory)
-    rows = []
+    rows, empty = [], []
     for number, (p, h, y) in enumerate(zip(s1, s2, labels), start=1):
         y = y.strip()
         if y not in NLI_LABELS:
             raise InputError(f"label {y!r} is not one of {NLI_LABELS}", path=paths[2],
                              line=number)
-        rows.append((" ".join(p.split()), " ".join(h.split()), y))
+        p, h = " ".join(p.split()), " ".join(h.split())
+        if not p or not h:
+            empty.append(number)
+            continue
+        rows.append((p, h, y))
+    _log_empty_nli(empty, os.path.join(directory, f"{{s1,s2}}.{split}"))
     logging.info("read %d NLI pairs from %s (split %s)", len(rows), directory, split)
     return rows
 
 
 def read_nli_pairs_jsonl(path):
     """SNLI / MultiNLI jsonl (sentence1, sentence2, gold_label); '-' labels are skipped."""
-    rows, skipped = [], 0
+    rows, skipped, empty = [], 0, []
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
@@ -129,6 +176,7 @@ def read_nli_pairs_jsonl(path):
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise InputError(f"not an NLI json row ({type(e).__name__}: {e})", path=path,
                              line=number) from None
+        check_json_text(obj, path, number)
         if y is None or y == "-":  # no consensus label (SNLI's '-')
             skipped += 1
             continue
@@ -138,7 +186,12 @@ def read_nli_pairs_jsonl(path):
         if not isinstance(p, str) or not isinstance(h, str):
             raise InputError("sentence1 and sentence2 must be strings", path=path,
                              line=number)
-        rows.append((" ".join(p.split()), " ".join(h.split()), y))
+        p, h = " ".join(p.split()), " ".join(h.split())
+        if not p or not h:
+            empty.append(number)
+            continue
+        rows.append((p, h, y))
+    _log_empty_nli(empty, path)
     logging.info("read %d NLI pairs from %s (%d without gold label skipped)", len(rows), path,
                  skipped)
     return rows
@@ -208,7 +261,7 @@ def read_nli_triplets(source, split="train"):
         return triplets_from_pairs(read_nli_pairs_tfds(_tfds_name(source), split))
     if os.path.isdir(source):
         return triplets_from_pairs(read_nli_pairs_senteval(source, split))
-    if source.endswith(".jsonl"):
+    if source.lower().endswith(".jsonl"):
         return triplets_from_pairs(read_nli_pairs_jsonl(source))
     return read_triplets_tsv(source)
 
@@ -242,26 +295,29 @@ def read_training_sentences(source):
 
 def read_dev_pairs(source, data_dir=None):
     """Dev pairs for model selection: `demo`, `stsb` (STS-B dev), `sickr` (SICK trial),
-    or a scored-pair .tsv. Returns (sents1, sents2, scores)."""
+    or a scored-pair .tsv. Returns (sents1, sents2, scores); at least two different gold
+    scores (Spearman ranks them), else InputError."""
     if source == "demo":
-        return read_scored_pairs(DEMO_PAIRS)
-    if source in ("stsb", "sickr"):
+        s1, s2, scores = read_scored_pairs(DEMO_PAIRS)
+    elif source in ("stsb", "sickr"):
         if not data_dir:
             raise InputError(f"dev set {source!r} needs eval_data_dir (SentEval layout)")
-        if source == "stsb":
-            return senteval_data.read_stsbenchmark(data_dir, "dev")
-        return senteval_data.read_sick(data_dir, "dev")
-    s1, s2, scores = read_scored_pairs(source)
-    if len({float(score) for score in scores}) < 2:  # read_scored_pairs refuses none
+        read = (senteval_data.read_stsbenchmark if source == "stsb"
+                else senteval_data.read_sick)
+        s1, s2, scores = read(data_dir, "dev")
+    else:
+        s1, s2, scores = read_scored_pairs(source)
+    distinct = {float(score) for score in scores}
+    if len(distinct) < 2:
+        described = (f"all scored {distinct.pop()}" if distinct else "none")
         raise InputError(f"a dev set needs at least two different gold scores (Spearman "
-                         f"ranks them): {len(scores)} pair(s), all scored {scores[0]}",
-                         path=source)
+                         f"ranks them): {len(scores)} pair(s), {described}", path=source)
     return s1, s2, scores
 
 
 def read_pair_file(path):
     """Two tab-separated columns per line (sentence_a, sentence_b) -> list of pairs."""
-    pairs = read_tsv_rows(path, ("sentence_a", "sentence_b"))
+    pairs = read_tsv_rows(path, ("sentence_a", "sentence_b"), PAIR_HEADERS)
     logging.info("read %d sentence pairs from %s", len(pairs), path)
     return pairs
 
@@ -282,7 +338,7 @@ def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
             raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
         s1, s2, scores = senteval_data.read_stsbenchmark(data_dir, "train")
         pairs = [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
-    elif is_tfds(source) or os.path.isdir(source) or source.endswith(".jsonl"):
+    elif is_tfds(source) or os.path.isdir(source) or source.lower().endswith(".jsonl"):
         if is_tfds(source):
             rows = read_nli_pairs_tfds(_tfds_name(source), split)
         elif os.path.isdir(source):
@@ -311,7 +367,7 @@ def read_nli_pairs(source, split="train"):
         return read_nli_pairs_tfds(_tfds_name(source), split)
     if os.path.isdir(source):
         return read_nli_pairs_senteval(source, split)
-    if source.endswith(".jsonl"):
+    if source.lower().endswith(".jsonl"):
         return read_nli_pairs_jsonl(source)
     raise InputError("NLI pairs need a SentEval SNLI directory, a .jsonl file, demo_nli or "
                      "tfds:NAME", path=source)
@@ -319,9 +375,12 @@ def read_nli_pairs(source, split="train"):
 
 def read_scored_pair_tsv(path):
     """`sentence1<TAB>sentence2<TAB>score` per line -> list of (sentence1, sentence2,
-    score); blank lines skipped; a bad row raises InputError naming file and line."""
+    score); blank lines skipped, and an optional header row (sentence1, sentence2, score or
+    label); a bad row raises InputError naming file and line."""
     rows = []
-    for number, cols in tab_rows(path, ("sentence1", "sentence2", "score")):
+    for number, cols in tab_rows(path, ("sentence1", "sentence2", "score"),
+                                 headers=(("sentence1", "sentence2", "score"),
+                                          ("sentence1", "sentence2", "label"))):
         a, b = " ".join(cols[0].split()), " ".join(cols[1].split())
         if not a or not b:
             raise InputError("empty sentence in a scored pair", path=path, line=number)
@@ -377,8 +436,11 @@ def read_scored_training_pairs(source, data_dir=None, split="train"):
 
 
 def check_score_range(rows, low, high, where):
-    """InputError naming `where` and the first row whose score is outside [low, high]."""
-    for i, (_, _, score) in enumerate(rows):
+    """InputError naming `where` and the first row whose score is outside [low, high]:
+    its place among the rows read (blank and header lines not counted) and its first
+    sentence, to find it in the file."""
+    for i, (first, _, score) in enumerate(rows):
         if not low <= score <= high:
-            raise InputError(f"{where}: row {i + 1} has score {score}, outside the declared "
+            raise InputError(f"{where}: pair {i + 1} of the {len(rows)} read (sentence1 "
+                             f"{first[:60]!r}) has score {score}, outside the declared "
                              f"range [{low}, {high}] (score_min / score_max)")

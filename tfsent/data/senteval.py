@@ -91,6 +91,14 @@ def _float(text, what, path, line):
     return value
 
 
+def _sentence(text, path, line):
+    """`normalize(text)`, or InputError naming the file and line when it is empty."""
+    sentence = normalize(text)
+    if not sentence:
+        raise InputError("empty sentence in a scored pair", path=path, line=line)
+    return sentence
+
+
 def _int_label(text, allowed, path, line):
     try:
         value = int(text.strip())
@@ -176,8 +184,8 @@ def read_stsbenchmark_file(path, split="file"):
         cols = _columns(line, 7, path, number,
                         "genre, file, year, id, score, sentence1, sentence2")
         scores.append(_float(cols[4], "score", path, number))
-        s1.append(normalize(cols[5]))
-        s2.append(normalize(cols[6]))
+        s1.append(_sentence(cols[5], path, number))
+        s2.append(_sentence(cols[6], path, number))
     logging.info("read %d STS-B %s pairs from %s", len(scores), split, path)
     return s1, s2, np.asarray(scores, dtype=np.float64)
 
@@ -205,8 +213,8 @@ def read_sick_file(path, with_labels=False, split="file"):
             continue
         cols = _columns(line, need, path, number, ", ".join(SICK_COLUMNS[:need]))
         scores.append(_float(cols[3], "relatedness score", path, number))
-        s1.append(normalize(cols[1]))
-        s2.append(normalize(cols[2]))
+        s1.append(_sentence(cols[1], path, number))
+        s2.append(_sentence(cols[2], path, number))
         if with_labels:
             labels.append(cols[4].strip())
     logging.info("read %d SICK %s pairs from %s", len(scores), split, path)

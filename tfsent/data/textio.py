@@ -7,15 +7,21 @@ import os
 from tfsent.errors import InputError
 
 
-def tab_rows(path, names, lines=None, first_number=1):
+def tab_rows(path, names, lines=None, first_number=1, headers=()):
     """Yields (1-based line number, columns) for each non-blank line of a tab-separated
     file whose rows hold exactly the columns `names`; a row with another count raises
     InputError naming the file, the line and the columns expected. `lines` (default: the
-    file's, `read_lines`) numbered from `first_number` (2 after a header)."""
+    file's, `read_lines`) numbered from `first_number` (2 after a header). A first
+    non-blank row that is one of `headers` (`header_row`) is skipped."""
     lines = read_lines(path) if lines is None else lines
+    first = True
     for number, line in enumerate(lines, start=first_number):
         if not line.strip():
             continue
+        if first and header_row(line, headers):
+            first = False
+            continue
+        first = False
         cols = line.split("\t")
         if len(cols) != len(names):
             raise InputError(f"expected {len(names)} tab-separated columns "
@@ -24,14 +30,18 @@ def tab_rows(path, names, lines=None, first_number=1):
         yield number, cols
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_lines(path, strip_newline=True, encoding="utf-8"):
     """Returns the lines of a text file (UTF-8 by default) as a list of str.
 
-    Raises InputError naming the file when it is missing or a directory, and naming the
-    file and the 1-based line when a line does not decode with `encoding`. A UTF-8
-    byte-order mark at the start is dropped; "\\r\\n" line ends are accepted.
-    `encoding` is any ASCII-compatible codec Python knows (lines are split on b"\\n"),
-    e.g. "latin-1" for legacy SentEval files.
+    Raises InputError naming the file when it is missing, a directory or gzip-compressed,
+    and naming the file and the 1-based line when a line does not decode with `encoding`.
+    A UTF-8 byte-order mark at the start is dropped (whatever `encoding`). Lines end in
+    "\n" or "\r\n"; a file with no "\n" at all but "\r" in it (old Mac OS line ends) is
+    split on "\r". `encoding` is any ASCII-compatible codec Python knows, e.g. "latin-1"
+    for legacy SentEval files. With `strip_newline=False` each line keeps its line end.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -39,21 +49,51 @@ def read_lines(path, strip_newline=True, encoding="utf-8"):
     if os.path.isdir(path):
         raise InputError("expected a file, found a directory", path=path)
     name = "UTF-8" if codecs.lookup(encoding).name == "utf-8" else encoding
-    lines = []
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode(encoding)
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    f"not valid {name} (byte {e.start}: {raw[e.start:e.start + 1]!r})",
-                    path=path, line=number) from None
-            if number == 1 and text.startswith("\ufeff"):
-                text = text[1:]
-            if strip_newline:
-                text = text.rstrip("\r\n")
-            lines.append(text)
+        data = f.read()
+    if data.startswith(GZIP_MAGIC):
+        raise InputError("gzip-compressed: tfsent reads plain text files; decompress it "
+                         "first (gunzip -k FILE)", path=path)
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    end = b"\r" if b"\n" not in data and b"\r" in data else b"\n"
+    raws = data.split(end)
+    last_ended = raws[-1] == b""
+    if last_ended:
+        raws.pop()
+    lines = []
+    for number, raw in enumerate(raws, start=1):
+        try:
+            text = raw.decode(encoding)
+        except UnicodeDecodeError as e:
+            raise InputError(
+                f"not valid {name} (byte {e.start}: {raw[e.start:e.start + 1]!r})",
+                path=path, line=number) from None
+        if strip_newline:
+            text = text.rstrip("\r\n")
+        elif number < len(raws) or last_ended:
+            text += end.decode("ascii")
+        lines.append(text)
     return lines
+
+
+def check_json_text(obj, path, number):
+    """InputError naming the file and line when a string field of a parsed JSON object holds
+    a lone surrogate escape (e.g. "\\ud800"): JSON allows it, UTF-8 cannot encode it."""
+    for key, value in obj.items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InputError(f"field {key!r} holds an unpaired surrogate "
+                                 f"{value[e.start:e.end]!r} (a broken \\uXXXX escape), "
+                                 "which is not text", path=path, line=number) from None
+
+
+def header_row(line, headers):
+    """True when the tab-separated `line`, its columns stripped and lower-cased, is one of
+    `headers` (tuples of column names): an optional header row."""
+    return tuple(c.strip().lower() for c in line.split("\t")) in headers
 
 
 def read_json_lines(path, required=()):
@@ -68,6 +108,7 @@ def read_json_lines(path, required=()):
             raise InputError(f"not a JSON object ({e})", path=path, line=number) from None
         if not isinstance(obj, dict):
             raise InputError("not a JSON object", path=path, line=number)
+        check_json_text(obj, path, number)
         for field in required:
             if not isinstance(obj.get(field), str):
                 raise InputError(f"field {field!r} missing or not a string", path=path,

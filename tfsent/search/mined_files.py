@@ -18,7 +18,7 @@ from absl import logging
 
 from tfsent import fsio
 from tfsent.data.beir import check_folder, qrels_path
-from tfsent.data.readers import read_sentences, read_tsv_rows
+from tfsent.data.readers import PAIR_HEADERS, read_sentences, read_tsv_rows
 from tfsent.data.sources import parse_beir
 from tfsent.errors import ConfigError, InputError
 from tfsent.search.mining import (MiningProblem, check_available, check_options, log_report,
@@ -26,9 +26,10 @@ from tfsent.search.mining import (MiningProblem, check_available, check_options,
 
 
 def read_pairs(path):
-    """`anchor<TAB>positive` per line -> list of (anchor, positive); a malformed row raises
-    InputError naming the file and line."""
-    pairs = read_tsv_rows(path, ("anchor", "positive"))
+    """`anchor<TAB>positive` per line -> list of (anchor, positive), after an optional header
+    row (`readers.PAIR_HEADERS`); a malformed row raises InputError naming the file and
+    line."""
+    pairs = read_tsv_rows(path, ("anchor", "positive"), PAIR_HEADERS)
     if not pairs:
         raise InputError("no (anchor, positive) pairs (the file is empty or blank)", path=path)
     logging.info("read %d (anchor, positive) pairs from %s", len(pairs), path)
