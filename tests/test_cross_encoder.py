@@ -87,17 +87,88 @@ def test_decoder_pair_ids_equal_hugging_face(family, tmp_path):
         assert row.count(old.cls_id) == 1 and row[0] == old.cls_id
 
 
-def test_cross_encoder_refuses_a_causal_family(tmp_path):
-    """Qwen3's attention is causal: its first token sees nothing of the pair."""
+def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
+    """Qwen3's attention is causal: its first token sees nothing of the pair, so the head
+    reads the last one (the template's closing <|endoftext|>, which sees both texts). The
+    score is the head on the backbone's last real position (computed here from the
+    keras-hub backbone's sequence output, either padding side); it trains (listwise, the
+    run's pipeline) and the cross_encoder SavedModel serves the same scores."""
+    import keras
+
     from hf_decoder_checkpoints import make_qwen3_embedding_dir
+
+    from tfsent.data.kinds import dataset_for_kind
+    from tfsent.encoders import load_encoder
+    from tfsent.formats.metadata import read_metadata
+    from tfsent.methods import CrossEncoder
+
+    keras.utils.set_random_seed(0)
+    encoder = load_encoder(make_qwen3_embedding_dir(str(tmp_path / "qwen3")),
+                           max_seq_length=32)
+    with pytest.raises(ConfigError, match=r"pooling='cls': a cross-encoder on qwen3 with "
+                                          r"causal attention scores the last token .*"
+                                          r"--config.pooling=last_token"):
+        CrossEncoder(encoder, train_pooling="cls")
+    model = CrossEncoder(encoder, seed=0)
+    assert (model.train_pooling, model.export_pooling, model.head_kind) == (
+        "last_token", "last_token", "linear")
+    queries = ["a query", "q", "a much longer query with many words", "a query"]
+    passages = ["its passage", "a passage that is rather long", "y", "another passage"]
+    features = encoder.tokenizer.tokenize_pairs(tf.constant(queries), tf.constant(passages))
+    mask = features["padding_mask"].numpy()
+    hidden = encoder.backbone({k: v for k, v in features.items()}, training=False)
+    hidden = keras.ops.convert_to_numpy(hidden)
+    last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)  # last real position
+    assert len(set(mask.sum(1))) > 1 and (features["token_ids"].numpy()[
+        np.arange(4), last] == encoder.tokenizer.sep_id).all()
+    kernel, bias = (w.numpy() for w in model.score_head.weights)
+    want = hidden[np.arange(4), last] @ kernel[:, 0] + bias[0]
+    got = model.score(queries, passages, batch_size=2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert got[0] != got[3]  # one query, two passages: the score reads the passage
+
+    rows = _toy_rows(n=8, negatives=1)
+    ds = dataset_for_kind("cross_pairs", rows, encoder.tokenizer, 8, seed=0)
+    batch = next(iter(ds))
+    before = float(model.compute_losses(batch, training=False)[0])
+    model.compile(optimizer=keras.optimizers.AdamW(3e-3), jit_compile=False)
+    model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
+    after = float(model.compute_losses(batch, training=False)[0])
+    assert after < 0.5 * before, (before, after)
+
+    model.save(str(tmp_path / "ce.keras"))
+    again = keras.saving.load_model(str(tmp_path / "ce.keras"))
+    assert again.train_pooling == "last_token"
+    np.testing.assert_allclose(again.score(queries, passages), model.score(queries, passages),
+                               atol=1e-6)
+    version = model.export(str(tmp_path / "ce"), format="cross_encoder")
+    assert read_metadata(version)["pooling"] == "last_token"
+    served = tf.saved_model.load(version).signatures["score"]
+    got = served(queries=tf.constant(queries), passages=tf.constant(passages))["score"]
+    np.testing.assert_allclose(got.numpy(), model.score(queries, passages), atol=1e-5)
+    with pytest.raises(ConfigError, match="qwen3 family cannot be exported as "
+                                          "cross_encoder_hf"):
+        model.export(str(tmp_path / "hf"), format="cross_encoder_hf")
+
+
+def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
+    """EmbeddingGemma's attention is bidirectional: the head reads the first token, and the
+    cross_encoder SavedModel (its SentencePiece pair template in the graph) serves the
+    scores of `score`."""
+    from hf_decoder_checkpoints import make_embeddinggemma_dir
 
     from tfsent.encoders import load_encoder
     from tfsent.methods import CrossEncoder
 
-    encoder = load_encoder(make_qwen3_embedding_dir(str(tmp_path / "qwen3")))
-    with pytest.raises(ConfigError, match="a qwen3 model with causal attention.*"
-                                          "bidirectional attention: bert, .*gemma3"):
-        CrossEncoder(encoder)
+    encoder = load_encoder(make_embeddinggemma_dir(str(tmp_path / "gemma3")),
+                           max_seq_length=32)
+    model = CrossEncoder(encoder, seed=0)
+    assert model.train_pooling == "cls"
+    queries, passages = ["a query", "q", "a query"], ["its passage", "y", "another one"]
+    version = model.export(str(tmp_path / "ce"), format="cross_encoder")
+    served = tf.saved_model.load(version).signatures["score"]
+    got = served(queries=tf.constant(queries), passages=tf.constant(passages))["score"]
+    np.testing.assert_allclose(got.numpy(), model.score(queries, passages), atol=1e-5)
 
 
 def test_longest_first_lengths_by_hand():

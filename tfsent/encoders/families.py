@@ -207,9 +207,10 @@ _ROBERTA = Family(
     hf_sequence_classification=("RobertaForSequenceClassification", "dense_tanh"))
 
 # What the families keras-hub runs export as (ONNX: not yet; tfsent's ONNX writer builds
-# post-LayerNorm encoder graphs only, docs/families.md).
+# post-LayerNorm encoder graphs only, docs/families.md); cross_encoder: a reranker on them
+# (no Hugging Face head mapping: cross_encoder_hf is refused).
 _DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface", "litert",
-                           "keras_hub")
+                           "keras_hub", "cross_encoder")
 
 TABLE = {
     "bert": Family(

@@ -336,6 +336,8 @@ def _cross_encoder_parts(model, entry, options):
                           f"it exports as {' or '.join(pair_formats)}")
     if is_cross:
         options = {**options, "head": options.get("head") or model.score_head}
+        if "pooling" in entry.options() and not options.get("pooling"):
+            options["pooling"] = model.train_pooling  # the token its head reads
         model = model.encoder
     return model, options
 

@@ -7,7 +7,7 @@ and warm-up requests, `batching_parameters.txt`). Signatures:
       `serving_default`): the relevance logit of each (query, passage) pair: the pair
       tokenized in the graph in the family's template (`tokenize_pairs`, longest-first
       truncation to `max_seq_length`), the encoder's first-token representation (`cls`
-      pooling), the score head Dense(1);
+      pooling; on a causal decoder the last token's, `last_token`), the score head;
   count_pair_tokens(queries, passages) -> {token_count: int32[N]}: each pair's tokens as
       `score` tokenizes it (template and truncation included), for clients that batch
       pairs by token count (`tfsent.serving.ServedCrossEncoder`).
@@ -34,8 +34,9 @@ _PAIR = [tf.TensorSpec([None], tf.string, name="queries"),
 class ScoringModule(tf.Module):
     """The saved tf.Module: pair tokenizer + encoder forward + score head."""
 
-    def __init__(self, encoder, head, max_seq_length=None):
+    def __init__(self, encoder, head, max_seq_length=None, pooling="cls"):
         super().__init__()
+        self.pooling = pooling
         # Kept out of the object graph (see saved_model.ServingModule): the functions read
         # `tf_variables`, which TF Serving's saver_def restore reaches.
         object.__setattr__(self, "encoder", encoder)
@@ -48,7 +49,7 @@ class ScoringModule(tf.Module):
     def score(self, queries, passages):
         """Signature `score`: (query, passage) strings -> relevance logits."""
         features = self.tokenizer.tokenize_pairs(queries, passages)
-        pooled = self.encoder(features, training=False, pooling="cls")["embedding"]
+        pooled = self.encoder(features, training=False, pooling=self.pooling)["embedding"]
         return {"score": tf.cast(self.head(pooled)[:, 0], tf.float32)}
 
     @tf.function(input_signature=_PAIR)
@@ -60,9 +61,15 @@ class ScoringModule(tf.Module):
 
 
 def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=None,
-                         max_seq_length=None):
-    """Writes the cross-encoder (`encoder` + the score `head`, a Dense(1)) as SavedModel
-    version `version` (default: next) under `export_dir`; returns the version's path."""
+                         max_seq_length=None, pooling="cls"):
+    """Writes the cross-encoder (`encoder` + the score `head`, a Dense(1) or the family's
+    classification head, on the `pooling` token: `cls`, or `last_token` for a causal
+    decoder) as SavedModel version `version` (default: next) under `export_dir`; returns
+    the version's path."""
+    if pooling not in ("cls", "last_token"):
+        raise ConfigError(f"format cross_encoder: pooling={pooling!r}; a cross-encoder "
+                          "scores the first token (cls) or, on a causal decoder, the last "
+                          "(last_token)")
     if head is None:
         raise ConfigError("format cross_encoder: needs the score head of a cross-encoder "
                           "(export a tfsent.methods.CrossEncoder: model.export(DIR, "
@@ -70,8 +77,8 @@ def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=
     if encoder.tokenizer is None:
         raise ConfigError("cannot export an encoder without a tokenizer")
     final = new_version_path(export_dir, version)
-    module = ScoringModule(encoder, head, max_seq_length)
-    meta = export_metadata("cross_encoder", encoder, "cls", module.tokenizer.max_seq_length,
+    module = ScoringModule(encoder, head, max_seq_length, pooling)
+    meta = export_metadata("cross_encoder", encoder, pooling, module.tokenizer.max_seq_length,
                            head, hidden_dim=encoder.hidden_dim, signature="score")
     texts = np.array([s.encode("utf-8") for s in tf_serving.WARMUP_SENTENCES], dtype=object)
     warmup = [(signature, {"queries": texts[:n], "passages": texts[::-1][:n]})
@@ -108,6 +115,7 @@ def scoring_module(reranker, max_seq_length=None, option="reranker"):
     if isinstance(reranker, (str, os.PathLike)):
         return tf.saved_model.load(cross_encoder_export_path(reranker, option))
     if hasattr(reranker, "score_head") and hasattr(reranker, "encoder"):
-        return ScoringModule(reranker.encoder, reranker.score_head, max_seq_length)
+        return ScoringModule(reranker.encoder, reranker.score_head, max_seq_length,
+                             reranker.train_pooling)
     raise ConfigError(f"{option}: expected a tfsent.methods.CrossEncoder or the path of its "
                       f"cross_encoder export, got {type(reranker).__name__}")

@@ -31,6 +31,16 @@ LINEAR_HEAD = "linear"
 HEADS = (LINEAR_HEAD,) + tuple(families.CLASSIFICATION_HEADS)
 
 
+def pair_pooling(encoder):
+    """The token a cross-encoder on `encoder` scores: the first (`cls`) where attention is
+    bidirectional, the last (`last_token`: the pair template's closing end-of-sequence
+    token, the only one that sees the whole pair) where it is causal (qwen3; gemma3
+    without use_bidirectional_attention)."""
+    causal = families.TABLE[encoder.family].attention == "causal" or not getattr(
+        encoder.backbone, "use_bidirectional_attention", True)
+    return "last_token" if causal else "cls"
+
+
 def family_head(family):
     """The score head kind a `family` cross-encoder gets by default (its Hugging Face
     *ForSequenceClassification head, else "linear")."""
@@ -89,7 +99,9 @@ def load_teacher(teacher, encoder, option="teacher"):
 class CrossEncoder(SentenceMethod):
     """The encoder on the joint pair input `[CLS] query [SEP] passage [SEP]` (the family's
     pair template, `tokenizers.tokenize_pairs`) -> first-token representation (`cls`
-    pooling: through the pooler Dense(H, tanh) where the family has one) -> the family's
+    pooling: through the pooler Dense(H, tanh) where the family has one; on a causal
+    decoder, qwen3 or gemma3 without bidirectional attention, the last token's,
+    `last_token` pooling: the template's closing end-of-sequence token) -> the family's
     Hugging Face sequence-classification head with one label (`head`,
     families.CLASSIFICATION_HEADS; docs/families.md): BERT dropout -> Dense(1); RoBERTa,
     XLM-R dropout -> Dense(H, tanh) -> dropout -> Dense(1); DistilBERT Dense(H, ReLU) ->
@@ -109,7 +121,8 @@ class CrossEncoder(SentenceMethod):
         teacher: loss "margin_mse": the teacher, a CrossEncoder or its `.keras` file, with
             the student's tokenizer (not tracked: never trained or saved with the student;
             a student loaded from a file has none until `teacher` is set). "": none.
-        train_pooling, export_pooling: must be "cls" (the head reads the first token).
+        train_pooling, export_pooling: None, or the token the head reads (`pair_pooling`):
+            "cls" (bidirectional attention), "last_token" (causal).
         seed: seed of the head's dropout stream.
         head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
             the `cls` pooling, the head of cross-encoders saved before the heads followed
@@ -124,21 +137,21 @@ class CrossEncoder(SentenceMethod):
     # retriever's dev top N (tfsent.training.rerank_dev) and exports format cross_encoder.
     dev_selection = "reranked"
 
-    def __init__(self, encoder, loss="listwise", train_pooling="cls", export_pooling=None,
+    def __init__(self, encoder, loss="listwise", train_pooling=None, export_pooling=None,
                  seed=None, teacher=None, head=None, **kwargs):
+        pooling = pair_pooling(encoder)
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
-            if value not in (None, "cls"):
-                raise ConfigError(f"{name}={value!r}: a cross-encoder scores the first "
-                                  "token's representation; use cls")
-        if families.TABLE[encoder.family].attention == "causal" or not getattr(
-                encoder.backbone, "use_bidirectional_attention", True):
+            if value in (None, pooling):
+                continue
+            if pooling == "cls":
+                raise ConfigError(f"{name}={value!r}: a cross-encoder on {encoder.family} "
+                                  "(bidirectional attention) scores the first token's "
+                                  "representation; use cls")
             raise ConfigError(
-                f"a cross-encoder on a {encoder.family} model with causal attention: the "
-                "first token, which the score head reads, sees nothing of the pair (every "
-                "pair would get one score); families with bidirectional attention: "
-                + ", ".join(f for f, r in families.TABLE.items() if r.attention != "causal")
-                + " (gemma3 with use_bidirectional_attention)")
-        super().__init__(encoder, "cls", "cls", **kwargs)
+                f"{name}={value!r}: a cross-encoder on {encoder.family} with causal "
+                "attention scores the last token (the first sees nothing of the pair: every "
+                "pair would get one score); use last_token (--config.pooling=last_token)")
+        super().__init__(encoder, pooling, pooling, **kwargs)
         self.loss_name = LOSS.check("loss", loss)
         self.seed = seed
         teacher = load_teacher(teacher, encoder)
@@ -171,7 +184,7 @@ class CrossEncoder(SentenceMethod):
 
     def call(self, inputs, training=False):
         """(B,) float32 relevance logits of tokenized pair features."""
-        x = self.encoder(inputs, training=training, pooling="cls")["embedding"]
+        x = self.encoder(inputs, training=training, pooling=self.train_pooling)["embedding"]
         record = families.CLASSIFICATION_HEADS.get(self.head_kind)
         layers = getattr(self.score_head, "layers", [self.score_head])
         if record is None or record.dropout_first:
@@ -234,12 +247,15 @@ class CrossEncoder(SentenceMethod):
         (`tfsent.formats.cross_encoder_hf`: a Hugging Face sequence-classification folder
         for sentence-transformers' CrossEncoder); `kwargs` go to its writer
         (`max_seq_length`, `metadata`, `version`). Returns the path written."""
-        if not formats.get_format(format, "format").scores_pairs:
+        entry = formats.get_format(format, "format")
+        if not entry.scores_pairs:
             raise ConfigError(f"format={format!r}: a cross-encoder exports as "
                               "format='cross_encoder' or 'cross_encoder_hf' (it has no "
                               "sentence embeddings)")
-        defaults = {"head": self.score_head, "metadata": {"method": type(self).__name__,
-                                                          "loss": self.loss_name}}
+        defaults = {"head": self.score_head,
+                    "metadata": {"method": type(self).__name__, "loss": self.loss_name}}
+        if "pooling" in entry.options():  # the SavedModel's (the HF head reads cls only)
+            defaults["pooling"] = self.train_pooling
         return formats.keras_export(self.encoder, filepath, format, verbose,
                                     input_signature, defaults, kwargs)
 
@@ -315,9 +331,10 @@ def _score_functions(model, tokenizer):
 
 
 def _validate(config):
-    if config.get("pooling", "cls") != "cls":
+    if config.get("pooling", "cls") not in ("cls", "last_token"):
         raise ConfigError(f"pooling={config['pooling']!r}: the cross_encoder method scores "
-                          "the first token's representation; use pooling=cls")
+                          "the first token's representation (cls), or the last token's on "
+                          "a causal decoder (last_token)")
     check_bi_encoder(config.get("retriever"), "retriever",
                      hint=": the dev top N comes from a bi-encoder's search")
     if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):
