@@ -155,6 +155,8 @@ def test_poolings_head_and_normalized_output(hf_checkpoint_dirs, tmp_path):
         assert _cos(emb, ref).min() >= FP32_MIN, pooling
         np.testing.assert_allclose(normalized, ref / np.linalg.norm(ref, axis=1,
                                                                     keepdims=True), atol=1e-5)
+        empty = {name: np.zeros((0, 0), np.int64) for name in feeds}  # an empty batch
+        assert session.run(["embedding"], empty)[0].shape == (0, encoder.hidden_dim), pooling
     # A head (a method's export head: Dense layers) on the pooled embedding.
     import keras
 

@@ -206,7 +206,11 @@ def _pool(g, pooling, states, mask_3d, encoder):
     `mask_3d`: (B, L, 1) float, without the first position for mean_no_cls)."""
     last = states[-1]
     if pooling in ("cls", "cls_before_pooler"):
-        first = g.op("Gather", [last, g.const("zero", 0, np.int64)], axis=1)
+        # The first position as a sum over positions [0, 1): Gather of index 0 fails on a
+        # (0, 0) batch, whose padded width is 0 (this gives (0, H), as the SavedModel).
+        first = g.op("ReduceSum", [g.op("Slice", [
+            last, g.const("zero_i", [0], np.int64), g.const("one_i", [1], np.int64),
+            g.const("axis", [1], np.int64)]), g.const("axis", [1], np.int64)], keepdims=0)
         pooler = encoder.pooler_dense
         if pooling == "cls_before_pooler" or pooler is None:
             return first
