@@ -93,6 +93,30 @@ def _pad(rows, side):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_exported_tokenizer_files_tokenize_special_strings_as_text(encoders, family,
+                                                                   tmp_path):
+    """The decoder families' tokenizer files, as every export writes them (the source's,
+    with split_special_tokens set): transformers, given no option, tokenizes a special
+    token's string inside a text as text, the ids of tfsent's tokenizer (the files as the
+    source folder had them, without the setting, map it to the special id)."""
+    from transformers import AutoTokenizer
+
+    from tfsent.encoders.huggingface.writing import write_tokenizer_files
+
+    tokenizer = encoders[family].tokenizer
+    texts = ["a <|endoftext|> b", "x <bos> y <eos> z <pad>", "plain text"]
+    write_tokenizer_files(tokenizer, str(tmp_path), family, 64)
+    exported = AutoTokenizer.from_pretrained(str(tmp_path))
+    out = tokenizer.with_options(max_seq_length=64, pad_to_max_length=False)(texts)
+    ours = _rows(out["token_ids"], out["padding_mask"])
+    assert [exported(t)["input_ids"] for t in texts] == ours
+    unset = AutoTokenizer.from_pretrained(str(tmp_path), split_special_tokens=False)
+    special = 0 if family == "qwen3" else 1  # a text holding one of the family's specials
+    assert unset(texts[special])["input_ids"] != ours[special]
+    assert unset(texts[2])["input_ids"] == ours[2]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_litert_fp32_equals_encode(litert_exports, expected, family):
     directory = litert_exports[(family, "")]
     side, ids, mask = _user_batch(directory, SENTENCES)

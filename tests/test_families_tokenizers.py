@@ -99,7 +99,8 @@ def test_xlmr_equals_sentencepiece_library(hf_checkpoint_dirs, tokenizers_by_fam
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_special_token_strings_are_text(family, hf_checkpoint_dirs, tokenizers_by_family):
+def test_special_token_strings_are_text(family, hf_checkpoint_dirs, tokenizers_by_family,
+                                        tmp_path):
     """A special token's string inside the text is text to tfsent: the same ids as Hugging
     Face with split_special_tokens=True (without it, HF maps the string to the special id)."""
     reference = hf_tokenizer(hf_checkpoint_dirs[family])
@@ -117,6 +118,18 @@ def test_special_token_strings_are_text(family, hf_checkpoint_dirs, tokenizers_b
         assert got == want
     special = texts[0] if family in ("roberta", "xlm-roberta") else texts[1]
     assert reference(special)["input_ids"] != ours[texts.index(special)]
+    # The tokenizer files tfsent exports set split_special_tokens: transformers, loading
+    # them with no option, tokenizes such text as tfsent does (XLM-R's fast tokenizer
+    # ignores the setting: it keeps mapping the strings to the special ids).
+    from tfsent.encoders.huggingface.writing import write_tokenizer_files
+
+    write_tokenizer_files(tokenizers_by_family[family], str(tmp_path), family, MAX_LEN)
+    exported = hf_tokenizer(str(tmp_path))
+    for text, got in zip(texts, ours):
+        if family != "xlm-roberta":
+            assert exported(text)["input_ids"] == got, text
+    assert (exported(special)["input_ids"] == ours[texts.index(special)]) == (
+        family != "xlm-roberta")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -107,6 +107,14 @@ def wordpiece_tokenizer_json(tokenizer):
     }
 
 
+# Every tokenizer_config.json tfsent writes sets `split_special_tokens`: a special token's
+# string inside a text ("[SEP]", "<|endoftext|>") is tokenized as text, as tfsent's own
+# tokenizers do in training and in the SavedModel; transformers (and sentence-transformers
+# through it) maps such a string to the special id without it. (Hugging Face's fast XLM-R
+# tokenizer ignores the setting: docs/families.md.)
+SPLIT_SPECIAL_TOKENS = True
+
+
 def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
     """Hugging Face tokenizer files of a tfsent tokenizer: the vocabulary files,
     tokenizer_config.json (casing / accents as the tfsent tokenizer applies them) and
@@ -147,6 +155,7 @@ def write_tokenizer_files(tokenizer, directory, family, max_seq_length):
                     "mask_token": "<mask>"}
         config = {"tokenizer_class": tokenizer_class, **specials}
     config["model_max_length"] = int(max_seq_length)
+    config["split_special_tokens"] = SPLIT_SPECIAL_TOKENS
     write_json(os.path.join(directory, "tokenizer_config.json"), config)
     write_json(os.path.join(directory, "special_tokens_map.json"), specials)
 
@@ -164,6 +173,7 @@ def write_kept_tokenizer_files(tokenizer, directory, family, max_seq_length):
                           "sentence-transformers folder and export that")
     settings = json.loads(kept.pop("tokenizer_config.json", "{}"))
     settings["model_max_length"] = int(max_seq_length)
+    settings["split_special_tokens"] = SPLIT_SPECIAL_TOKENS
     settings.setdefault("tokenizer_class", families.TABLE[family].hf_tokenizer_class)
     for name, text in kept.items():
         with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
