@@ -48,6 +48,10 @@ def test_header_rows_are_skipped(tmp_path):
     assert readers.read_triplets_tsv(mined) == [("q", "p", "n1", "n2")]
     two = _write(tmp_path, "pairs.tsv", "sentence_a\tsentence_b\na\tb\n")
     assert readers.read_pair_file(two) == [("a", "b")]
+    twice = _write(tmp_path, "twice.tsv", "sentence_a\tsentence_b\nSentence_A\tsentence_b\n")
+    assert readers.read_pair_file(twice) == [("Sentence_A", "sentence_b")]
+    twice = _write(tmp_path, "twice.tsv", "premise\tentailment\tcontradiction\n" * 2)
+    assert readers.read_triplets_tsv(twice) == [("premise", "entailment", "contradiction")]
     two = _write(tmp_path, "anchors.tsv", "\nanchor\tpositive\nq\td\n")
     assert mined_files.read_pairs(two) == [("q", "d")]
     scored = _write(tmp_path, "scored.tsv", "sentence1\tsentence2\tscore\na\tb\t4.5\n")

@@ -70,11 +70,12 @@ def read_tsv_rows(path, names, headers=()):
     """Rows of a tab-separated file with exactly len(names) non-empty columns, whitespace-
     normalised; blank lines skipped, and a first row that is one of `headers` (tuples of
     lower-case column names); a bad row raises InputError naming file and line."""
-    rows = []
+    rows, first = [], True
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        if not rows and header_row(line, headers):
+        first, is_first = False, first
+        if is_first and header_row(line, headers):
             logging.info("%s line %d is a header row (%s): skipped", path, number,
                          line.strip())
             continue
@@ -108,11 +109,12 @@ def read_triplets_tsv(path):
     --output_format=n-tuple` writes them): every row has the first row's width, N >= 1.
     An optional first row of column names (`TRIPLET_HEADERS`, or anchor, positive,
     negative_1..negative_N) is skipped."""
-    rows = []
+    rows, first = [], True
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip():
             continue
-        if not rows and (header_row(line, TRIPLET_HEADERS) or _ntuple_header(line)):
+        first, is_first = False, first
+        if is_first and (header_row(line, TRIPLET_HEADERS) or _ntuple_header(line)):
             logging.info("%s line %d is a header row (%s): skipped", path, number,
                          line.strip())
             continue
