@@ -141,6 +141,11 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
     assert again.train_pooling == "last_token"
     np.testing.assert_allclose(again.score(queries, passages), model.score(queries, passages),
                                atol=1e-6)
+    from tfsent import formats
+
+    with pytest.raises(ConfigError, match="pooling='cls': this cross-encoder's head reads "
+                                          "the last_token token"):
+        formats.export(model, str(tmp_path / "ce"), format="cross_encoder", pooling="cls")
     version = model.export(str(tmp_path / "ce"), format="cross_encoder")
     assert read_metadata(version)["pooling"] == "last_token"
     served = tf.saved_model.load(version).signatures["score"]

@@ -336,7 +336,10 @@ def _cross_encoder_parts(model, entry, options):
                           f"it exports as {' or '.join(pair_formats)}")
     if is_cross:
         options = {**options, "head": options.get("head") or model.score_head}
-        if "pooling" in entry.options() and not options.get("pooling"):
+        if options.get("pooling") not in (None, model.train_pooling):
+            raise ConfigError(f"pooling={options['pooling']!r}: this cross-encoder's head "
+                              f"reads the {model.train_pooling} token; leave pooling unset")
+        if "pooling" in entry.options():
             options["pooling"] = model.train_pooling  # the token its head reads
         model = model.encoder
     return model, options
