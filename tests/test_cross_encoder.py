@@ -92,7 +92,8 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
     reads the last one (the template's closing <|endoftext|>, which sees both texts). The
     score is the head on the backbone's last real position (computed here from the
     keras-hub backbone's sequence output, either padding side); it trains (listwise, the
-    run's pipeline) and the cross_encoder SavedModel serves the same scores."""
+    run's pipeline) and the cross_encoder SavedModel, loaded the TF Serving way in a
+    fresh process, serves the same scores."""
     import keras
 
     from hf_decoder_checkpoints import make_qwen3_embedding_dir
@@ -148,9 +149,7 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
         formats.export(model, str(tmp_path / "ce"), format="cross_encoder", pooling="cls")
     version = model.export(str(tmp_path / "ce"), format="cross_encoder")
     assert read_metadata(version)["pooling"] == "last_token"
-    served = tf.saved_model.load(version).signatures["score"]
-    got = served(queries=tf.constant(queries), passages=tf.constant(passages))["score"]
-    np.testing.assert_allclose(got.numpy(), model.score(queries, passages), atol=1e-5)
+    _check_served_the_tf_serving_way(model, version, queries, passages)
     with pytest.raises(ConfigError, match="qwen3 family cannot be exported as "
                                           "cross_encoder_hf"):
         model.export(str(tmp_path / "hf"), format="cross_encoder_hf")
@@ -158,8 +157,8 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
 
 def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
     """EmbeddingGemma's attention is bidirectional: the head reads the first token, and the
-    cross_encoder SavedModel (its SentencePiece pair template in the graph) serves the
-    scores of `score`."""
+    cross_encoder SavedModel (its SentencePiece pair template in the graph), loaded the
+    TF Serving way in a fresh process, serves the scores of `score`."""
     from hf_decoder_checkpoints import make_embeddinggemma_dir
 
     from tfsent.encoders import load_encoder
@@ -171,9 +170,7 @@ def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
     assert model.train_pooling == "cls"
     queries, passages = ["a query", "q", "a query"], ["its passage", "y", "another one"]
     version = model.export(str(tmp_path / "ce"), format="cross_encoder")
-    served = tf.saved_model.load(version).signatures["score"]
-    got = served(queries=tf.constant(queries), passages=tf.constant(passages))["score"]
-    np.testing.assert_allclose(got.numpy(), model.score(queries, passages), atol=1e-5)
+    _check_served_the_tf_serving_way(model, version, queries, passages)
 
 
 def test_longest_first_lengths_by_hand():
@@ -410,11 +407,38 @@ json.dump({"score": scores.tolist(), "warmup": warmup, "modules": mods}, sys.std
 """
 
 
-def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path):
+def _check_served_the_tf_serving_way(model, path, queries, passages):
+    """The cross_encoder SavedModel at `path`, loaded in a fresh process as TF Serving
+    loads it (TF1 session, no tfsent or keras-hub imported), scores as `model.score`;
+    its warm-up records replayed there: the model's scores, and the pair token counts
+    `score` pays (template, truncation)."""
     import json
     import os
     import subprocess
     import sys
+
+    r = subprocess.run([sys.executable, "-c", SCORE_SCRIPT, path, json.dumps(queries),
+                        json.dumps(passages)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["modules"] == []
+    np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
+    assert warmup_request_shapes(path) == [("score", 1), ("score", 8),
+                                           ("count_pair_tokens", 8)]
+    for record in out["warmup"]:
+        q, p = record["inputs"]["queries"], record["inputs"]["passages"]
+        if record["signature"] == "score":
+            np.testing.assert_allclose(record["outputs"]["score"], model.score(q, p),
+                                       atol=1e-4)
+        else:
+            mask = model.encoder.tokenizer.tokenize_pairs(tf.constant(q),
+                                                          tf.constant(p))["padding_mask"]
+            assert record["outputs"]["token_count"] == np.sum(mask.numpy(), 1).tolist()
+
+
+def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path):
+    import os
 
     from tfsent.formats import FORMATS, read_metadata
 
@@ -425,26 +449,7 @@ def test_score_saved_model_served_in_fresh_process(tiny_cross_encoder, tmp_path)
     path = model.export(str(tmp_path / "ce"))
     assert path.endswith(os.path.join("ce", "1"))
     assert read_metadata(path)["format"] == "cross_encoder"
-    r = subprocess.run([sys.executable, "-c", SCORE_SCRIPT, path, json.dumps(queries),
-                        json.dumps(passages)], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout)
-    assert out["modules"] == []
-    np.testing.assert_allclose(out["score"], model.score(queries, passages), atol=1e-4)
-    assert warmup_request_shapes(path) == [("score", 1), ("score", 8),
-                                           ("count_pair_tokens", 8)]
-    # The warm-up records replayed through the TF1 loader: the model's scores, and the
-    # pair token counts `score` pays (template, truncation).
-    for record in out["warmup"]:
-        q, p = record["inputs"]["queries"], record["inputs"]["passages"]
-        if record["signature"] == "score":
-            np.testing.assert_allclose(record["outputs"]["score"], model.score(q, p),
-                                       atol=1e-4)
-        else:
-            mask = model.encoder.tokenizer.tokenize_pairs(tf.constant(q),
-                                                          tf.constant(p))["padding_mask"]
-            assert record["outputs"]["token_count"] == np.sum(mask.numpy(), 1).tolist()
+    _check_served_the_tf_serving_way(model, path, queries, passages)
 
 
 def test_served_cross_encoder_batches_by_the_exports_pair_token_counts(tiny_cross_encoder,

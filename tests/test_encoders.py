@@ -41,6 +41,18 @@ def test_missing_short_name_package_prints_pip_line(monkeypatch):
 def test_preset_name_offline_is_a_clear_error():
     with pytest.raises(ConfigError, match="keras-hub preset"):
         load_encoder("no_such_preset_en")
+    # A misspelt name is found without a download attempt, with the close names.
+    with pytest.raises(ConfigError, match="not a folder, a short name .* nor a keras-hub "
+                                          "preset name .did you mean bert_base_en_uncased"):
+        load_encoder("bert_base_en_uncasd")
+
+
+def test_a_length_beyond_the_positions_is_a_warning(tiny_encoder_dir, absl_messages):
+    encoder = load_encoder(tiny_encoder_dir, max_seq_length=100000)
+    limit = encoder.clamp_length()
+    assert limit < 100000
+    assert any(f"max_seq_length 100000 is above the {limit} positions" in m
+               for m in absl_messages)
 
 
 def test_directory_that_is_not_an_encoder(tmp_path):

@@ -183,6 +183,20 @@ def test_check_new_file_refuses_existing_files_and_inputs(tmp_path):
     with pytest.raises(ConfigError, match="also an input"):
         fsio.check_new_file(str(existing), "--out", overwrite=True, inputs=[str(existing)])
     fsio.check_new_file(str(tmp_path / "new.tsv"), "--out")
+    # A folder is never a file to write, existing or not (a trailing separator).
+    for folder in (str(tmp_path), str(tmp_path / "newdir") + os.sep):
+        with pytest.raises(ConfigError, match="names a folder"):
+            fsio.check_new_file(folder, "--out", overwrite=True)
+    # A file inside an input folder (a BEIR folder, SentEval's data_dir) is the command's
+    # data: refused even with overwrite; a new file there is fine.
+    data = tmp_path / "data"
+    (data / "qrels").mkdir(parents=True)
+    (data / "qrels" / "test.tsv").write_text("q\td\t1\n")
+    with pytest.raises(ConfigError, match="also an input \\(a file of the folder"):
+        fsio.check_new_file(str(data / "qrels" / "test.tsv"), "--out", overwrite=True,
+                            input_dirs=[str(data)])
+    fsio.check_new_file(str(data / "results.json"), "--out", input_dirs=[str(data)])
+    fsio.check_new_file(str(tmp_path / "data2.json"), "--out", input_dirs=[str(data)])
 
 
 def test_write_file_atomic_replaces_whole_files(tmp_path):

@@ -205,10 +205,18 @@ def test_cli_refuses_bad_input_before_the_model_loads(tmp_path, beir_dir, absl_m
          "already exists; choose a new file or pass --overwrite"),
         ({"beir": beir_dir, "out": out, "query_chunk": 0}, ConfigError,
          "--query_chunk must be >= 1"),
+        ({"beir": beir_dir, "out": str(tmp_path), "overwrite": True}, ConfigError,
+         "names a folder"),
+        ({"beir": beir_dir, "out": str(tmp_path / "newdir") + "/"}, ConfigError,
+         "names a folder"),
+        ({"beir": beir_dir, "out": f"{beir_dir}/notes.tsv", "overwrite": True},
+         ConfigError, r"is also an input \(a file of the folder"),
     ]
+    open(os.path.join(beir_dir, "notes.tsv"), "w").close()  # the user's, in the folder
     for options, error, message in cases:
         with pytest.raises(error, match=message):
             _run(**options)
+    os.remove(os.path.join(beir_dir, "notes.tsv"))
     # qrels naming unknown ids: ignored with a warning (as the retrieval evaluation reads
     # them) when some rows are usable, refused when none is; a split with no positive.
     bad = write_beir(tmp_path / "bad", qrels=QRELS + [("q9", "d01", 1), ("q1", "d99", 1)])

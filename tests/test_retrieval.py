@@ -400,6 +400,18 @@ BAD_INPUT = [
     (["--tasks=beir:FOLDER", "--run_file=FOLDER/corpus.jsonl"], "is also an input"),
     (["--tasks=beir:FOLDER", "--run_file=OUT", "--output_json=OUT"], "both name"),
     (["--tasks=beir:FOLDER,STS12", "--data_dir=MISSING"], "is not a folder"),
+    # Outputs never replace what the evaluation reads, nor (without --overwrite) anything.
+    (["--tasks=beir:FOLDER", "--output_json=FOLDER/qrels/test.tsv", "--overwrite"],
+     "is also an input (a file of the folder"),
+    (["--tasks=STS12", "--data_dir=FOLDER", "--output_json=FOLDER/corpus.jsonl",
+      "--overwrite"], "is also an input (a file of the folder"),
+    (["--tasks=beir:FOLDER", "--quantize=int8", "--calibration_file=CAL", "--run_file=CAL",
+      "--overwrite"], "is also an input"),
+    (["--tasks=beir:FOLDER", "--output_json=CAL"], "already exists; choose a new file or "
+     "pass --overwrite"),
+    (["--tasks=beir:FOLDER", "--run_file=FOLDER"], "names a folder"),
+    (["--tasks=beir:FOLDER", "--output_json=NEWDIR/"], "names a folder"),
+    (["--tasks=beir:FOLDER", "--plots_dir=CAL"], "exists and is not a folder"),
 ]
 
 
@@ -414,7 +426,9 @@ def bad_input_runs(tmp_path_factory, tiny_encoder_dir):
     folder = tiny_beir(root / "tiny")
     subs = {"MISSING": str(root / "missing"), "FOLDER": folder,
             "NOWHERE": str(root / "nowhere"), "RUN": str(root / "run.trec"),
-            "OUT": str(root / "out.json")}
+            "OUT": str(root / "out.json"), "CAL": str(root / "calibration.txt"),
+            "NEWDIR": str(root / "newdir")}
+    (root / "calibration.txt").write_text("a sentence\nanother one\n")
     cases = []
     for args, _ in BAD_INPUT:
         for key, value in subs.items():

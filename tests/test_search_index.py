@@ -340,6 +340,9 @@ BAD_INPUT = [
     ("duplicate", "duplicate document _id 'x'"),
     ("quantize", "--quantize: 'int4' is not an index quantization"),
     ("truncate", "--truncate_dim must be >= 0, got -1"),
+    # TF Serving serves a folder's newest version: an index never lands among embeddings.
+    ("other_kind", "holds version 1 of a tf_saved_model export; a search_index export "
+                   "goes in a folder of its own"),
 ]
 
 
@@ -362,6 +365,11 @@ def bad_input_runs(tmp_path_factory, tiny_corpus):
             corpus = str(folder / "corpus.jsonl")
             with open(corpus, "w") as f:
                 f.write('{"_id": "x", "text": "a"}\n{"_id": "x", "text": "b"}\n')
+        elif case == "other_kind":
+            meta = folder / "export" / "1" / "assets.extra"
+            meta.mkdir(parents=True)
+            (meta / "tfsent_export.json").write_text('{"format": "tf_saved_model"}')
+            (folder / "export" / "1" / "saved_model.pb").write_bytes(b"an embedding model")
         else:
             extra = {"quantize": ["--quantize=int4"], "truncate": ["--truncate_dim=-1"]}[case]
         exports.append(folder / "export")
@@ -379,7 +387,11 @@ def test_cli_refuses_bad_input_before_loading_the_model(case, expected, bad_inpu
     r, export_dir = bad_input_runs[case]
     assert r.returncode == 2, r.stderr[-2000:]
     assert expected in r.stderr, r.stderr[-2000:]
-    assert not export_dir.exists()  # nothing written
+    if case == "other_kind":  # nothing written beside the version there
+        assert sorted(os.listdir(export_dir)) == ["1"]
+        assert sorted(os.listdir(export_dir / "1")) == ["assets.extra", "saved_model.pb"]
+    else:
+        assert not export_dir.exists()  # nothing written
 
 
 def test_library_refuses_an_existing_version_and_bad_embeddings(

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, TINY_RUN_FLAGS
 from tfsent import training
-from tfsent.errors import ConfigError
+from tfsent.errors import ConfigError, InputError
 from tfsent.formats.metadata import list_versions
 
 
@@ -85,6 +85,63 @@ def test_finished_differing_and_overwritten_runs(tmp_path, tiny_encoder_dir, cap
     assert not os.path.exists(os.path.join(out, "export_onnx"))
     stored = json.load(open(os.path.join(out, "config.json")))
     assert stored["learning_rate"] == 0.01
+    # --overwrite with a run that cannot start (a misspelt encoder name, a folder that is
+    # no encoder, a max_seq_length beyond the positions) removes nothing of the earlier run.
+    before = sorted(os.listdir(out))
+    not_an_encoder = tmp_path / "notes"
+    not_an_encoder.mkdir()
+    (not_an_encoder / "todo.txt").write_text("x")
+    for encoder, extra, message in [
+            ("minilm-l66", [], "not a folder, a short name .*did you mean minilm-l6"),
+            (str(not_an_encoder), [], "not an encoder directory"),
+            (tiny_encoder_dir, ["max_seq_length=100000"], "max_seq_length=100000: encoder "
+             ".* has \\d+ positions")]:
+        with pytest.raises((ConfigError, InputError), match=message):
+            training.run("simcse_unsup", _config(encoder, *extra), out, overwrite=True)
+        assert sorted(os.listdir(out)) == before
+        assert json.load(open(os.path.join(out, "config.json")))["learning_rate"] == 0.01
+    # ... nor does it leave anything in a new folder, so the corrected command runs there.
+    fresh = tmp_path / "fresh"
+    with pytest.raises(InputError, match="not an encoder directory"):
+        training.run("simcse_unsup", _config(str(not_an_encoder)), str(fresh))
+    assert not fresh.exists() or not os.listdir(fresh)
+
+
+def test_a_folder_with_only_an_earlier_attempts_config_is_a_new_run(tmp_path):
+    """An attempt that stopped before training (e.g. its dev data failed) left config.json
+    only: a corrected command (another config) starts there without --overwrite."""
+    from tfsent.training.run_dir import prepare_run_dir
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"method": "simcse_unsup", "train_data": "a.txt", "learning_rate": 0.1}))
+    assert prepare_run_dir(str(tmp_path), {"method": "simcse_unsup", "train_data": "b.txt",
+                                           "learning_rate": 0.01}) == "new"
+    assert prepare_run_dir(str(tmp_path), {"method": "simcse_unsup", "train_data": "a.txt",
+                                           "learning_rate": 0.1}) == "resume"  # the same
+    (tmp_path / "tb").mkdir()  # once it trained, another config is refused again
+    with pytest.raises(ConfigError, match="holds a run with another config"):
+        prepare_run_dir(str(tmp_path), {"method": "simcse_unsup", "train_data": "b.txt"})
+    # --overwrite only says so: the caller removes the run once it can start.
+    assert prepare_run_dir(str(tmp_path), {"method": "simcse_unsup"}, overwrite=True) == \
+        "overwrite"
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "tb"]
+
+
+def test_test_tasks_are_checked_before_training(tmp_path, tiny_encoder_dir):
+    """A bad test_tasks is refused with the config, or (no eval_data_dir: a recipe leaves
+    it to the command line) when the run starts, before anything is written; not found
+    after training (or skipped)."""
+    for extra, message in [
+            (["test_tasks=STS99", f"eval_data_dir={tmp_path}"],
+             "test_tasks='STS99': unknown task 'STS99'"),
+            ([f"test_tasks=beir:{tmp_path / 'missing'}"], "test_tasks='beir:.*not a folder")]:
+        with pytest.raises(ConfigError, match=message):
+            _config(tiny_encoder_dir, *extra)
+    _config(tiny_encoder_dir, "test_tasks=sts", f"eval_data_dir={tmp_path}")
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match="test_tasks='sts' needs eval_data_dir"):
+        training.run("simcse_unsup", _config(tiny_encoder_dir, "test_tasks=sts"), str(out))
+    assert not out.exists()
 
 
 def test_empty_training_data_is_refused_before_anything_is_written(tmp_path,

@@ -12,7 +12,8 @@ STSBenchmark, SICKRelatedness, MR, CR, SUBJ, MPQA, SST2, TREC, MRPC, the groups 
 nDCG@10, MRR@10, Recall@10/@100, MAP@100, x100, trec_eval's definitions; --run_file writes
 the top 100 of each query as a TREC run, or JSON when it ends with .json). Prints a table
 like the papers' (with Avg.) and writes JSON mapping each task to an object whose
-"spearman" (x100), "acc" or "ndcg@10" is the reported figure.
+"spearman" (x100), "acc" or "ndcg@10" is the reported figure. --output_json and --run_file
+are new files unless --overwrite, and never a file the evaluation reads.
 
 --rerank=CE --rerank_top=N (beir: tasks only): the top N of the retriever's search
 reordered by a cross-encoder (an export folder, as --model takes, or a CrossEncoder .keras
@@ -31,18 +32,17 @@ STS scatters, a random-pair cosine histogram and the alignment/uniformity plane;
 """
 
 import json
-import os
 
 from absl import flags
 
 from tfsent import cli, fsio, plots
-from tfsent.errors import ConfigError
 from tfsent.evaluation import resolve_tasks
 from tfsent.evaluation.rerank import (check_rerank, check_retriever, evaluate_reranked_tasks,
                                       load_reranker)
 from tfsent.evaluation.retrieval import check_tasks
-from tfsent.evaluation.runner import (MemoEncoder, check_run_files, evaluate_encoder,
-                                      evaluation_next_steps, evaluation_prompts,
+from tfsent.evaluation.runner import (MemoEncoder, check_evaluation_files,
+                                      evaluate_encoder, evaluation_next_steps,
+                                      evaluation_prompts,
                                       full_width_for, model_label, parse_variants)
 from tfsent.serving import load_any
 
@@ -61,18 +61,16 @@ def _evaluate_from_flags():
     retrieval = check_tasks(tasks)
     check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
                  FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize))
-    inputs = [FLAGS.model, FLAGS.compare_model, FLAGS.rerank]
-    run_files = check_run_files(FLAGS.run_file, retrieval, inputs, FLAGS.output_json)
+    run_files = check_evaluation_files(
+        FLAGS.output_json, FLAGS.run_file, FLAGS.overwrite,
+        [FLAGS.model, FLAGS.compare_model, FLAGS.rerank], FLAGS.calibration_file,
+        FLAGS.data_dir, tasks, retrieval)
     if FLAGS.plots_dir:
+        plots.check_plots_dir(FLAGS.plots_dir)
         plots.require_matplotlib()  # fail before any encoding when the extra is missing
-    if len(retrieval) < len(tasks) and not os.path.isdir(FLAGS.data_dir):
-        raise ConfigError(f"--data_dir={FLAGS.data_dir} is not a folder (the SentEval "
-                          f"data/downstream folder; tools/download_data.py fetches it)")
     dims, quantizations, calibration = parse_variants(
         FLAGS.truncate_dim, FLAGS.dims, FLAGS.quantize, FLAGS.calibration_file)
     full_width = full_width_for(FLAGS.truncate_dim, FLAGS.dims)  # the flags' sizes: of all
-    if FLAGS.output_json:
-        fsio.check_new_file(FLAGS.output_json, "--output_json", overwrite=True, inputs=inputs)
     models = [FLAGS.model] + ([FLAGS.compare_model] if FLAGS.compare_model else [])
     for name, flag in zip(models, ("--model", "--compare_model")):
         check_retriever(name, flag)
@@ -98,15 +96,15 @@ def _evaluate_from_flags():
             run_files if i == 0 else None,  # --run_file: --model's (first variant's) run
             prompts, dims, quantizations, calibration,
             "--truncate_dim" if FLAGS.truncate_dim else "--dims")
-    if FLAGS.plots_dir:
-        plots.write_plots(encoders, FLAGS.data_dir, tasks, FLAGS.plots_dir)
     for label in all_results:
         if len(all_results) > 1:
             print(label)
         print(tables[label])
-    if FLAGS.output_json:
+    if FLAGS.output_json:  # the results are kept before the plots are drawn
         fsio.write_file_atomic(FLAGS.output_json, json.dumps(
             next(iter(all_results.values())), indent=2, sort_keys=True))
+    if FLAGS.plots_dir:
+        plots.write_plots(encoders, FLAGS.data_dir, tasks, FLAGS.plots_dir)
     cli.print_next_steps(evaluation_next_steps(FLAGS.model, retrieval, FLAGS.rerank,
                                                FLAGS.output_json))
 
@@ -118,7 +116,10 @@ def _define_flags():
     flags.DEFINE_string("tasks", "sts", "Comma-separated task names or groups (sts, "
                         "transfer), and retrieval tasks beir:DIR[:SPLIT] (split default test).")
     flags.DEFINE_enum("mode", "test", ["test", "fasttest"], "Transfer protocol: 10 or 5 folds.")
-    flags.DEFINE_string("output_json", None, "Where to write the results.")
+    flags.DEFINE_string("output_json", None, "Where to write the results (a new file, "
+                        "unless --overwrite).")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_json / --run_file "
+                      "(never a file the evaluation reads).")
     flags.DEFINE_bool("skip_missing", False, "Skip (with a warning) tasks whose data folder "
                       "is absent, e.g. --tasks=sts on a copy without STS13-16.")
     flags.DEFINE_string("plots_dir", None, "Write diagnostic PNGs here (needs tfsent[plots]).")

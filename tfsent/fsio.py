@@ -261,15 +261,26 @@ def _check_replaceable(target, purpose, replace):
     replace(target)
 
 
-def check_new_file(path, flag, overwrite=False, inputs=()):
-    """Refuses to write `path` when it exists (unless `overwrite`) or when it is one of
-    `inputs` (never, whatever `overwrite` says). `flag` names the option in the message."""
+def check_new_file(path, flag, overwrite=False, inputs=(), input_dirs=()):
+    """Refuses to write the file `path` when it names a folder (an existing one, or a
+    path ending in a separator), when it exists (unless `overwrite`), when it is one of
+    `inputs`, or when it is an existing file inside one of the folders `input_dirs` (the
+    command's data: never replaced, whatever `overwrite` says). `flag` names the option
+    in the message."""
     path = os.fspath(path)
+    if path.endswith((os.sep, "/")) or os.path.isdir(path):
+        raise ConfigError(f"{flag}={path} names a folder; give the path of a file")
     real = os.path.realpath(path)
     for source in inputs:
         if source and os.path.exists(source) and os.path.realpath(source) == real:
             raise ConfigError(f"{flag}={path} is also an input ({source}); write the output "
                               f"to another file")
+    if os.path.lexists(path):
+        for folder in input_dirs:
+            if folder and os.path.isdir(folder) and real.startswith(
+                    os.path.join(os.path.realpath(folder), "")):
+                raise ConfigError(f"{flag}={path} is also an input (a file of the folder {folder}); "
+                                  f"write the output to another file")
     if os.path.lexists(path) and not overwrite:
         raise ConfigError(f"{flag}={path} already exists; choose a new file or pass "
                           f"--overwrite to replace it")

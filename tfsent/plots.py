@@ -36,6 +36,13 @@ def require_matplotlib():
     return plt
 
 
+def check_plots_dir(plots_dir):
+    """ConfigError when --plots_dir exists and is not a folder (checked before any
+    encoding, so an evaluation's results are never lost to a bad plots path)."""
+    if os.path.exists(plots_dir) and not os.path.isdir(plots_dir):
+        raise ConfigError(f"--plots_dir={plots_dir} exists and is not a folder")
+
+
 def _save(fig, path):
     """Lays out, writes `fig` to `path` atomically (temporary name, then rename), closes it."""
     try:

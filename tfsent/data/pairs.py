@@ -26,13 +26,11 @@ import os
 from absl import logging
 
 from tfsent.data import beir, readers, sources
-from tfsent.data.textio import read_json_lines, read_lines
+from tfsent.data.textio import is_jsonl, read_json_lines, read_lines
 from tfsent.errors import InputError
 
 
-def column_names(width):
-    """anchor, positive, negative_1 .. negative_{width - 2}."""
-    return ["anchor", "positive"] + [f"negative_{i}" for i in range(1, width - 1)]
+column_names = readers.ntuple_column_names  # anchor, positive, negative_1 ..
 
 
 def _describe(width):
@@ -130,7 +128,7 @@ def read_training_pairs(source, split="train", hard_negatives=True):
     if sources.is_beir(source):
         directory, beir_split = sources.parse_beir(source, default_split="train")
         rows = beir.read_training_pairs(directory, beir_split)
-    elif _is_jsonl(source) and not os.path.isdir(source):
+    elif is_jsonl(source) and not os.path.isdir(source):
         if not _is_pairs_jsonl(source):
             return read_nli_as_pairs(source, split, hard_negatives)
         rows = read_pairs_jsonl(source)
@@ -144,10 +142,6 @@ def read_training_pairs(source, split="train", hard_negatives=True):
                      len(rows[0]) - 2, source)
         rows = [row[:2] for row in rows]
     return rows
-
-
-def _is_jsonl(path):
-    return path.lower().endswith(".jsonl")
 
 
 def _is_pairs_jsonl(path):

@@ -13,7 +13,7 @@ from absl import logging
 
 from tfsent.data import senteval as senteval_data
 from tfsent.data.sources import DEMO_NAMES, is_tfds, parse_source
-from tfsent.data.textio import check_json_text, header_row, read_lines, tab_rows
+from tfsent.data.textio import check_json_text, data_lines, header_row, read_lines, tab_rows
 from tfsent.errors import ConfigError, InputError
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
@@ -70,15 +70,8 @@ def read_tsv_rows(path, names, headers=()):
     """Rows of a tab-separated file with exactly len(names) non-empty columns, whitespace-
     normalised; blank lines skipped, and a first row that is one of `headers` (tuples of
     lower-case column names); a bad row raises InputError naming file and line."""
-    rows, first = [], True
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        first, is_first = False, first
-        if is_first and header_row(line, headers):
-            logging.info("%s line %d is a header row (%s): skipped", path, number,
-                         line.strip())
-            continue
+    rows = []
+    for number, line in data_lines(path, lambda line: header_row(line, headers)):
         cols = [" ".join(c.split()) for c in line.split("\t")]
         _check_columns(cols, names, path, number)
         rows.append(tuple(cols))
@@ -96,11 +89,16 @@ def _check_columns(cols, names, path, number, what=None):
         raise InputError(f"empty {', '.join(empty)} column", path=path, line=number)
 
 
+def ntuple_column_names(width):
+    """anchor, positive, negative_1 .. negative_{width - 2}: the columns of an n-tuple row
+    (sentence-transformers' names)."""
+    return ["anchor", "positive"] + [f"negative_{i}" for i in range(1, width - 1)]
+
+
 def _ntuple_header(line):
     """True for a header row anchor, positive, negative_1..negative_N (N >= 1)."""
     cols = [c.strip().lower() for c in line.split("\t")]
-    return len(cols) >= 3 and cols == ["anchor", "positive"] + [
-        f"negative_{i}" for i in range(1, len(cols) - 1)]
+    return len(cols) >= 3 and cols == ntuple_column_names(len(cols))
 
 
 def read_triplets_tsv(path):
@@ -109,22 +107,15 @@ def read_triplets_tsv(path):
     --output_format=n-tuple` writes them): every row has the first row's width, N >= 1.
     An optional first row of column names (`TRIPLET_HEADERS`, or anchor, positive,
     negative_1..negative_N) is skipped."""
-    rows, first = [], True
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        first, is_first = False, first
-        if is_first and (header_row(line, TRIPLET_HEADERS) or _ntuple_header(line)):
-            logging.info("%s line %d is a header row (%s): skipped", path, number,
-                         line.strip())
-            continue
+    rows = []
+    for number, line in data_lines(
+            path, lambda line: header_row(line, TRIPLET_HEADERS) or _ntuple_header(line)):
         cols = [" ".join(c.split()) for c in line.split("\t")]
         width = len(rows[0]) if rows else max(3, len(cols))
         if width == 3:
             names, what = ("premise", "entailment", "contradiction"), None
         else:
-            names = ("anchor", "positive") + tuple(f"negative_{i}"
-                                                   for i in range(1, width - 1))
+            names = ntuple_column_names(width)
             what = f"anchor, positive, {width - 2} negatives, as in the first row"
         _check_columns(cols, names, path, number, what)
         rows.append(tuple(cols))

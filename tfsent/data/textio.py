@@ -4,7 +4,26 @@ import codecs
 import json
 import os
 
+from absl import logging
+
 from tfsent.errors import InputError
+
+
+def data_lines(path, is_header=None, lines=None, first_number=1):
+    """Yields (1-based line number, line) for each non-blank line of the file `path` (or
+    of `lines`, numbered from `first_number`); a first non-blank line for which
+    `is_header(line)` holds is skipped, and logged."""
+    lines = read_lines(path) if lines is None else lines
+    first = True
+    for number, line in enumerate(lines, start=first_number):
+        if not line.strip():
+            continue
+        first, is_first = False, first
+        if is_first and is_header is not None and is_header(line):
+            logging.info("%s line %d is a header row (%s): skipped", path, number,
+                         line.strip())
+            continue
+        yield number, line
 
 
 def tab_rows(path, names, lines=None, first_number=1, headers=()):
@@ -13,21 +32,19 @@ def tab_rows(path, names, lines=None, first_number=1, headers=()):
     InputError naming the file, the line and the columns expected. `lines` (default: the
     file's, `read_lines`) numbered from `first_number` (2 after a header). A first
     non-blank row that is one of `headers` (`header_row`) is skipped."""
-    lines = read_lines(path) if lines is None else lines
-    first = True
-    for number, line in enumerate(lines, start=first_number):
-        if not line.strip():
-            continue
-        if first and header_row(line, headers):
-            first = False
-            continue
-        first = False
+    for number, line in data_lines(path, lambda line: header_row(line, headers), lines,
+                                   first_number):
         cols = line.split("\t")
         if len(cols) != len(names):
             raise InputError(f"expected {len(names)} tab-separated columns "
                              f"({', '.join(names)}), found {len(cols)}", path=path,
                              line=number)
         yield number, cols
+
+
+def is_jsonl(path):
+    """True when `path` names a JSON-lines file (ends in .jsonl, any case)."""
+    return os.fspath(path).lower().endswith(".jsonl")
 
 
 GZIP_MAGIC = b"\x1f\x8b"

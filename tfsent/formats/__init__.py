@@ -64,7 +64,8 @@ from tfsent.encoders.lora import merge_lora
 from tfsent.encoders.model import set_exporter
 from tfsent.errors import ConfigError, InputError
 from tfsent.encoders.huggingface.writing import write_hf_model, write_tokenizer_files
-from tfsent.formats.metadata import METADATA_FILE, read_metadata, write_metadata
+from tfsent.formats.metadata import (METADATA_FILE, export_format, list_versions, read_metadata,
+                                     write_metadata)
 from tfsent.formats.sentence_transformers import ST_POOLINGS, \
     check_sentence_transformers_pooling
 from tfsent.formats.staging import check_new_target, check_versions_parent, next_version
@@ -257,12 +258,26 @@ def check_export(name, target, quantize=(), options=None, option="--format",
         raise ConfigError(f"{target_option}: no target path given")
     if entry.versioned:
         check_versions_parent(target, target_option)
+        check_version_formats(target, entry.name, target_option)
     else:
         check_new_target(target, target_option)
     entry.check_dependency()
     if options:
         _check_options(entry, options, option, option_names)
     return entry
+
+
+def check_version_formats(parent, name, option="--export_dir"):
+    """ConfigError (naming `option`) when the folder of versions `parent` holds a version
+    of another format than `name`: TF Serving serves the newest version of a folder, so
+    a new version of another kind would replace the signatures its clients call."""
+    for version in list_versions(parent):
+        found = export_format(os.path.join(parent, str(version)))
+        if found and found != name:
+            raise ConfigError(f"{option}={parent} holds version {version} of a {found} "
+                              f"export; a {name} export goes in a folder of its own (TF "
+                              f"Serving serves a folder's newest version): choose another "
+                              f"folder")
 
 
 def _check_options(entry, options, option, option_names):

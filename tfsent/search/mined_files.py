@@ -18,7 +18,9 @@ from absl import logging
 
 from tfsent import fsio
 from tfsent.data.beir import check_folder, qrels_path
-from tfsent.data.readers import PAIR_HEADERS, read_sentences, read_tsv_rows
+from tfsent.data.readers import (PAIR_HEADERS, ntuple_column_names, read_sentences,
+                                 read_tsv_rows)
+from tfsent.data.textio import is_jsonl
 from tfsent.data.sources import parse_beir
 from tfsent.errors import ConfigError, InputError
 from tfsent.search.mining import (MiningProblem, check_available, check_options, log_report,
@@ -48,17 +50,10 @@ def format_rows(pairs, negatives, output_format, num_negatives):
     return rows
 
 
-def is_jsonl(path):
-    """True when `path` names a JSON-lines output (ends in .jsonl), else it is a .tsv."""
-    return os.fspath(path).lower().endswith(".jsonl")
-
-
 def row_object(row):
     """(anchor, positive, neg1..negN) -> the pairs-file JSON object: "anchor", "positive",
     "negative_1".."negative_N" (sentence-transformers' column names)."""
-    obj = {"anchor": row[0], "positive": row[1]}
-    obj.update((f"negative_{i}", text) for i, text in enumerate(row[2:], start=1))
-    return obj
+    return dict(zip(ntuple_column_names(len(row)), row))
 
 
 def write_rows(path, rows):
@@ -141,9 +136,7 @@ def mine_to_file(out, load_encoder, pairs=None, corpus=None, beir=None, overwrit
     if beir:
         directory, split = parse_beir(beir, default_split="train", bare=True)
         check_folder(directory, split)
-        fsio.check_new_file(out, "--out", overwrite=overwrite, inputs=[
-            os.path.join(directory, "corpus.jsonl"),
-            os.path.join(directory, "queries.jsonl"), qrels_path(directory, split)])
+        fsio.check_new_file(out, "--out", overwrite=overwrite, input_dirs=[directory])
         rows, problem, source = prepare_beir(directory, split, *prompts)
         where, text_source = qrels_path(directory, split), directory
     else:

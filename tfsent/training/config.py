@@ -20,7 +20,7 @@ from tfsent.data import mixture
 import tfsent.encoders.families as families
 from tfsent.encoders.loading import DEFAULT_ENCODER, own_settings
 from tfsent.encoders.pooling import POOLINGS
-from tfsent.errors import ConfigError, did_you_mean
+from tfsent.errors import ConfigError, InputError, did_you_mean
 from tfsent.methods import REGISTRY, get_method
 from tfsent.training.distribute import STRATEGIES
 
@@ -331,6 +331,7 @@ def validate(config, method=None):
                           f"eval_every ({config.eval_every})")
     _validate_mixture(config, method)
     _validate_lora_and_precision(config, method)
+    check_test_tasks(config)
     from tfsent import formats
 
     export_pooling = config.export_pooling or config.pooling
@@ -339,6 +340,25 @@ def validate(config, method=None):
         formats.check_sentence_transformers_pooling(export_pooling)
     if method is not None:
         get_method(method).validate(config)  # its fields, then its validation hook
+
+
+def check_test_tasks(config, need_data_dir=False):
+    """`test_tasks`, run after training, checked before it: known task names and BEIR
+    folders that hold their split; with `need_data_dir` (a run about to start; a recipe
+    leaves eval_data_dir to the command line), eval_data_dir for the SentEval ones."""
+    if not config.get("test_tasks"):
+        return
+    from tfsent.evaluation import resolve_tasks
+    from tfsent.evaluation.retrieval import check_tasks
+
+    try:
+        tasks = resolve_tasks(config.test_tasks)
+        retrieval = check_tasks(tasks)
+    except (ConfigError, InputError) as e:
+        raise ConfigError(f"test_tasks={config.test_tasks!r}: {e}") from None
+    if need_data_dir and len(retrieval) < len(tasks) and not config.get("eval_data_dir"):
+        raise ConfigError(f"test_tasks={config.test_tasks!r} needs eval_data_dir (the "
+                          f"SentEval data/downstream folder): set --config.eval_data_dir")
 
 
 def _validate_lora_and_precision(config, method):

@@ -18,6 +18,7 @@ from tfsent.data import kinds, mixture, readers
 from tfsent.data.sources import DEMO_NAMES, parse_beir, parse_sources
 from tfsent.data.cache import cached_embeddings
 from tfsent.encoders import families, load_encoder, lora
+from tfsent.encoders.loading import check_encoder_name
 from tfsent import cpu_settings
 from tfsent.errors import ConfigError, InputError, TrainingError
 from tfsent.evaluation import align_uniform
@@ -32,9 +33,10 @@ from tfsent.training.callbacks import (DevEncoder, DevTensorBoard, DivergenceGua
                                        EarlyDevCheck, NanGuard, RetrievalDevEvaluation,
                                        RunCheckpoint, RunClock, STSDevEvaluation, Throughput)
 from tfsent.training import rerank_dev
-from tfsent.training.config import check_family_settings, resolve_encoder_fields
+from tfsent.training.config import (check_family_settings, check_test_tasks,
+                                    resolve_encoder_fields)
 from tfsent.training.optimizers import LARS
-from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, prepare_run_dir, read_json,
+from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, discard_run, prepare_run_dir, read_json,
                                      run_finished, size_summary, write_json_atomic)
 from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
 from tfsent.training.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
@@ -100,6 +102,7 @@ def build_model(spec, config, steps, jit):
 
     model = spec.build_run_model(config, load)
     encoder = model.encoder  # (distill: the student)
+    check_position_limit(encoder, config)
     log_own_truncate_dim(encoder, model)
     # A preset name's family is known only now (a folder's was checked with the config).
     check_family_settings(encoder.family, config.get("lora_rank", 0),
@@ -117,6 +120,16 @@ def build_model(spec, config, steps, jit):
                   steps_per_execution=config.steps_per_execution)
     optimizer.build(model.trainable_variables)
     return encoder, model, optimizer
+
+
+def check_position_limit(encoder, config):
+    """ConfigError when the run's `max_seq_length` exceeds the encoder's position table
+    (training would fail inside the position embedding; `encode` cuts to the table)."""
+    length = config.get("max_seq_length")
+    if length and encoder.clamp_length(length) < length:
+        raise ConfigError(f"max_seq_length={length}: encoder {config.encoder!r} has "
+                          f"{encoder.clamp_length(length)} positions; set "
+                          f"--config.max_seq_length to at most that")
 
 
 def log_own_truncate_dim(encoder, model):
@@ -304,6 +317,7 @@ def resolve_run(r):
     r.reranked = getattr(r.spec.cls, "dev_selection", None) == "reranked"
     if r.reranked:
         rerank_dev.check_rerank_config(config)
+    check_test_tasks(config, need_data_dir=True)
     if config.cpu_replicas:
         _split_cpu(config.cpu_replicas)
     # First, before anything initialises TensorFlow's context (multi-worker collectives
@@ -316,7 +330,6 @@ def resolve_run(r):
     if config.batch_size % replicas:
         raise ConfigError(f"batch_size {config.batch_size} is not divisible by the "
                           f"{replicas} replicas")
-    _check_encoder_source(config.encoder)
     r.examples = load_training_sources(r.spec, config)
     if not len(r.examples):
         raise ConfigError(f"train_data={config.train_data!r} holds no training examples "
@@ -336,6 +349,7 @@ def resolve_run(r):
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
+    check_encoder_name(config.encoder)  # a misspelt name, before the folder is judged
     if r.chief:
         r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method), r.overwrite)
     else:  # the chief judges the folder; a worker only follows a finished run
@@ -344,27 +358,31 @@ def resolve_run(r):
         return
     if not r.chief:
         r.write_dir = os.path.join(r.output_dir, ".workers", f"worker-{r.task_id}")
-    os.makedirs(r.write_dir, exist_ok=True)
-    if r.chief:
-        write_json_atomic(os.path.join(r.output_dir, "config.json"),
-                           dict(config, method=r.method))
     if r.jit and replicas > 1 and not tf.config.list_logical_devices("GPU"):
         logging.info("jit_compile off: XLA on CPU cannot place variables across %d replicas",
                      replicas)
         r.jit = False
 
 
-def _check_encoder_source(encoder):
-    """Refuses an `encoder` path that does not exist (a name without a path separator is a
-    preset or short name, checked when it loads)."""
-    if (os.sep in encoder or encoder.startswith(".")) and not os.path.exists(encoder):
-        raise ConfigError(f"encoder={encoder!r}: no such file or folder")
-
-
 def build_run(r):
-    """The encoder, the method model and its optimizer, in the strategy's scope."""
+    """The encoder, the method model and its optimizer, in the strategy's scope; then
+    the run takes its folder (`claim_run_dir`): a run whose encoder cannot load writes
+    nothing and removes nothing."""
     with r.strategy.scope():
         r.encoder, r.model, r.optimizer = build_model(r.spec, r.config, r.steps, r.jit)
+    claim_run_dir(r)
+
+
+def claim_run_dir(r):
+    """Writes the run's folder once the run can start: with --overwrite, the earlier run's
+    files go now (`discard_run`), then the folder and config.json (the chief's)."""
+    if r.status == "overwrite":
+        discard_run(r.output_dir)
+        r.status = "new"
+    os.makedirs(r.write_dir, exist_ok=True)
+    if r.chief:
+        write_json_atomic(os.path.join(r.output_dir, "config.json"),
+                          dict(r.config, method=r.method))
 
 
 def _set_loss_scale(r):
@@ -728,9 +746,7 @@ def _geometry(model, config, use_head=True):
 
 
 def _evaluate_tasks(model, config):
-    """The run's `test_tasks` on the exported weights (needs eval_data_dir)."""
-    if not config.eval_data_dir:
-        logging.warning("test_tasks needs eval_data_dir; skipped")
-        return {}
+    """The run's `test_tasks` on the exported weights (checked with the config:
+    `config._validate_test_tasks`)."""
     return run_tasks(model, config.eval_data_dir, config.test_tasks,
                      max_seq_length=config.eval_max_seq_length)

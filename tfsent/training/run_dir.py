@@ -296,13 +296,15 @@ def config_differences(stored, config):
 def prepare_run_dir(output_dir, config, overwrite=False):
     """Decides what a run in `output_dir` does before anything is written there.
 
-    Returns "new" (empty or missing folder), "resume" (a run with the same config that
+    Returns "new" (empty or missing folder, or one holding only the config.json of an
+    attempt that stopped before training), "resume" (a run with the same config that
     has not finished; its recovery knobs, RECOVERY_FIELDS such as learning_rate, may
-    differ) or "finished" (the same config, already exported: nothing to do).
+    differ), "finished" (the same config, already exported: nothing to do) or, with
+    `overwrite` and an earlier run there, "overwrite": the caller removes that run's
+    files (`discard_run`) once the new run can start. Removes nothing itself.
     Raises ConfigError when the folder is not empty and holds no tfsent run, or holds a
-    run whose config differs (the message lists the fields and the ways on). With
-    `overwrite`, an earlier tfsent run's own files (RUN_ENTRIES) are removed first and
-    the run is new; a folder that is not a tfsent run is refused even then."""
+    run whose config differs (the message lists the fields and the ways on); a folder
+    that is not a tfsent run is refused even with `overwrite`."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(f"--output_dir={output_dir} exists and is not a folder")
     # `.workers` may appear first: other workers of a multi-worker run create it; a run
@@ -316,20 +318,15 @@ def prepare_run_dir(output_dir, config, overwrite=False):
         raise ConfigError(f"--output_dir={output_dir} is not empty and holds no tfsent run "
                           f"(no config.json); a run writes checkpoints, exports and "
                           f"metrics there: choose a new or empty folder")
-    if overwrite:  # only what a run writes: its entries and export_FORMAT folders
-        from tfsent.formats import FORMATS
-        formats = [n for n in os.listdir(output_dir)
-                   if n.startswith("export_") and n[len("export_"):] in FORMATS]
-        for name in (*RUN_ENTRIES, *formats):
-            path = os.path.join(output_dir, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            elif os.path.lexists(path):
-                os.remove(path)
-        logging.warning("--overwrite: removed the earlier run in %s", output_dir)
-        return "new"
     method = config.get("method")
     differences = config_differences(stored, dict(config, method=method))
+    if differences and not [n for n in os.listdir(output_dir) if n not in (
+            RUN_CONFIG_FILE, ".workers") and not fsio.is_temporary_file(n)]:
+        logging.info("%s holds only the config.json of an attempt (another config) that "
+                     "stopped before training; the run starts there anew", output_dir)
+        return "new"
+    if overwrite:
+        return "overwrite"
     finished = run_finished(output_dir)
     recovery = [d for d in differences if d[0] in RECOVERY_FIELDS]
     if recovery and len(recovery) == len(differences) and not finished:
@@ -344,6 +341,21 @@ def prepare_run_dir(output_dir, config, overwrite=False):
             f"Rerun with the folder's config to resume it, choose a new --output_dir, or "
             f"pass --overwrite to discard that run.")
     return "finished" if finished else "resume"
+
+
+def discard_run(output_dir):
+    """Removes an earlier run's own files from `output_dir` (--overwrite): its RUN_ENTRIES
+    and export_FORMAT folders, nothing else."""
+    from tfsent.formats import FORMATS
+    formats = [n for n in os.listdir(output_dir)
+               if n.startswith("export_") and n[len("export_"):] in FORMATS]
+    for name in (*RUN_ENTRIES, *formats):
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    logging.warning("--overwrite: removed the earlier run in %s", output_dir)
 
 
 def run_finished(output_dir):
