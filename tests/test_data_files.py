@@ -20,7 +20,7 @@ def _write(tmp_path, name, text, encoding="utf-8"):
     return str(path)
 
 
-def test_line_ends_byte_order_marks_and_gzip(tmp_path):
+def test_line_ends_and_byte_order_marks(tmp_path):
     # old Mac OS files end lines in a lone CR: three sentences, not one
     assert read_lines(_write(tmp_path, "mac.txt", "one\rtwo\rthree\r")) == [
         "one", "two", "three"]
@@ -32,10 +32,38 @@ def test_line_ends_byte_order_marks_and_gzip(tmp_path):
     legacy = _write(tmp_path, "legacy.txt", b"\xef\xbb\xbfcaf\xe9\nna\xefve\n")
     assert senteval.read_legacy_lines(legacy) == ["caf\u00e9", "na\u00efve"]
     assert read_lines(_write(tmp_path, "bom.txt", "\ufeffhello\n")) == ["hello"]
-    zipped = tmp_path / "sentences.txt.gz"
-    zipped.write_bytes(gzip.compress(b"one\ntwo\n"))
-    with pytest.raises(InputError, match=r"sentences.txt.gz: gzip-compressed: .*gunzip"):
-        readers.read_sentences(str(zipped))
+
+
+
+def test_gzip_files_are_read_as_their_text(tmp_path):
+    """sentence-transformers' data sets come as .tsv.gz / .jsonl.gz: read as the text they
+    hold (known by the magic bytes, the name without .gz picks the reader)."""
+    def zipped(name, text):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(text.encode("utf-8")))
+        return str(path)
+
+    assert readers.read_sentences(zipped("sentences.txt.gz", "\ufeffone\r\ntwo\n")) == [
+        "one", "two"]
+    assert readers.read_sentences(zipped("no_suffix", "one\n")) == ["one"]
+    trip = zipped("AllNLI.tsv.gz", "premise\tentailment\tcontradiction\np\te\tc\n")
+    assert readers.read_triplets_tsv(trip) == [("p", "e", "c")]
+    assert readers.read_nli_triplets(trip) == [("p", "e", "c")]
+    rows = zipped("pairs.jsonl.gz", '{"anchor": "q", "positive": "p", "negative_1": "n"}\n')
+    assert pairs.read_training_pairs(rows) == [("q", "p", "n")]
+    nli = zipped("nli.JSONL.GZ",
+                 '{"sentence1": "p", "sentence2": "h", "gold_label": "entailment"}\n')
+    assert readers.read_nli_pairs(nli) == [("p", "h", "entailment")]
+    assert pairs.read_training_pairs(zipped("p.tsv.gz", "q\tp\n")) == [("q", "p")]
+    # tfsent.mine writes what the readers read back.
+    out = str(tmp_path / "mined.jsonl.gz")
+    mined_files.write_rows(out, [("q", "p", "n1", "n2")])
+    assert gzip.decompress(open(out, "rb").read()).startswith(b'{"anchor": "q"')
+    assert pairs.read_training_pairs(out) == [("q", "p", "n1", "n2")]
+    broken = tmp_path / "broken.txt.gz"
+    broken.write_bytes(gzip.compress(b"one\ntwo\n" * 100)[:30])
+    with pytest.raises(InputError, match=r"broken.txt.gz: not a readable gzip file"):
+        readers.read_sentences(str(broken))
 
 
 def test_header_rows_are_skipped(tmp_path):

@@ -26,7 +26,8 @@ import os
 from absl import logging
 
 from tfsent.data import beir, readers, sources
-from tfsent.data.textio import is_jsonl, read_json_lines, read_lines
+from tfsent.data.textio import (is_jsonl, open_bytes, plain_name, read_json_lines,
+                                read_lines)
 from tfsent.errors import InputError
 
 
@@ -132,7 +133,7 @@ def read_training_pairs(source, split="train", hard_negatives=True):
         if not _is_pairs_jsonl(source):
             return read_nli_as_pairs(source, split, hard_negatives)
         rows = read_pairs_jsonl(source)
-    elif (source.lower().endswith((".tsv", ".txt")) and not os.path.isdir(source)) or (
+    elif (plain_name(source).endswith((".tsv", ".txt")) and not os.path.isdir(source)) or (
             os.path.isfile(source) and sources.parse_source(source).scheme == "path"):
         rows = read_pairs_tsv(source)
     else:
@@ -149,7 +150,7 @@ def _is_pairs_jsonl(path):
     anchor): a pairs file, or a broken file that `read_pairs_jsonl` will name."""
     if not os.path.isfile(path):
         return True  # read_pairs_jsonl names the missing file
-    with open(path, "rb") as f:
+    with open_bytes(path) as f:
         for raw in f:
             if raw.strip():
                 try:

@@ -13,7 +13,8 @@ from absl import logging
 
 from tfsent.data import senteval as senteval_data
 from tfsent.data.sources import DEMO_NAMES, is_tfds, parse_source
-from tfsent.data.textio import check_json_text, data_lines, header_row, read_lines, tab_rows
+from tfsent.data.textio import (check_json_text, data_lines, header_row, is_jsonl, read_lines,
+                                tab_rows)
 from tfsent.errors import ConfigError, InputError
 
 DEMO_DIR = os.path.join(os.path.dirname(__file__), "demo")
@@ -254,7 +255,7 @@ def read_nli_triplets(source, split="train"):
         return triplets_from_pairs(read_nli_pairs_tfds(_tfds_name(source), split))
     if os.path.isdir(source):
         return triplets_from_pairs(read_nli_pairs_senteval(source, split))
-    if source.lower().endswith(".jsonl"):
+    if is_jsonl(source):
         return triplets_from_pairs(read_nli_pairs_jsonl(source))
     return read_triplets_tsv(source)
 
@@ -279,7 +280,7 @@ def read_training_sentences(source):
                 rows += read_nli_pairs_senteval(source, split)
         seen = dict.fromkeys(s for p, h, _ in rows for s in (p, h))
         return list(seen)
-    if source.lower().endswith(".jsonl"):  # one sentence a line would be the JSON itself
+    if is_jsonl(source):  # one sentence a line would be the JSON itself
         raise InputError("unlabelled sentences are read from a text file, one a line; a "
                          ".jsonl is not one (NLI rows: a SentEval SNLI folder or a pairs "
                          "method; BEIR: beir:DIR)", path=source)
@@ -331,7 +332,7 @@ def read_positive_pairs(source, data_dir=None, threshold=4.0, split="train"):
             raise InputError("train_data 'stsb' needs eval_data_dir (SentEval layout)")
         s1, s2, scores = senteval_data.read_stsbenchmark(data_dir, "train")
         pairs = [(a, b) for a, b, y in zip(s1, s2, scores) if y > threshold]
-    elif is_tfds(source) or os.path.isdir(source) or source.lower().endswith(".jsonl"):
+    elif is_tfds(source) or os.path.isdir(source) or is_jsonl(source):
         if is_tfds(source):
             rows = read_nli_pairs_tfds(_tfds_name(source), split)
         elif os.path.isdir(source):
@@ -360,7 +361,7 @@ def read_nli_pairs(source, split="train"):
         return read_nli_pairs_tfds(_tfds_name(source), split)
     if os.path.isdir(source):
         return read_nli_pairs_senteval(source, split)
-    if source.lower().endswith(".jsonl"):
+    if is_jsonl(source):
         return read_nli_pairs_jsonl(source)
     raise InputError("NLI pairs need a SentEval SNLI directory, a .jsonl file, demo_nli or "
                      "tfds:NAME", path=source)

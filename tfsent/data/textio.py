@@ -1,8 +1,11 @@
 """Reading text files line by line with errors that name the file and line."""
 
 import codecs
+import contextlib
+import gzip
 import json
 import os
+import zlib
 
 from absl import logging
 
@@ -42,19 +45,46 @@ def tab_rows(path, names, lines=None, first_number=1, headers=()):
         yield number, cols
 
 
+def plain_name(path):
+    """`path` lower-cased without a final `.gz` (read_lines reads gzip files as their
+    text): what decides which reader a file goes to."""
+    name = os.fspath(path).lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
 def is_jsonl(path):
-    """True when `path` names a JSON-lines file (ends in .jsonl, any case)."""
-    return os.fspath(path).lower().endswith(".jsonl")
+    """True when `path` names a JSON-lines file (ends in .jsonl or .jsonl.gz, any case)."""
+    return plain_name(path).endswith(".jsonl")
 
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+@contextlib.contextmanager
+def open_bytes(path):
+    """The file `path` open for reading bytes; a gzip file (magic bytes) decompressed as it
+    is read. A broken gzip file is an InputError naming it."""
+    with open(path, "rb") as f:
+        zipped = f.read(2) == GZIP_MAGIC
+    f = gzip.open(path, "rb") if zipped else open(path, "rb")
+    try:
+        yield f
+    except (OSError, EOFError, zlib.error) as e:
+        if not zipped or isinstance(e, FileNotFoundError):
+            raise
+        raise InputError(f"not a readable gzip file ({type(e).__name__}: {e})",
+                         path=path) from None
+    finally:
+        f.close()
+
+
 def read_lines(path, strip_newline=True, encoding="utf-8"):
     """Returns the lines of a text file (UTF-8 by default) as a list of str.
 
-    Raises InputError naming the file when it is missing, a directory or gzip-compressed,
-    and naming the file and the 1-based line when a line does not decode with `encoding`.
+    A gzip-compressed file (by its magic bytes, whatever its name) is read as the text it
+    holds. Raises InputError naming the file when it is missing, a directory or a broken
+    gzip file, and naming the file and the 1-based line when a line does not decode with
+    `encoding`.
     A UTF-8 byte-order mark at the start is dropped (whatever `encoding`). Lines end in
     "\n" or "\r\n"; a file with no "\n" at all but "\r" in it (old Mac OS line ends) is
     split on "\r". `encoding` is any ASCII-compatible codec Python knows, e.g. "latin-1"
@@ -66,11 +96,8 @@ def read_lines(path, strip_newline=True, encoding="utf-8"):
     if os.path.isdir(path):
         raise InputError("expected a file, found a directory", path=path)
     name = "UTF-8" if codecs.lookup(encoding).name == "utf-8" else encoding
-    with open(path, "rb") as f:
+    with open_bytes(path) as f:
         data = f.read()
-    if data.startswith(GZIP_MAGIC):
-        raise InputError("gzip-compressed: tfsent reads plain text files; decompress it "
-                         "first (gunzip -k FILE)", path=path)
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     end = b"\r" if b"\n" not in data and b"\r" in data else b"\n"

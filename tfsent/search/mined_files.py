@@ -11,6 +11,7 @@ output ending in `.jsonl` holds the same rows as JSON objects with the keys "anc
 line break can only go there.
 """
 
+import gzip
 import json
 import os
 
@@ -58,12 +59,16 @@ def row_object(row):
 
 def write_rows(path, rows):
     """Writes rows to `path` atomically (a temporary file, fsynced, renamed): one JSON
-    object a line (`row_object`) when `path` ends in .jsonl, else tab-separated."""
+    object a line (`row_object`) when `path` ends in .jsonl, else tab-separated;
+    gzip-compressed when it ends in .gz (as the training readers read it)."""
     if is_jsonl(path):
         text = "".join(json.dumps(row_object(row), ensure_ascii=False) + "\n" for row in rows)
     else:
         text = "".join("\t".join(row) + "\n" for row in rows)
-    fsio.write_file_atomic(path, text.encode("utf-8"))
+    data = text.encode("utf-8")
+    if os.fspath(path).lower().endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    fsio.write_file_atomic(path, data)
 
 
 def check_tsv_safe(texts, out, source):
