@@ -103,9 +103,14 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
     from tfsent.formats.metadata import read_metadata
     from tfsent.methods import CrossEncoder
 
+    from tfsent import training
+
     keras.utils.set_random_seed(0)
-    encoder = load_encoder(make_qwen3_embedding_dir(str(tmp_path / "qwen3")),
-                           max_seq_length=32)
+    folder = make_qwen3_embedding_dir(str(tmp_path / "qwen3"))
+    # A run on it reads the last token without being told (config.json records it).
+    assert training.resolve_config("cross_encoder", overrides=[
+        f"encoder={folder}"]).pooling == "last_token"
+    encoder = load_encoder(folder, max_seq_length=32)
     with pytest.raises(ConfigError, match=r"pooling='cls': a cross-encoder on qwen3 with "
                                           r"causal attention scores the last token .*"
                                           r"--config.pooling=last_token"):
@@ -164,10 +169,22 @@ def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
     from tfsent.encoders import load_encoder
     from tfsent.methods import CrossEncoder
 
-    encoder = load_encoder(make_embeddinggemma_dir(str(tmp_path / "gemma3")),
-                           max_seq_length=32)
+    import json
+
+    from tfsent import training
+
+    folder = make_embeddinggemma_dir(str(tmp_path / "gemma3"))
+    encoder = load_encoder(folder, max_seq_length=32)
     model = CrossEncoder(encoder, seed=0)
     assert model.train_pooling == "cls"
+    assert training.resolve_config("cross_encoder", overrides=[
+        f"encoder={folder}"]).pooling == "cls"
+    # The same folder without bidirectional attention: a run reads the last token.
+    config = json.load(open(f"{folder}/config.json"))
+    assert config.pop("use_bidirectional_attention") is True
+    json.dump(config, open(f"{folder}/config.json", "w"))
+    assert training.resolve_config("cross_encoder", overrides=[
+        f"encoder={folder}"]).pooling == "last_token"
     queries, passages = ["a query", "q", "a query"], ["its passage", "y", "another one"]
     version = model.export(str(tmp_path / "ce"), format="cross_encoder")
     _check_served_the_tf_serving_way(model, version, queries, passages)

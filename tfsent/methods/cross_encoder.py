@@ -11,7 +11,9 @@ from absl import logging
 import tfsent.encoders.families as families
 from tfsent import checks, formats, losses
 from tfsent.checks import Field
+import tfsent.encoders.huggingface as huggingface
 from tfsent.encoders.huggingface import read_classification_head
+from tfsent.encoders.loading import own_settings
 from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
@@ -39,6 +41,26 @@ def pair_pooling(encoder):
     causal = families.TABLE[encoder.family].attention == "causal" or not getattr(
         encoder.backbone, "use_bidirectional_attention", True)
     return "last_token" if causal else "cls"
+
+
+def pooling_for_encoder(name):
+    """The pooling a cross_encoder run on the encoder `name` takes when none is given,
+    read from its files before it loads: `last_token` on a causal family (qwen3; a gemma3
+    Hugging Face folder whose config.json does not set use_bidirectional_attention),
+    else `cls` (a preset name too: `CrossEncoder` checks it once the model loads)."""
+    family = own_settings(name).get("family")
+    record = families.TABLE.get(family)
+    if record is None:
+        return "cls"
+    if record.attention == "causal":
+        return "last_token"
+    config = os.path.join(os.fspath(name), "config.json")
+    if family == "gemma3" and os.path.isfile(config):
+        hf = huggingface.read_json(config)
+        if isinstance(hf, dict) and "model_type" in hf and not hf.get(
+                "use_bidirectional_attention"):
+            return "last_token"
+    return "cls"
 
 
 def family_head(family):
@@ -372,4 +394,4 @@ SPEC = MethodSpec(
     run_args={"seed": "seed"},
     run_defaults={"pooling": "cls", "learning_rate": 2e-5, "warmup_ratio": 0.1,
                   "first_eval_step": 0},
-    validate=_validate, builder=_build_for_run)
+    validate=_validate, builder=_build_for_run, encoder_pooling=pooling_for_encoder)

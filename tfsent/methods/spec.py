@@ -35,10 +35,14 @@ class MethodSpec:
         builder: `fn(config, load) -> model` for a method that loads its encoders itself
             (distill: a teacher and a student); `load(name, pooling=...)` loads an encoder
             with the run's settings. None: `build` on `load(config.encoder)`.
+        encoder_pooling: `fn(encoder name) -> pooling`, the run's pooling when no recipe
+            or override sets it, read from the encoder's files (the cross-encoder: the
+            token its head reads); None: `run_defaults` or the encoder's own.
     """
 
     def __init__(self, name, cls, data_kind, doc, fields=(), run_defaults=None,
-                 run_args=None, constants=None, validate=None, builder=None):
+                 run_args=None, constants=None, validate=None, builder=None,
+                 encoder_pooling=None):
         if data_kind not in DATA_KINDS:
             raise ValueError(f"{name}: unknown data kind {data_kind!r}")
         self.name = name
@@ -51,6 +55,7 @@ class MethodSpec:
         self.constants = dict(constants or {})
         self.validate_hook = validate
         self.builder = builder
+        self.encoder_pooling = encoder_pooling
 
     @property
     def premise_grouped(self):

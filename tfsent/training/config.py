@@ -268,6 +268,9 @@ def build_config(method_defaults, recipe=None, overrides=(), method=None):
         if field in fields:
             fields[field].check_type(config[field], f"--config.{field}")
     given = {key for key in (recipe or {})} | {item.split("=", 1)[0] for item in overrides}
+    encoder_pooling = get_method(method).encoder_pooling if method else None
+    if encoder_pooling is not None and "pooling" not in given:
+        config.pooling = encoder_pooling(config.encoder)
     resolve_encoder_fields(config, pooling_given="pooling" in given)
     validate(config, method)
     return config
