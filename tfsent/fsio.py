@@ -279,8 +279,8 @@ def check_new_file(path, flag, overwrite=False, inputs=(), input_dirs=()):
         for folder in input_dirs:
             if folder and os.path.isdir(folder) and real.startswith(
                     os.path.join(os.path.realpath(folder), "")):
-                raise ConfigError(f"{flag}={path} is also an input (a file of the folder {folder}); "
-                                  f"write the output to another file")
+                raise ConfigError(f"{flag}={path} is also an input (a file of the folder "
+                                  f"{folder}); write the output to another file")
     if os.path.lexists(path) and not overwrite:
         raise ConfigError(f"{flag}={path} already exists; choose a new file or pass "
                           f"--overwrite to replace it")

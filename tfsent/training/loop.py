@@ -36,8 +36,9 @@ from tfsent.training import rerank_dev
 from tfsent.training.config import (check_family_settings, check_test_tasks,
                                     resolve_encoder_fields)
 from tfsent.training.optimizers import LARS
-from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, discard_run, prepare_run_dir, read_json,
-                                     run_finished, size_summary, write_json_atomic)
+from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, discard_run, prepare_run_dir,
+                                     read_json, run_finished, size_summary,
+                                     write_json_atomic)
 from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
 from tfsent.training.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
 
@@ -746,7 +747,7 @@ def _geometry(model, config, use_head=True):
 
 
 def _evaluate_tasks(model, config):
-    """The run's `test_tasks` on the exported weights (checked with the config:
-    `config._validate_test_tasks`)."""
+    """The run's `test_tasks` on the exported weights (checked before training:
+    `tfsent.training.config.check_test_tasks`)."""
     return run_tasks(model, config.eval_data_dir, config.test_tasks,
                      max_seq_length=config.eval_max_seq_length)
