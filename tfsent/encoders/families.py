@@ -53,6 +53,9 @@ class Family(NamedTuple):
     # post-LayerNorm encoders'.
     forward: str = "tfsent"  # tfsent: our own forward (`model`); keras_hub: the backbone's
     attention: str = "bidirectional"  # bidirectional | causal
+    # config.json's field that makes a decoder's attention bidirectional (causal when it
+    # is absent or false); "" when `attention` holds for every checkpoint.
+    bidirectional_flag: str = ""
     block: str = "post_layernorm"  # post_layernorm | pre_rmsnorm (RMSNorm, gated SiLU MLP)
     positions: str = "absolute"  # absolute (a learned table) | rope (rotary)
     default_pooling: str = "mean"  # what a bare Hugging Face folder is pooled with
@@ -275,6 +278,7 @@ TABLE = {
         hf_tokenizer_class="GemmaTokenizer", hf_config_keys={}, hf_config_fixed={},
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="bidirectional", block="pre_rmsnorm",
+        bidirectional_flag="use_bidirectional_attention",
         positions="rope", default_pooling="mean", hf_padding_side="right",
         appended_token="<eos>", export_formats=_DECODER_EXPORT_FORMATS,
         hf_model_type="gemma3_text",

@@ -45,8 +45,9 @@ def pair_pooling(encoder):
 
 def pooling_for_encoder(name):
     """The pooling a cross_encoder run on the encoder `name` takes when none is given,
-    read from its files before it loads: `last_token` on a causal family (qwen3; a gemma3
-    Hugging Face folder whose config.json does not set use_bidirectional_attention),
+    read from its files before it loads: `last_token` on a causal family (qwen3; a
+    Hugging Face folder of a family whose `bidirectional_flag` its config.json does not
+    set: a gemma3 one without use_bidirectional_attention),
     else `cls` (a preset name too: `CrossEncoder` checks it once the model loads)."""
     family = own_settings(name).get("family")
     record = families.TABLE.get(family)
@@ -55,10 +56,10 @@ def pooling_for_encoder(name):
     if record.attention == "causal":
         return "last_token"
     config = os.path.join(os.fspath(name), "config.json")
-    if family == "gemma3" and os.path.isfile(config):
+    if record.bidirectional_flag and os.path.isfile(config):
         hf = huggingface.read_json(config)
         if isinstance(hf, dict) and "model_type" in hf and not hf.get(
-                "use_bidirectional_attention"):
+                record.bidirectional_flag):
             return "last_token"
     return "cls"
 

@@ -318,7 +318,6 @@ def resolve_run(r):
     r.reranked = getattr(r.spec.cls, "dev_selection", None) == "reranked"
     if r.reranked:
         rerank_dev.check_rerank_config(config)
-    check_test_tasks(config, need_data_dir=True)
     if config.cpu_replicas:
         _split_cpu(config.cpu_replicas)
     # First, before anything initialises TensorFlow's context (multi-worker collectives
@@ -350,6 +349,7 @@ def resolve_run(r):
     # Multi-worker: only the chief writes the run directory; the other workers write
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
+    check_test_tasks(config, need_data_dir=True)
     check_encoder_name(config.encoder)  # a misspelt name, before the folder is judged
     if r.chief:
         r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method), r.overwrite)
