@@ -70,7 +70,7 @@ def open_bytes(path):
     try:
         yield f
     except (OSError, EOFError, zlib.error) as e:
-        if not zipped or isinstance(e, FileNotFoundError):
+        if not zipped:
             raise
         raise InputError(f"not a readable gzip file ({type(e).__name__}: {e})",
                          path=path) from None

@@ -122,10 +122,10 @@ def load_encoder(name_or_path, pooling=None, max_seq_length=None, pad_to_max_len
     """
     encoder = _load_any_encoder(name_or_path, pooling, max_seq_length, pad_to_max_length,
                                 dtype, seed, normalize)
-    if max_seq_length and encoder.clamp_length(max_seq_length) < max_seq_length:
+    limit = encoder.clamp_length(max_seq_length) if max_seq_length else None
+    if limit is not None and limit < max_seq_length:
         logging.warning("max_seq_length %d is above the %d positions of %s: texts are cut "
-                        "to %d tokens", max_seq_length, encoder.clamp_length(max_seq_length),
-                        os.fspath(name_or_path), encoder.clamp_length(max_seq_length))
+                        "to %d tokens", max_seq_length, limit, os.fspath(name_or_path), limit)
     return encoder
 
 

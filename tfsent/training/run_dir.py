@@ -309,9 +309,9 @@ def prepare_run_dir(output_dir, config, overwrite=False):
         raise ConfigError(f"--output_dir={output_dir} exists and is not a folder")
     # `.workers` may appear first: other workers of a multi-worker run create it; a run
     # killed while writing its first config.json leaves that file's temporary sibling.
-    if not os.path.isdir(output_dir) or not [
-            n for n in os.listdir(output_dir)
-            if n != ".workers" and not fsio.is_temporary_file(n)]:
+    entries = [n for n in os.listdir(output_dir) if n != ".workers"
+               and not fsio.is_temporary_file(n)] if os.path.isdir(output_dir) else []
+    if not entries:
         return "new"
     stored = read_run_config(output_dir)
     if stored is None:
@@ -320,8 +320,7 @@ def prepare_run_dir(output_dir, config, overwrite=False):
                           f"metrics there: choose a new or empty folder")
     method = config.get("method")
     differences = config_differences(stored, dict(config, method=method))
-    if differences and not [n for n in os.listdir(output_dir) if n not in (
-            RUN_CONFIG_FILE, ".workers") and not fsio.is_temporary_file(n)]:
+    if differences and entries == [RUN_CONFIG_FILE]:
         logging.info("%s holds only the config.json of an attempt (another config) that "
                      "stopped before training; the run starts there anew", output_dir)
         return "new"
