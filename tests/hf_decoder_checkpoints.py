@@ -45,8 +45,10 @@ def _write_json(path, data):
         json.dump(data, f, indent=2, ensure_ascii=False)
 
 
-def qwen_tokenizer_json(vocab_size=600):
-    """tokenizer.json text of a Qwen-style byte-level BPE trained on the demo corpus."""
+def qwen_tokenizer_json(vocab_size=600, reranker=False):
+    """tokenizer.json text of a Qwen-style byte-level BPE trained on the demo corpus;
+    `reranker`: Qwen3-Reranker's (no template: nothing appended; the chat tokens
+    `<think>` and `</think>` added; "yes" and "no" single tokens)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
     tok = Tokenizer(models.BPE())
@@ -61,8 +63,13 @@ def qwen_tokenizer_json(vocab_size=600):
     corpus = demo_corpus()
     # Paragraph breaks too, so that "\n\n" is one token as in the real vocabulary ("ĊĊ").
     paragraphs = [corpus[i] + "\n\n" + corpus[i + 1] for i in range(0, 400, 2)]
-    tok.train_from_iterator(corpus + paragraphs, trainer)
+    answers = ["yes", "no"] * 200 if reranker else []
+    tok.train_from_iterator(corpus + paragraphs + answers, trainer)
     assert len(tok.encode("\n\n").ids) == 1
+    if reranker:
+        tok.add_special_tokens(QWEN_SPECIALS + ["<think>", "</think>"])
+        assert tok.token_to_id("yes") is not None and tok.token_to_id("no") is not None
+        return tok
     tok.add_special_tokens(QWEN_SPECIALS)
     eos = tok.token_to_id("<|endoftext|>")
     tok.post_processor = processors.TemplateProcessing(
@@ -99,6 +106,39 @@ def _qwen3_weights(config, rng):
             p + "mlp.down_proj.weight": normal(h, i_dim),
         })
     return weights
+
+
+def make_qwen3_reranker_dir(directory, seed=0, tied=False):
+    """Writes a tiny Qwen3-Reranker-shaped folder (Qwen3ForCausalLM: `model.`-prefixed
+    names, its own `lm_head.weight` unless `tied`; a tokenizer.json without template,
+    left padding, as the release ships); returns it."""
+    from safetensors.numpy import save_file
+    os.makedirs(directory, exist_ok=True)
+    tok = qwen_tokenizer_json(reranker=True)
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+              "vocab_size": tok.get_vocab_size(), **QWEN_SIZES,
+              "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+              "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False,
+              "attention_dropout": 0.0, "tie_word_embeddings": tied,
+              "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
+              "bos_token_id": eos, "eos_token_id": tok.token_to_id("<|im_end|>"),
+              "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True}
+    _write_json(os.path.join(directory, "config.json"), config)
+    rng = np.random.default_rng(seed)
+    weights = {"model." + k: v for k, v in _qwen3_weights(config, rng).items()}
+    if not tied:
+        weights["lm_head.weight"] = (rng.standard_normal(
+            (config["vocab_size"], config["hidden_size"])) * 0.1).astype(np.float32)
+    save_file(weights, os.path.join(directory, "model.safetensors"),
+              metadata={"format": "pt"})
+    _write_json(os.path.join(directory, "tokenizer_config.json"), {
+        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "bos_token": None, "model_max_length": 131072, "clean_up_tokenization_spaces": False,
+        "add_prefix_space": False})
+    return directory
 
 
 def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64):

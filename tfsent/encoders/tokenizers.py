@@ -18,6 +18,10 @@ sentence). Attributes used by the methods: `cls_id` (first token: [CLS] / <s>), 
 (last: [SEP] / </s>), `pad_id`, `mask_id`, `unk_id`, `special_ids`, `vocabulary_size`,
 `max_seq_length`. Differences from Hugging Face are listed in the README ("Encoder
 families"): special-token strings inside the text are tokenized as text, not as specials.
+
+`tokenize_pairs` builds the family's pair template, or with a `pair_prompt` (fixed prefix
+ids, the texts around the two inputs, fixed suffix ids: `tfsent.methods.pair_prompts`) a
+prompted reranker's input; the prompt is part of the tokenizer's config.
 """
 
 import base64
@@ -67,12 +71,14 @@ class _InGraphTokenizer(keras.layers.Layer):
     # `<bos> a <eos> <bos> b <eos>`); Qwen's is `a <eos> b <eos>` (`prepends_first` False).
     pair_restarts = False
 
-    def __init__(self, max_seq_length=128, pad_to_max_length=True, **kwargs):
+    def __init__(self, max_seq_length=128, pad_to_max_length=True, pair_prompt=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if int(max_seq_length) < 2:
             raise ConfigError(f"max_seq_length must be >= 2, got {max_seq_length}")
         self.max_seq_length = int(max_seq_length)
         self.pad_to_max_length = bool(pad_to_max_length)
+        self.pair_prompt = _checked_pair_prompt(pair_prompt, self.max_seq_length)
         self.built = True  # no variables
 
     def build(self, input_shape=None):
@@ -116,9 +122,12 @@ class _InGraphTokenizer(keras.layers.Layer):
         `a <|endoftext|> b <|endoftext|>`; `<bos> a <eos> <bos> b <eos>`), truncated
         longest-first to `max_seq_length` as Hugging Face's tokenizers do
         (`longest_first_lengths`); `segment_ids` (0 on `[CLS] a [SEP]`, 1 on `b [SEP]`)
-        when the tokenizer emits them."""
+        when the tokenizer emits them. With a `pair_prompt` (a reranker's chat template,
+        `tfsent.methods.pair_prompts`), the prompt's layout instead."""
         first = tf.convert_to_tensor(first, dtype=tf.string)
         second = tf.convert_to_tensor(second, dtype=tf.string)
+        if self.pair_prompt is not None:
+            return self._prompted_pairs(first, second)
         specials = self.prepends_first + self.pair_separators + self.pair_restarts + 1
         budget = self.max_seq_length - specials
         if budget < 0:
@@ -137,16 +146,39 @@ class _InGraphTokenizer(keras.layers.Layer):
         head += [a, column(self.sep_id, self.pair_separators)]
         tail = [column(self.cls_id)] if self.pair_restarts else []
         tail += [b, column(self.sep_id)]
-        ids = tf.concat(head + tail, axis=1)
+        segments = tf.concat([tf.zeros_like(p) for p in head]
+                             + [tf.ones_like(p) for p in tail], axis=1)
+        return self._pair_features(tf.concat(head + tail, axis=1), segments, first)
+
+    def _pair_features(self, ids, segments, first):
+        """Ragged pair ids (and segments) -> the padded features."""
         batch = first.shape[0] if first.shape.rank == 1 else None
         shape = [batch, self.max_seq_length if self.pad_to_max_length else None]
         out = {"token_ids": ids.to_tensor(default_value=self.pad_id, shape=shape),
                "padding_mask": tf.ones_like(ids).to_tensor(0, shape=shape)}
         if self.emits_segment_ids:
-            segments = tf.concat([tf.zeros_like(p) for p in head]
-                                 + [tf.ones_like(p) for p in tail], axis=1)
             out["segment_ids"] = segments.to_tensor(0, shape=shape)
         return out
+
+    def _prompted_pairs(self, first, second):
+        """`prefix_ids + pieces(texts[0] + first + texts[1] + second + texts[2])[:budget] +
+        suffix_ids`: the middle text tokenized as one text and cut at its end to what the
+        fixed prefix and suffix leave of `max_seq_length` (a reranker model card's
+        `truncation` of its formatted text), nothing appended after it."""
+        prompt = self.pair_prompt
+        budget = self.max_seq_length - len(prompt["prefix_ids"]) - len(prompt["suffix_ids"])
+        before, between, after = prompt["texts"]
+        middle = tf.strings.join([before, first, between, second, after])
+        pieces = tf.cast(self.pieces(middle), tf.int32)[:, :budget]
+        n = pieces.nrows()
+
+        def fixed(ids):
+            row = tf.constant([ids], tf.int32, shape=[1, len(ids)])
+            return tf.RaggedTensor.from_tensor(tf.tile(row, [n, 1]))
+
+        ids = tf.concat([fixed(prompt["prefix_ids"]), pieces, fixed(prompt["suffix_ids"])],
+                        axis=1)
+        return self._pair_features(ids, tf.zeros_like(ids), first)
 
     def with_options(self, **overrides):
         """A copy of this tokenizer with some constructor arguments replaced (e.g.
@@ -154,6 +186,8 @@ class _InGraphTokenizer(keras.layers.Layer):
         config = self.get_config()
         config.pop("name", None)
         config.update(overrides)
+        # (Keras' from_config hides a ConfigError in a TypeError: checked here first.)
+        _checked_pair_prompt(config.get("pair_prompt"), config["max_seq_length"])
         return type(self).from_config(config)
 
     def _config(self):
@@ -164,7 +198,34 @@ class _InGraphTokenizer(keras.layers.Layer):
         config.update(self._config())
         config.update({"max_seq_length": self.max_seq_length,
                        "pad_to_max_length": self.pad_to_max_length})
+        if self.pair_prompt is not None:
+            config["pair_prompt"] = {k: list(v) for k, v in self.pair_prompt.items()}
         return config
+
+
+def _checked_pair_prompt(prompt, max_seq_length):
+    """None, or {"prefix_ids": [int], "texts": [3 strings], "suffix_ids": [int]} checked
+    (ConfigError naming the part, or a `max_seq_length` the fixed ids fill)."""
+    if prompt is None:
+        return None
+    if not isinstance(prompt, dict) or set(prompt) != {"prefix_ids", "texts", "suffix_ids"}:
+        raise ConfigError("pair_prompt: a dict of prefix_ids, texts, suffix_ids, got "
+                          f"{prompt!r}")
+    texts = list(prompt["texts"])
+    if len(texts) != 3 or not all(isinstance(t, str) for t in texts):
+        raise ConfigError("pair_prompt texts: the three strings before the first text, "
+                          f"between the two and after the second, got {texts!r}")
+    out = {"texts": texts}
+    for part in ("prefix_ids", "suffix_ids"):
+        ids = list(prompt[part])
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise ConfigError(f"pair_prompt {part}: token ids, got {ids!r}")
+        out[part] = ids
+    fixed = len(out["prefix_ids"]) + len(out["suffix_ids"])
+    if fixed >= int(max_seq_length):
+        raise ConfigError(f"max_seq_length {max_seq_length} leaves no room for the pair: "
+                          f"the prompt's fixed tokens take {fixed}")
+    return out
 
 
 @keras.saving.register_keras_serializable(package="tfsent")

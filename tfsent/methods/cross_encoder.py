@@ -17,6 +17,7 @@ from tfsent.encoders.loading import own_settings
 from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
+from tfsent.methods import pair_prompts
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.distill import same_tokenizer
 from tfsent.methods.replicas import global_mean
@@ -150,6 +151,12 @@ class CrossEncoder(SentenceMethod):
         head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
             the `cls` pooling, the head of cross-encoders saved before the heads followed
             the family's (their .keras files load with it).
+        prompt: None, or a prompted reranker's chat template (`pair_prompts.PROMPT_NAMES`:
+            "qwen3_reranker", a Qwen3-Reranker checkpoint): the encoder's tokenizer builds
+            the prompt around each pair, the head (a Dense(1)) starts as the LM head's
+            E[yes] - E[no], so the score is the model card's log P(yes) - log P(no).
+        instruction: with `prompt`, the task description it holds (None: the prompt's
+            web-search default).
     """
 
     metric_names = ("loss", "accuracy")
@@ -161,8 +168,21 @@ class CrossEncoder(SentenceMethod):
     dev_selection = "reranked"
 
     def __init__(self, encoder, loss="listwise", train_pooling=None, export_pooling=None,
-                 seed=None, teacher=None, head=None, **kwargs):
+                 seed=None, teacher=None, head=None, prompt=None, instruction=None,
+                 **kwargs):
         pooling = pair_pooling(encoder)
+        self.prompt = prompt or None
+        self.instruction = instruction or None
+        if self.instruction and not self.prompt:
+            raise ConfigError("instruction: only a prompted reranker (prompt=...) reads one")
+        if self.prompt:
+            if head not in (None, LINEAR_HEAD):
+                raise ConfigError(f"head={head!r}: a prompted reranker scores with the LM "
+                                  "head's answer rows, a Dense(1) (head='linear')")
+            head = LINEAR_HEAD
+            encoder.tokenizer = encoder.tokenizer.with_options(
+                pair_prompt=pair_prompts.pair_prompt_config(encoder.tokenizer, self.prompt,
+                                                            self.instruction))
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value in (None, pooling):
                 continue
@@ -192,6 +212,10 @@ class CrossEncoder(SentenceMethod):
         self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
                                                  name="head_dropout")
         self.score_head = build_score_head(self.head_kind, encoder.hidden_dim)
+        if self.prompt:  # the LM's answer: overwritten by the weights of a saved reranker
+            self.score_head.kernel.assign(pair_prompts.answer_head_kernel(encoder,
+                                                                         self.prompt))
+            self.score_head.bias.assign(np.zeros([1], np.float32))
         # score()'s traced functions by truncation length, outside Keras' tracking: one
         # trace per length, not one per call (a dev evaluation calls score chunk by chunk).
         object.__setattr__(self, "_score_functions", {})
@@ -328,6 +352,8 @@ class CrossEncoder(SentenceMethod):
     def get_config(self):
         config = super().get_config()
         config.update({"loss": self.loss_name, "seed": self.seed, "head": self.head_kind})
+        if self.prompt:
+            config.update({"prompt": self.prompt, "instruction": self.instruction})
         return config
 
     @classmethod
@@ -358,6 +384,9 @@ def _validate(config):
         raise ConfigError(f"pooling={config['pooling']!r}: the cross_encoder method scores "
                           "the first token's representation (cls), or the last token's on "
                           "a causal decoder (last_token)")
+    if config.get("instruction") and not config.get("prompt"):
+        raise ConfigError("instruction goes with prompt (a prompted reranker's template "
+                          f"holds it; prompts: {', '.join(pair_prompts.PROMPT_NAMES)})")
     check_bi_encoder(config.get("retriever"), "retriever",
                      hint=": the dev top N comes from a bi-encoder's search")
     if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):
@@ -386,6 +415,14 @@ SPEC = MethodSpec(
             Field("teacher", "", types=(str,), arg="teacher",
                   doc="loss=margin_mse: the teacher CrossEncoder's .keras file (the "
                       "student's tokenizer)"),
+            Field("prompt", "", checks.Choices(("",) + pair_prompts.PROMPT_NAMES),
+                  arg="prompt",
+                  doc="a prompted reranker's chat template (qwen3_reranker: a "
+                      "Qwen3-Reranker checkpoint; its head starts as the LM's yes - no "
+                      "answer); \"\": the family's pair template"),
+            Field("instruction", "", types=(str,), arg="instruction",
+                  doc="with prompt: the task description in it (\"\": the prompt's "
+                      "web-search default)"),
             Field("retriever", "", types=(str,),
                   doc="dev selection: the bi-encoder whose top rerank_top documents of each "
                       "dev query are reranked (\"\": the run's encoder); searched once per run"),

@@ -5,6 +5,8 @@ model's vocabulary size."""
 
 import os
 
+from absl import logging
+
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import read_json
 from tfsent.encoders.tokenizers import (HF_TOKENIZER_FILES, ByteBPETokenizer,
@@ -88,7 +90,15 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
             vocabulary[added["content"]] = int(added["id"])
         merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
         appended = _appended_token(path, data)
-        if appended != families.TABLE[family].appended_token:
+        if appended is None:
+            # A base model's or Qwen3-Reranker's tokenizer.json: no template. Sentence
+            # embeddings read the appended token (Qwen3-Embedding's); a prompted reranker's
+            # pairs append nothing (`pair_prompts`).
+            appended = families.TABLE[family].appended_token
+            logging.info("%s appends no token to a text; tfsent's %s tokenizer appends %s "
+                         "(Qwen3-Embedding's template: last-token embeddings read it)",
+                         path, family, appended)
+        elif appended != families.TABLE[family].appended_token:
             raise InputError(f"tokenizer.json's post-processor appends {appended!r}; tfsent "
                              f"runs {family} tokenizers that append "
                              f"{families.TABLE[family].appended_token!r}", path=path)

@@ -1,0 +1,220 @@
+"""Qwen3-Reranker as a tfsent cross-encoder (`prompt="qwen3_reranker"`): the prompted pair
+ids against Hugging Face's tokenizer driven as the model card drives it, the scores against
+the model card's own computation in transformers (the peer venv; tied and untied LM head),
+the keras-hub backbone's LM logits, a training run of the command with its export served
+the TF Serving way, and the refusals."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsent.errors import ConfigError
+
+# The model card's prompt, written out here independently of tfsent.methods.pair_prompts.
+PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
+          "the Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+          "\"no\".<|im_end|>\n<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+DEFAULT_INSTRUCTION = ("Given a web search query, retrieve relevant passages that answer "
+                       "the query")
+INSTRUCTION = "Find the passage"
+
+PAIRS = [("what is it", "a doc here"),
+         ("where is the dog", "a dog is here and the dog stays " * 12),  # cut at its end
+         ("q", "y"),
+         ("Café crème à la française", "東京は日本の首都です。 emoji 😀"),
+         ("a much longer query with many words " * 3, "another document")]
+
+
+def _middle(query, document, instruction):
+    return f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from hf_decoder_checkpoints import make_qwen3_reranker_dir
+
+    root = tmp_path_factory.mktemp("qwen3_reranker")
+    return {"untied": make_qwen3_reranker_dir(str(root / "untied"), seed=1),
+            "tied": make_qwen3_reranker_dir(str(root / "tied"), seed=2, tied=True)}
+
+
+def _reranker(folder, max_seq_length=200, instruction=None):
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    return CrossEncoder(load_encoder(folder, max_seq_length=max_seq_length), seed=0,
+                        prompt="qwen3_reranker", instruction=instruction)
+
+
+def test_prompted_pair_ids_equal_the_model_cards(folders):
+    """prefix ids + the formatted middle tokenized and cut at its end to what the prefix
+    and suffix leave + suffix ids, nothing appended (the release's tokenizer.json has no
+    template), as `tokenizers` gives them; the tokenizer's config keeps the prompt."""
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(os.path.join(folders["untied"], "tokenizer.json"))
+    prefix = reference.encode(PREFIX, add_special_tokens=False).ids
+    suffix = reference.encode(SUFFIX, add_special_tokens=False).ids
+    for max_len, instruction in ((200, None), (130, INSTRUCTION)):
+        model = _reranker(folders["untied"], max_len, instruction)
+        tokenizer = model.encoder.tokenizer
+        again = type(tokenizer).from_config(tokenizer.get_config())
+        for tok in (tokenizer, again):
+            out = tok.tokenize_pairs(tf.constant([p[0] for p in PAIRS]),
+                                     tf.constant([p[1] for p in PAIRS]))
+            ids, mask = out["token_ids"].numpy(), out["padding_mask"].numpy()
+            budget = max_len - len(prefix) - len(suffix)
+            for row, (q, d) in enumerate(PAIRS):
+                middle = reference.encode(_middle(q, d, instruction or DEFAULT_INSTRUCTION),
+                                          add_special_tokens=False).ids[:budget]
+                assert ids[row][mask[row] == 1].tolist() == prefix + middle + suffix
+            assert (mask.sum(1) == max_len).sum() >= 1  # truncation exercised
+
+
+def test_score_is_the_lm_answer_log_odds_of_keras_hub(folders):
+    """The score is log P(yes) - log P(no) of the LM at the last position, computed here
+    with keras-hub's own Qwen3 backbone and its reverse embedding (the LM head) on the
+    model card's ids, tied and untied."""
+    import keras
+    import keras_hub
+    from tokenizers import Tokenizer
+
+    for name, folder in folders.items():
+        model = _reranker(folder)
+        backbone = keras_hub.models.Qwen3Backbone.from_preset(folder)
+        reference = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        vocab = reference.get_vocab()
+        queries, documents = zip(*PAIRS[:3])
+        got = model.score(list(queries), list(documents), batch_size=2)
+        prefix = reference.encode(PREFIX, add_special_tokens=False).ids
+        suffix = reference.encode(SUFFIX, add_special_tokens=False).ids
+        for q, d, score in zip(queries, documents, got):
+            middle = reference.encode(_middle(q, d, DEFAULT_INSTRUCTION),
+                                      add_special_tokens=False).ids
+            ids = prefix + middle[:200 - len(prefix) - len(suffix)] + suffix
+            x = {"token_ids": np.array([ids]), "padding_mask": np.ones((1, len(ids)), "int32")}
+            logits = keras.ops.convert_to_numpy(
+                backbone.token_embedding(backbone(x), reverse=True))[0, -1]
+            np.testing.assert_allclose(score, logits[vocab["yes"]] - logits[vocab["no"]],
+                                       rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+MODEL_CARD = r"""
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+folder, pairs, max_length, instruction, prefix, suffix = sys.argv[1:]
+pairs, max_length = json.loads(pairs), int(max_length)
+tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
+prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)
+suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)
+texts = [f"<Instruct>: {instruction}\n<Query>: {q}\n<Document>: {d}" for q, d in pairs]
+inputs = tokenizer(texts, padding=False, truncation="longest_first",
+                   return_attention_mask=False,
+                   max_length=max_length - len(prefix_ids) - len(suffix_ids))
+inputs["input_ids"] = [prefix_ids + ids + suffix_ids for ids in inputs["input_ids"]]
+batch = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
+with torch.no_grad():
+    last = model(**batch).logits[:, -1, :]
+two = torch.nn.functional.log_softmax(torch.stack([last[:, no], last[:, yes]], dim=1), dim=1)
+print(json.dumps({"p_yes": two[:, 1].exp().tolist(), "ids": inputs["input_ids"],
+                  "log_odds": (last[:, yes] - last[:, no]).tolist()}))
+"""
+
+
+@pytest.mark.parametrize("head", ["untied", "tied"])
+def test_scores_equal_the_model_card_in_transformers(folders, head):
+    """transformers' Qwen3ForCausalLM and Qwen2Tokenizer (left padding), driven by the model
+    card's code (the peer venv): the same ids, the score its yes - no logit, and its
+    P(yes) = sigmoid(score)."""
+    from test_publish_peer import peer_python
+
+    python = peer_python()
+    max_len = 160
+    r = subprocess.run([python, "-c", MODEL_CARD, folders[head], json.dumps(PAIRS),
+                        str(max_len), INSTRUCTION, PREFIX, SUFFIX],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    want = json.loads(r.stdout.strip().splitlines()[-1])
+    model = _reranker(folders[head], max_len, INSTRUCTION)
+    out = model.encoder.tokenizer.tokenize_pairs(tf.constant([p[0] for p in PAIRS]),
+                                                 tf.constant([p[1] for p in PAIRS]))
+    mask = out["padding_mask"].numpy()
+    assert [row[m == 1].tolist() for row, m in zip(out["token_ids"].numpy(), mask)] == \
+        want["ids"]
+    scores = model.score([p[0] for p in PAIRS], [p[1] for p in PAIRS], batch_size=2)
+    np.testing.assert_allclose(scores, want["log_odds"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(1 / (1 + np.exp(-scores)), want["p_yes"], atol=1e-5)
+    assert len(set(np.round(want["log_odds"], 2))) == len(PAIRS)  # the pairs differ
+
+
+def test_run_trains_and_its_export_serves_the_tf_serving_way(folders, tiny_encoder_dir,
+                                                             tmp_path):
+    """`--method=cross_encoder --config.prompt=qwen3_reranker` on the folder: the last
+    token is read without being told, training moves the head off the LM's answer, the
+    exported SavedModel (prompt in the graph) scores as the Keras model with the best
+    weights, loaded the TF Serving way in a fresh process; the .keras file keeps it."""
+    import keras
+
+    from test_cross_encoder import _check_served_the_tf_serving_way
+    from test_cross_encoder_train import _folder, _mined, _overrides
+    from tfsent import training
+    from tfsent.methods.pair_prompts import answer_head_kernel
+
+    case = {"beir": _folder(tmp_path / "beir"), "mined": _mined(tmp_path / "mined.jsonl")}
+    overrides = _overrides(case, tiny_encoder_dir, folders["untied"], steps=4, eval_every=2,
+                           max_seq_length=140, eval_max_seq_length=140,
+                           prompt="qwen3_reranker", instruction=INSTRUCTION)
+    config = training.resolve_config("cross_encoder", overrides=overrides)
+    assert config.pooling == "last_token"
+    out = str(tmp_path / "run")
+    metrics = training.run("cross_encoder", config, out)
+    assert metrics["steps"] == 4 and metrics["export"]
+
+    model = _reranker(folders["untied"], 140, INSTRUCTION)
+    start = model.score_head.kernel.numpy().copy()
+    np.testing.assert_array_equal(start, answer_head_kernel(model.encoder, "qwen3_reranker"))
+    model.encoder.load_weights(os.path.join(out, "best", "encoder.weights.h5"))
+    with np.load(os.path.join(out, "best", "head.npz")) as stored:
+        for i, variable in enumerate(model.score_head.weights):
+            variable.assign(stored[f"arr_{i}"])
+    assert np.abs(model.score_head.kernel.numpy() - start).max() > 0
+    queries = ["where is the dog", "snow", "where is the dog"]
+    passages = ["a dog is here", "a tree is here " * 20, "a cat is here"]
+    _check_served_the_tf_serving_way(model, metrics["export"], queries, passages)
+
+    model.save(str(tmp_path / "reranker.keras"))
+    again = keras.saving.load_model(str(tmp_path / "reranker.keras"))
+    assert (again.prompt, again.instruction) == ("qwen3_reranker", INSTRUCTION)
+    np.testing.assert_allclose(again.score(queries, passages), model.score(queries, passages),
+                               atol=1e-6)
+
+
+def test_bad_prompts_are_clear_errors(folders, tmp_path):
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir
+
+    from tfsent import training
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    with pytest.raises(ConfigError, match="prompt='qwen3': no such reranker prompt; "
+                                          "prompts: qwen3_reranker"):
+        CrossEncoder(load_encoder(folders["tied"], max_seq_length=200), prompt="qwen3")
+    with pytest.raises(ConfigError, match="instruction goes with prompt"):
+        training.resolve_config("cross_encoder", overrides=[
+            f"encoder={folders['tied']}", "instruction=find it"])
+    with pytest.raises(ConfigError, match="max_seq_length 64 leaves no room for the pair"):
+        _reranker(folders["tied"], 64).score(["q"], ["d"])
+    # Qwen3-Embedding's vocabulary has no <think>: not a chat vocabulary.
+    embedding = make_qwen3_embedding_dir(str(tmp_path / "embedding"))
+    with pytest.raises(ConfigError, match="the tokenizer has no token '<think>'"):
+        CrossEncoder(load_encoder(embedding, max_seq_length=200), prompt="qwen3_reranker")
