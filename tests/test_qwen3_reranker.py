@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfsent.errors import ConfigError
 
-# The model card's prompt, written out here independently of tfsent.methods.pair_prompts.
+# The model card's prompt, written out here independently of tfsent.encoders.pair_prompts.
 PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
           "the Query and the Instruct provided. Note that the answer can only be \"yes\" or "
           "\"no\".<|im_end|>\n<|im_start|>user\n")
@@ -157,25 +157,25 @@ def test_scores_equal_the_model_card_in_transformers(folders, head):
     assert len(set(np.round(want["log_odds"], 2))) == len(PAIRS)  # the pairs differ
 
 
-def test_run_trains_and_its_export_serves_the_tf_serving_way(folders, tiny_encoder_dir,
-                                                             tmp_path):
-    """`--method=cross_encoder --config.prompt=qwen3_reranker` on the folder: the last
-    token is read without being told, training moves the head off the LM's answer, the
-    exported SavedModel (prompt in the graph) scores as the Keras model with the best
-    weights, loaded the TF Serving way in a fresh process; the .keras file keeps it."""
-    import keras
+QUERIES = ["where is the dog", "snow", "where is the dog", "a much longer query " * 4]
+PASSAGES = ["a dog is here", "a tree is here " * 20, "a cat is here", "short"]
 
-    from test_cross_encoder import _check_served_the_tf_serving_way
+
+@pytest.fixture(scope="module")
+def trained(folders, tiny_encoder_dir, tmp_path_factory):
+    """`--method=cross_encoder --config.prompt=qwen3_reranker` on the untied folder (4
+    steps), and the CrossEncoder with the run's best weights."""
     from test_cross_encoder_train import _folder, _mined, _overrides
     from tfsent import training
-    from tfsent.methods.pair_prompts import answer_head_kernel
+    from tfsent.encoders.pair_prompts import answer_head_kernel
 
+    tmp_path = tmp_path_factory.mktemp("qwen3_reranker_run")
     case = {"beir": _folder(tmp_path / "beir"), "mined": _mined(tmp_path / "mined.jsonl")}
     overrides = _overrides(case, tiny_encoder_dir, folders["untied"], steps=4, eval_every=2,
                            max_seq_length=140, eval_max_seq_length=140,
                            prompt="qwen3_reranker", instruction=INSTRUCTION)
     config = training.resolve_config("cross_encoder", overrides=overrides)
-    assert config.pooling == "last_token"
+    assert config.pooling == "last_token"  # read from the folder
     out = str(tmp_path / "run")
     metrics = training.run("cross_encoder", config, out)
     assert metrics["steps"] == 4 and metrics["export"]
@@ -185,11 +185,23 @@ def test_run_trains_and_its_export_serves_the_tf_serving_way(folders, tiny_encod
     np.testing.assert_array_equal(start, answer_head_kernel(model.encoder, "qwen3_reranker"))
     model.encoder.load_weights(os.path.join(out, "best", "encoder.weights.h5"))
     with np.load(os.path.join(out, "best", "head.npz")) as stored:
+        assert len(stored.files) == len(model.score_head.weights) == 1  # no bias
         for i, variable in enumerate(model.score_head.weights):
             variable.assign(stored[f"arr_{i}"])
     assert np.abs(model.score_head.kernel.numpy() - start).max() > 0
-    queries = ["where is the dog", "snow", "where is the dog"]
-    passages = ["a dog is here", "a tree is here " * 20, "a cat is here"]
+    return model, metrics
+
+
+def test_run_trains_and_its_export_serves_the_tf_serving_way(trained, tmp_path):
+    """The run read the last token without being told and moved the head off the LM's
+    answer; its SavedModel (prompt in the graph) scores as the Keras model with the best
+    weights, loaded the TF Serving way in a fresh process; the .keras file keeps it."""
+    import keras
+
+    from test_cross_encoder import _check_served_the_tf_serving_way
+
+    model, metrics = trained
+    queries, passages = QUERIES[:3], PASSAGES[:3]
     _check_served_the_tf_serving_way(model, metrics["export"], queries, passages)
 
     model.save(str(tmp_path / "reranker.keras"))
@@ -197,6 +209,47 @@ def test_run_trains_and_its_export_serves_the_tf_serving_way(folders, tiny_encod
     assert (again.prompt, again.instruction) == ("qwen3_reranker", INSTRUCTION)
     np.testing.assert_allclose(again.score(queries, passages), model.score(queries, passages),
                                atol=1e-6)
+
+
+PUBLISHED = r"""
+import json, sys
+from sentence_transformers import CrossEncoder
+folder, queries, passages = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+model = CrossEncoder(folder, device="cpu")
+print(json.dumps({"scores": model.predict(list(zip(queries, passages)), batch_size=2).tolist(),
+                  "module": type(model[-1]).__name__}))
+"""
+
+
+def test_published_as_a_causal_lm_sentence_transformers_scores_it(trained, tmp_path):
+    """format cross_encoder_hf of a prompted reranker: the Qwen3ForCausalLM folder (the
+    LM head's yes row = no row + the trained kernel, the prompt as chat_template.jinja)
+    that sentence-transformers' CrossEncoder scores with logit(yes) - logit(no): tfsent's
+    scores (the pair cut to the length at its middle too); tfsent reads it back."""
+    from test_publish_peer import peer_python
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    model, _ = trained
+    folder = model.export(str(tmp_path / "published"), format="cross_encoder_hf",
+                          max_seq_length=140)
+    config = json.load(open(os.path.join(folder, "config.json")))
+    assert config["architectures"] == ["Qwen3ForCausalLM"]
+    assert not json.load(open(os.path.join(folder, "tokenizer_config.json")))[
+        "split_special_tokens"]
+    want = model.score(QUERIES, PASSAGES)
+    r = subprocess.run([peer_python(), "-c", PUBLISHED, folder, json.dumps(QUERIES),
+                        json.dumps(PASSAGES)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["module"] == "LogitScore"
+    np.testing.assert_allclose(out["scores"], want, rtol=1e-4, atol=1e-4)
+    again = CrossEncoder(load_encoder(folder, max_seq_length=140), prompt="qwen3_reranker",
+                         instruction=INSTRUCTION)
+    np.testing.assert_allclose(again.score(QUERIES, PASSAGES), want, atol=1e-4)
+    with pytest.raises(ConfigError, match="published as a causal LM, without ONNX"):
+        model.export(str(tmp_path / "onnx"), format="cross_encoder_hf", onnx=True)
 
 
 def test_bad_prompts_are_clear_errors(folders, tmp_path):

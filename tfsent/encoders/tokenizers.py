@@ -20,7 +20,7 @@ sentence). Attributes used by the methods: `cls_id` (first token: [CLS] / <s>), 
 families"): special-token strings inside the text are tokenized as text, not as specials.
 
 `tokenize_pairs` builds the family's pair template, or with a `pair_prompt` (fixed prefix
-ids, the texts around the two inputs, fixed suffix ids: `tfsent.methods.pair_prompts`) a
+ids, the texts around the two inputs, fixed suffix ids: `tfsent.encoders.pair_prompts`) a
 prompted reranker's input; the prompt is part of the tokenizer's config.
 """
 
@@ -123,7 +123,7 @@ class _InGraphTokenizer(keras.layers.Layer):
         longest-first to `max_seq_length` as Hugging Face's tokenizers do
         (`longest_first_lengths`); `segment_ids` (0 on `[CLS] a [SEP]`, 1 on `b [SEP]`)
         when the tokenizer emits them. With a `pair_prompt` (a reranker's chat template,
-        `tfsent.methods.pair_prompts`), the prompt's layout instead."""
+        `tfsent.encoders.pair_prompts`), the prompt's layout instead."""
         first = tf.convert_to_tensor(first, dtype=tf.string)
         second = tf.convert_to_tensor(second, dtype=tf.string)
         if self.pair_prompt is not None:
@@ -199,23 +199,26 @@ class _InGraphTokenizer(keras.layers.Layer):
         config.update({"max_seq_length": self.max_seq_length,
                        "pad_to_max_length": self.pad_to_max_length})
         if self.pair_prompt is not None:
-            config["pair_prompt"] = {k: list(v) for k, v in self.pair_prompt.items()}
+            config["pair_prompt"] = {k: v if isinstance(v, str) else list(v)
+                                     for k, v in self.pair_prompt.items()}
         return config
 
 
 def _checked_pair_prompt(prompt, max_seq_length):
-    """None, or {"prefix_ids": [int], "texts": [3 strings], "suffix_ids": [int]} checked
-    (ConfigError naming the part, or a `max_seq_length` the fixed ids fill)."""
+    """None, or {"name": the prompt's name, "prefix_ids": [int], "texts": [3 strings],
+    "suffix_ids": [int]} checked (ConfigError naming the part, or a `max_seq_length` the
+    fixed ids fill)."""
     if prompt is None:
         return None
-    if not isinstance(prompt, dict) or set(prompt) != {"prefix_ids", "texts", "suffix_ids"}:
-        raise ConfigError("pair_prompt: a dict of prefix_ids, texts, suffix_ids, got "
+    parts = {"name", "prefix_ids", "texts", "suffix_ids"}
+    if not isinstance(prompt, dict) or set(prompt) != parts:
+        raise ConfigError(f"pair_prompt: a dict of {', '.join(sorted(parts))}, got "
                           f"{prompt!r}")
     texts = list(prompt["texts"])
     if len(texts) != 3 or not all(isinstance(t, str) for t in texts):
         raise ConfigError("pair_prompt texts: the three strings before the first text, "
                           f"between the two and after the second, got {texts!r}")
-    out = {"texts": texts}
+    out = {"name": str(prompt["name"]), "texts": texts}
     for part in ("prefix_ids", "suffix_ids"):
         ids = list(prompt[part])
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):

@@ -39,7 +39,9 @@ import os
 import numpy as np
 
 import tfsent.encoders.families as families
-from tfsent.encoders.huggingface.writing import write_transformer
+from tfsent.encoders import pair_prompts
+from tfsent.encoders.huggingface.config import read_json
+from tfsent.encoders.huggingface.writing import write_json, write_transformer
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import dense_stack
@@ -95,7 +97,13 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
                             metadata=None, onnx=False):
     """Writes the cross-encoder (`encoder` + its score `head`, a Dense(1)) as a Hugging Face
     sequence-classification folder at the new `directory` (`onnx`: with the ONNX files of
-    the module docstring); returns it."""
+    the module docstring), or, for a prompted reranker (its tokenizer has a `pair_prompt`),
+    as the causal LM it came from (`export_prompted_reranker`); returns it."""
+    if getattr(encoder.tokenizer, "pair_prompt", None) is not None:
+        if onnx:
+            raise ConfigError(f"format {FORMAT}: a prompted reranker is published as a "
+                              "causal LM, without ONNX files")
+        return export_prompted_reranker(encoder, directory, head, max_seq_length, metadata)
     directory, _, length = check_new_export(encoder, directory, "cls", max_seq_length)
     architecture, kind = check_head(encoder, head)
     if onnx:
@@ -119,3 +127,56 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
 
     return write_new_export(directory, FORMAT, encoder, "cls", length, head, write_files,
                             metadata)
+
+
+def prompted_lm_head(encoder, head):
+    """(V, H) float32: the LM head of a prompted reranker's backbone with the positive
+    answer's row set to the negative one's plus the score head's kernel, so that
+    logit(yes) - logit(no) is the cross-encoder's score (the other rows, the LM's, kept).
+    ConfigError for a head that is not one Dense(1) without bias (or with a zero bias)."""
+    layers = dense_stack(head)
+    if len(layers) != 1 or layers[0][0].shape != (encoder.hidden_dim, 1) or layers[0][2] \
+            != "linear" or (layers[0][1] is not None and np.any(layers[0][1])):
+        raise ConfigError(f"format {FORMAT}: a prompted reranker's head must be one Dense(1) "
+                          "without bias (an LM head's answer rows have none)")
+    yes, no = pair_prompts.answer_ids(encoder.tokenizer, encoder.tokenizer.pair_prompt["name"])
+    table = pair_prompts.lm_head_table(encoder, f"format {FORMAT}").copy()
+    table[yes] = table[no] + layers[0][0][:, 0]
+    return table
+
+
+def export_prompted_reranker(encoder, directory, head, max_seq_length=None, metadata=None):
+    """A prompted reranker (Qwen3-Reranker, `tfsent.encoders.pair_prompts`) as the folder of
+    its family's causal LM (`Family.hf_causal_lm`): the backbone under the base-model
+    prefix, `lm_head.weight` from `prompted_lm_head`, chat_template.jinja rendering the
+    prompt (with its instruction) for a (query, document) pair, tokenizer_config.json with
+    `split_special_tokens` false (the template's chat tokens are single ids) and config.json
+    naming Identity as sentence-transformers' activation. sentence-transformers'
+    `CrossEncoder(DIR)` scores such a folder with logit(yes) - logit(no) at the last
+    token: tfsent's score."""
+    architecture = families.TABLE[encoder.family].hf_causal_lm
+    if architecture is None:
+        raise ConfigError(f"format {FORMAT}: the {encoder.family} family has no causal-LM "
+                          "architecture to publish a prompted reranker as")
+    directory, _, length = check_new_export(encoder, directory, "last_token", max_seq_length)
+    lm_head = prompted_lm_head(encoder, head)
+    template = pair_prompts.chat_template(encoder.tokenizer.pair_prompt)
+    config = {"architectures": [architecture], "tie_word_embeddings": False,
+              "sentence_transformers": {"activation_fn": ST_ACTIVATION}}
+
+    def write_files(folder):
+        write_transformer(encoder, folder, length, config, {"lm_head.weight": lm_head},
+                          prefixed=True)
+        with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
+            f.write(template)
+        path = os.path.join(folder, "tokenizer_config.json")
+        settings = read_json(path)
+        settings.pop("chat_template", None)  # the file's is the reranker's
+        settings["split_special_tokens"] = False
+        write_json(path, settings)
+        return {"architecture": architecture, "num_labels": 1,
+                "prompt": encoder.tokenizer.pair_prompt["name"],
+                "activation_fn": ST_ACTIVATION}
+
+    return write_new_export(directory, FORMAT, encoder, "last_token", length, head,
+                            write_files, metadata)

@@ -17,7 +17,7 @@ from tfsent.encoders.loading import own_settings
 from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
-from tfsent.methods import pair_prompts
+from tfsent.encoders import pair_prompts
 from tfsent.methods.base import SentenceMethod
 from tfsent.methods.distill import same_tokenizer
 from tfsent.methods.replicas import global_mean
@@ -153,8 +153,9 @@ class CrossEncoder(SentenceMethod):
             the family's (their .keras files load with it).
         prompt: None, or a prompted reranker's chat template (`pair_prompts.PROMPT_NAMES`:
             "qwen3_reranker", a Qwen3-Reranker checkpoint): the encoder's tokenizer builds
-            the prompt around each pair, the head (a Dense(1)) starts as the LM head's
-            E[yes] - E[no], so the score is the model card's log P(yes) - log P(no).
+            the prompt around each pair, the head (a Dense(1) without bias, as an LM head)
+            starts as the LM head's E[yes] - E[no], so the score is the model card's
+            log P(yes) - log P(no).
         instruction: with `prompt`, the task description it holds (None: the prompt's
             web-search default).
     """
@@ -211,11 +212,14 @@ class CrossEncoder(SentenceMethod):
                               f"{encoder.family} family has not; heads: {', '.join(HEADS)}")
         self.head_dropout = keras.layers.Dropout(encoder.default_dropout, seed=seed,
                                                  name="head_dropout")
-        self.score_head = build_score_head(self.head_kind, encoder.hidden_dim)
-        if self.prompt:  # the LM's answer: overwritten by the weights of a saved reranker
+        if self.prompt:  # the LM's answer (an LM head has no bias); a saved reranker's
+            # weights replace it when they load
+            self.score_head = keras.layers.Dense(1, use_bias=False, name="score_head")
+            self.score_head.build((None, encoder.hidden_dim))
             self.score_head.kernel.assign(pair_prompts.answer_head_kernel(encoder,
                                                                          self.prompt))
-            self.score_head.bias.assign(np.zeros([1], np.float32))
+        else:
+            self.score_head = build_score_head(self.head_kind, encoder.hidden_dim)
         # score()'s traced functions by truncation length, outside Keras' tracking: one
         # trace per length, not one per call (a dev evaluation calls score chunk by chunk).
         object.__setattr__(self, "_score_functions", {})

@@ -185,10 +185,12 @@ def write_kept_tokenizer_files(tokenizer, directory, family, max_seq_length):
 
 
 def write_transformer(encoder, directory, max_seq_length, config_extra=None,
-                      extra_tensors=None):
+                      extra_tensors=None, prefixed=False):
     """The encoder's transformer and tokenizer in Hugging Face's layout, into the existing
     `directory` (`write_hf_model`'s `config_extra` and `extra_tensors` added). A family
-    keras-hub runs (qwen3, gemma3) is written by `decoders.decoder_checkpoint`."""
+    keras-hub runs (qwen3, gemma3) is written by `decoders.decoder_checkpoint`, its names
+    under the family's `base_prefix` when `prefixed` (a model with a head of its own: a
+    causal LM's `model.` beside `lm_head`)."""
     tokenizer = encoder.tokenizer
     pad = getattr(tokenizer, "pad_id", None)
     if families.TABLE[encoder.family].runs_own_forward:
@@ -198,6 +200,9 @@ def write_transformer(encoder, directory, max_seq_length, config_extra=None,
         special_ids = {"pad": int(pad), "eos": int(tokenizer.sep_id),
                        "bos": int(tokenizer.cls_id)}
         config, tensors = decoder_checkpoint(encoder.backbone, special_ids, max_seq_length)
+        if prefixed:
+            prefix = families.TABLE[encoder.family].base_prefix
+            tensors = {prefix + name: value for name, value in tensors.items()}
         config.update(config_extra or {})
         write_safetensors(os.path.join(directory, SAFETENSORS_FILE),
                           {**tensors, **(extra_tensors or {})})

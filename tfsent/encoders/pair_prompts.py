@@ -17,6 +17,7 @@ embeddings when tied) with bias 0. Its logit is log P(yes) - log P(no), so
 sigmoid(score) is the model card's P(yes) and the order of the documents is the same.
 """
 
+import json
 import re
 from typing import NamedTuple
 
@@ -106,25 +107,62 @@ def pair_prompt_config(tokenizer, name, instruction=None):
     middle = prompt.middle.replace("{instruction}", instruction)
     before, rest = middle.split("{query}")
     between, after = rest.split("{document}")
-    return {"prefix_ids": text_ids(tokenizer, prompt.prefix, prompt.special_tokens),
+    return {"name": name,
+            "prefix_ids": text_ids(tokenizer, prompt.prefix, prompt.special_tokens),
             "texts": [before, between, after],
             "suffix_ids": text_ids(tokenizer, prompt.suffix, prompt.special_tokens)}
 
 
-def answer_head_kernel(encoder, name):
-    """(H, 1) float32: the LM head's row of the prompt's positive answer minus its negative
-    one's (the backbone's `token_embedding`: its reverse embeddings when the checkpoint has
-    its own lm_head, else the tied token embeddings)."""
+def answer_ids(tokenizer, name):
+    """(positive, negative) answer token ids of the prompt `name`."""
     prompt = get_prompt(name)
-    vocabulary = _vocabulary(encoder.tokenizer, prompt, name)
+    vocabulary = _vocabulary(tokenizer, prompt, name)
+    return tuple(vocabulary[t] for t in prompt.answers)
+
+
+def lm_head_table(encoder, name="prompt"):
+    """(V, H) float32: the LM head of the encoder's backbone (`token_embedding`: its
+    reverse embeddings when the checkpoint has its own lm_head, else the tied token
+    embeddings)."""
     layer = getattr(encoder.backbone, "token_embedding", None)
     if layer is None:
-        raise ConfigError(f"prompt={name!r}: the {encoder.family} backbone has no token "
-                          "embedding to read the answers' LM head rows from")
-    reverse = getattr(layer, "reverse_embeddings", None)
-    if reverse is not None and not getattr(layer, "tie_weights", True):
-        table = keras.ops.convert_to_numpy(reverse).T  # (V, H)
-    else:
-        table = keras.ops.convert_to_numpy(layer.embeddings)
-    yes, no = (vocabulary[t] for t in prompt.answers)
-    return (table[yes] - table[no]).astype(np.float32)[:, None]
+        raise ConfigError(f"{name}: the {encoder.family} backbone has no token embedding "
+                          "to read the LM head from")
+    if getattr(layer, "reverse_embeddings", None) is not None and not layer.tie_weights:
+        return np.asarray(keras.ops.convert_to_numpy(layer.reverse_embeddings).T, np.float32)
+    return np.asarray(keras.ops.convert_to_numpy(layer.embeddings), np.float32)
+
+
+def answer_head_kernel(encoder, name):
+    """(H, 1) float32: the LM head's row of the prompt's positive answer minus its negative
+    one's (`lm_head_table`)."""
+    yes, no = answer_ids(encoder.tokenizer, name)
+    table = lm_head_table(encoder, f"prompt={name!r}")
+    return (table[yes] - table[no])[:, None]
+
+
+def chat_template(pair_prompt):
+    """The Jinja chat template that renders a tokenizer's `pair_prompt` for the messages of
+    a pair with the roles "query" and "document" (sentence-transformers' CrossEncoder
+    passes a pair so to a causal LM; content a string or a list of text parts): the
+    prompt's prefix, its middle with the instruction, the suffix. The fixed text is written
+    as Jinja string literals (JSON's escapes, which Jinja decodes), so no block trimming
+    touches its line breaks."""
+    prompt = get_prompt(pair_prompt["name"])
+    before, between, after = pair_prompt["texts"]
+    literal = [prompt.prefix + before, between, after + prompt.suffix]
+
+    def raw(text):
+        return "{{ " + json.dumps(text, ensure_ascii=False) + " }}" if text else ""
+
+    return ("{%- set ns = namespace(query='', document='') -%}\n"
+            "{%- for message in messages -%}\n"
+            "{%- if message.content is string -%}{%- set text = message.content -%}\n"
+            "{%- else -%}{%- set text = message.content | selectattr('type', 'eq', 'text')"
+            " | map(attribute='text') | join('') -%}{%- endif -%}\n"
+            "{%- if message.role == 'query' -%}{%- set ns.query = text -%}\n"
+            "{%- elif message.role == 'document' -%}{%- set ns.document = text -%}"
+            "{%- endif -%}\n"
+            "{%- endfor -%}\n"
+            + raw(literal[0]) + "{{ ns.query }}" + raw(literal[1]) + "{{ ns.document }}"
+            + raw(literal[2]))
