@@ -108,6 +108,22 @@ def _qwen3_weights(config, rng):
     return weights
 
 
+def _qwen3_config(tok, architecture, **overrides):
+    """config.json of a tiny Qwen3 checkpoint with tokenizer `tok` (a Qwen3-Embedding's
+    settings; `overrides` replace some)."""
+    eos = tok.token_to_id("<|endoftext|>")
+    config = {"architectures": [architecture], "model_type": "qwen3",
+              "vocab_size": tok.get_vocab_size(), **QWEN_SIZES,
+              "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
+              "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False,
+              "attention_dropout": 0.0, "tie_word_embeddings": True,
+              "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
+              "bos_token_id": eos, "eos_token_id": eos, "torch_dtype": "float32",
+              "initializer_range": 0.02, "use_cache": True}
+    config.update(overrides)
+    return config
+
+
 def make_qwen3_reranker_dir(directory, seed=0, tied=False):
     """Writes a tiny Qwen3-Reranker-shaped folder (Qwen3ForCausalLM: `model.`-prefixed
     names, its own `lm_head.weight` unless `tied`; a tokenizer.json without template,
@@ -116,15 +132,8 @@ def make_qwen3_reranker_dir(directory, seed=0, tied=False):
     os.makedirs(directory, exist_ok=True)
     tok = qwen_tokenizer_json(reranker=True)
     tok.save(os.path.join(directory, "tokenizer.json"))
-    eos = tok.token_to_id("<|endoftext|>")
-    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-              "vocab_size": tok.get_vocab_size(), **QWEN_SIZES,
-              "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
-              "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False,
-              "attention_dropout": 0.0, "tie_word_embeddings": tied,
-              "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
-              "bos_token_id": eos, "eos_token_id": tok.token_to_id("<|im_end|>"),
-              "torch_dtype": "float32", "initializer_range": 0.02, "use_cache": True}
+    config = _qwen3_config(tok, "Qwen3ForCausalLM", tie_word_embeddings=tied,
+                           eos_token_id=tok.token_to_id("<|im_end|>"))
     _write_json(os.path.join(directory, "config.json"), config)
     rng = np.random.default_rng(seed)
     weights = {"model." + k: v for k, v in _qwen3_weights(config, rng).items()}
@@ -147,15 +156,7 @@ def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64):
     os.makedirs(os.path.join(directory, "1_Pooling"), exist_ok=True)
     tok = qwen_tokenizer_json()
     tok.save(os.path.join(directory, "tokenizer.json"))
-    eos = tok.token_to_id("<|endoftext|>")
-    config = {"architectures": ["Qwen3Model"], "model_type": "qwen3",
-              "vocab_size": tok.get_vocab_size(), **QWEN_SIZES,
-              "hidden_act": "silu", "max_position_embeddings": 512, "rms_norm_eps": 1e-6,
-              "rope_theta": 1000000.0, "rope_scaling": None, "attention_bias": False,
-              "attention_dropout": 0.0, "tie_word_embeddings": True,
-              "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
-              "bos_token_id": eos, "eos_token_id": eos, "torch_dtype": "float32",
-              "initializer_range": 0.02, "use_cache": True}
+    config = _qwen3_config(tok, "Qwen3Model")
     _write_json(os.path.join(directory, "config.json"), config)
     save_file(_qwen3_weights(config, np.random.default_rng(seed)),
               os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
