@@ -161,6 +161,38 @@ def test_a_lone_surrogate_escape_in_jsonl_is_named(tmp_path):
     assert [obj["text"] for _, obj in read_json_lines(path)] == ["\U0001F600"]
 
 
+def test_a_gzipped_beir_folder_reads_as_the_plain_one(tmp_path):
+    """corpus.jsonl.gz, queries.jsonl.gz, qrels/<split>.tsv.gz (files gzipped in place, as
+    some mirrors ship BEIR sets): every reader gives what the plain folder gives; a
+    missing split names the gzipped splits that are there."""
+    import shutil
+
+    from test_retrieval import SMALL_CORPUS, SMALL_QUERIES, write_beir
+    from tfsent.evaluation.rerank import count_documents
+    from tfsent.search.mining import beir_pairs
+
+    qrels = {"test": [("q1", "d1", 2), ("q2", "d3", 1)], "train": [("q1", "d1", 1)]}
+    plain = write_beir(tmp_path / "plain", SMALL_CORPUS, SMALL_QUERIES, qrels)
+    zipped = str(tmp_path / "zipped")
+    shutil.copytree(plain, zipped)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv"):
+        path = os.path.join(zipped, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path + ".gz", "wb") as f:
+            f.write(gzip.compress(data))
+        os.remove(path)
+    a, b = beir.read_split(plain, "test"), beir.read_split(zipped, "test")
+    assert (b.corpus.ids, b.corpus.texts, b.query_ids, b.query_texts, b.qrels) == (
+        a.corpus.ids, a.corpus.texts, a.query_ids, a.query_texts, a.qrels)
+    assert beir.read_training_pairs(zipped) == beir.read_training_pairs(plain)
+    assert beir_pairs(b) == beir_pairs(a)
+    assert count_documents(zipped) == count_documents(plain) == len(SMALL_CORPUS)
+    with pytest.raises(InputError, match=r"qrels/dev.tsv: missing BEIR file \(qrels "
+                                         r"splits here: test, train\)"):
+        beir.check_folder(zipped, "dev")
+
+
 def test_a_beir_title_that_is_not_a_string_is_refused(tmp_path):
     path = _write(tmp_path, "corpus.jsonl", '{"_id": "d1", "text": "t", "title": 0}\n')
     with pytest.raises(InputError, match=r"corpus.jsonl: document 'd1': title is not a "

@@ -141,6 +141,10 @@ def test_test_tasks_are_checked_before_training(tmp_path, tiny_encoder_dir):
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match="test_tasks='sts' needs eval_data_dir"):
         training.run("simcse_unsup", _config(tiny_encoder_dir, "test_tasks=sts"), str(out))
+    # report_geometry too (it was skipped without a word before 2026-11-29).
+    with pytest.raises(ConfigError, match="report_geometry needs eval_data_dir"):
+        training.run("simcse_unsup", _config(tiny_encoder_dir, "report_geometry=true"),
+                     str(out))
     assert not out.exists()
 
 

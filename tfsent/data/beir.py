@@ -6,6 +6,9 @@ sentence-transformers' `InformationRetrievalEvaluator` data).
     DIR/qrels/<split>.tsv   a header line, then `query-id <TAB> corpus-id <TAB> score`
                             (integer scores; graded relevance allowed)
 
+Each file may instead be gzipped beside its name (corpus.jsonl.gz, qrels/test.tsv.gz, as
+some mirrors ship them): `data_file` finds it, and it is read decompressed.
+
 A document's text is `title + " " + text`, stripped (what MTEB and BEIR's
 sentence-transformers wrapper embed). Qrels with score > 0 are relevant; queries of the
 split without a relevant document are dropped, and qrels naming an unknown query or
@@ -79,20 +82,28 @@ def check_folder(directory, split):
     if not os.path.isdir(directory):
         raise InputError("not a folder (a BEIR dataset folder holds corpus.jsonl, "
                          "queries.jsonl and qrels/)", path=directory)
-    for path in (os.path.join(directory, "corpus.jsonl"),
-                 os.path.join(directory, "queries.jsonl"), qrels_path(directory, split)):
+    for path in (data_file(directory, "corpus.jsonl"),
+                 data_file(directory, "queries.jsonl"), qrels_path(directory, split)):
         if not os.path.isfile(path):
-            have = sorted(f[:-4] for f in os.listdir(os.path.join(directory, "qrels"))
-                          if f.endswith(".tsv")) if os.path.isdir(
+            have = sorted(f.split(".")[0] for f in os.listdir(os.path.join(directory, "qrels"))
+                          if f.endswith((".tsv", ".tsv.gz"))) if os.path.isdir(
                               os.path.join(directory, "qrels")) else []
             extra = f" (qrels splits here: {', '.join(have)})" if have and "qrels" in path \
                 else ""
             raise InputError(f"missing BEIR file{extra}", path=path)
 
 
+def data_file(directory, name):
+    """DIR/name, or DIR/name.gz when only the gzipped file is there."""
+    path = os.path.join(directory, name)
+    if not os.path.exists(path) and os.path.isfile(path + ".gz"):
+        return path + ".gz"
+    return path
+
+
 def qrels_path(directory, split):
-    """DIR/qrels/<split>.tsv."""
-    return os.path.join(directory, "qrels", f"{split}.tsv")
+    """DIR/qrels/<split>.tsv (or its .gz)."""
+    return data_file(directory, os.path.join("qrels", f"{split}.tsv"))
 
 
 def _unique_ids(rows, path, what):
@@ -110,7 +121,7 @@ def _unique_ids(rows, path, what):
 def read_corpus(path):
     """The documents of a corpus.jsonl file (or of a BEIR folder) as a Corpus."""
     if os.path.isdir(path):
-        path = os.path.join(path, "corpus.jsonl")
+        path = data_file(path, "corpus.jsonl")
     rows = _unique_ids(read_json_lines(path, ("_id", "text")), path, "document")
     if not rows:
         raise InputError("the corpus is empty", path=path)
@@ -174,8 +185,8 @@ def read_split(directory, split="test", corpus=None):
     """The queries, qrels and corpus of one split of a BEIR folder (`corpus`: an already
     read Corpus of the same folder, to read it once for several splits)."""
     check_folder(directory, split)
-    corpus = corpus or read_corpus(os.path.join(directory, "corpus.jsonl"))
-    queries = read_queries(os.path.join(directory, "queries.jsonl"))
+    corpus = corpus or read_corpus(data_file(directory, "corpus.jsonl"))
+    queries = read_queries(data_file(directory, "queries.jsonl"))
     path = qrels_path(directory, split)
     raw = read_qrels(path)
     doc_ids = set(corpus.ids)
@@ -212,8 +223,8 @@ def read_training_pairs(directory, split="train"):
     such line and how many rows name unknown ids (a training pair needs both texts). A
     query or document whose text is empty is refused too, naming the qrels line."""
     check_folder(directory, split)
-    corpus = read_corpus(os.path.join(directory, "corpus.jsonl"))
-    queries = read_queries(os.path.join(directory, "queries.jsonl"))
+    corpus = read_corpus(data_file(directory, "corpus.jsonl"))
+    queries = read_queries(data_file(directory, "queries.jsonl"))
     documents = dict(zip(corpus.ids, corpus.texts))
     path = qrels_path(directory, split)
     rows, seen, unknown, not_relevant = [], set(), [], 0

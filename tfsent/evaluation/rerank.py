@@ -19,6 +19,7 @@ from tfsent.evaluation import retrieval_table
 from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
                                          is_retrieval_task, rerank, search_split, write_run)
 from tfsent.data import beir
+from tfsent.data.textio import open_bytes
 from tfsent.formats.metadata import export_format
 from tfsent.formats.model_paths import check_bi_encoder, check_cross_encoder, keras_class_name
 from tfsent.serving import ServedCrossEncoder
@@ -90,8 +91,7 @@ def reranker_export(path):
 def count_documents(directory):
     """The number of non-blank lines of a BEIR folder's corpus.jsonl (its documents,
     without parsing them)."""
-    path = os.path.join(directory, "corpus.jsonl")
-    with open(path, "rb") as f:
+    with open_bytes(beir.data_file(directory, "corpus.jsonl")) as f:
         return sum(1 for line in f if line.strip())
 
 

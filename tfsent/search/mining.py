@@ -46,6 +46,7 @@ import keras
 import numpy as np
 from absl import logging
 
+from tfsent.data import beir
 from tfsent.data.beir import read_split
 from tfsent.errors import ConfigError, InputError
 from tfsent.search.exact import top_k_cosine
@@ -348,7 +349,7 @@ def beir_pairs(split):
     positives in qrels order; rows repeated because two documents share a text are
     merged. InputError naming the file and id for an empty query or positive text."""
     doc_text = dict(zip(split.corpus.ids, split.corpus.texts))
-    queries_path = os.path.join(split.directory, "queries.jsonl")
+    queries_path = beir.data_file(split.directory, "queries.jsonl")
     pairs = []
     for query_id, query_text in zip(split.query_ids, split.query_texts):
         if not query_text.strip():
@@ -359,7 +360,7 @@ def beir_pairs(split):
             if not doc_text[doc_id].strip():
                 raise InputError(f"document {doc_id!r}, a positive of query {query_id!r}, "
                                  f"has an empty title and text",
-                                 path=os.path.join(split.directory, "corpus.jsonl"))
+                                 path=beir.data_file(split.directory, "corpus.jsonl"))
             pairs.append((query_text, doc_text[doc_id]))
     unique = list(dict.fromkeys(pairs))
     if len(unique) < len(pairs):

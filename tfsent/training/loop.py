@@ -350,6 +350,9 @@ def resolve_run(r):
     # checkpoints (saving may need every worker) to a private directory removed at the end.
     r.chief, r.task_id = distribute.worker_role(r.strategy)
     check_test_tasks(config, need_data_dir=True)
+    if config.get("report_geometry") and not config.get("eval_data_dir"):
+        raise ConfigError("report_geometry needs eval_data_dir (alignment and uniformity are "
+                          "measured on its STS-B test pairs): set --config.eval_data_dir")
     check_encoder_name(config.encoder)  # a misspelt name, before the folder is judged
     if r.chief:
         r.status = prepare_run_dir(r.output_dir, dict(config, method=r.method), r.overwrite)
