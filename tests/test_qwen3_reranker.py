@@ -167,8 +167,6 @@ def trained(folders, tiny_encoder_dir, tmp_path_factory):
     steps), and the CrossEncoder with the run's best weights."""
     from test_cross_encoder_train import _folder, _mined, _overrides
     from tfsent import training
-    from tfsent.encoders.pair_prompts import answer_head_kernel
-
     tmp_path = tmp_path_factory.mktemp("qwen3_reranker_run")
     case = {"beir": _folder(tmp_path / "beir"), "mined": _mined(tmp_path / "mined.jsonl")}
     overrides = _overrides(case, tiny_encoder_dir, folders["untied"], steps=4, eval_every=2,
@@ -182,7 +180,14 @@ def trained(folders, tiny_encoder_dir, tmp_path_factory):
 
     model = _reranker(folders["untied"], 140, INSTRUCTION)
     start = model.score_head.kernel.numpy().copy()
-    np.testing.assert_array_equal(start, answer_head_kernel(model.encoder, "qwen3_reranker"))
+    # The head starts as the file's lm_head rows of "yes" minus "no" (read here directly).
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(os.path.join(folders["untied"], "tokenizer.json")).get_vocab()
+    lm_head = load_file(os.path.join(folders["untied"], "model.safetensors"))["lm_head.weight"]
+    np.testing.assert_allclose(start[:, 0], lm_head[vocab["yes"]] - lm_head[vocab["no"]],
+                               atol=1e-6)
     model.encoder.load_weights(os.path.join(out, "best", "encoder.weights.h5"))
     with np.load(os.path.join(out, "best", "head.npz")) as stored:
         assert len(stored.files) == len(model.score_head.weights) == 1  # no bias
@@ -200,9 +205,13 @@ def test_run_trains_and_its_export_serves_the_tf_serving_way(trained, tmp_path):
 
     from test_cross_encoder import _check_served_the_tf_serving_way
 
+    from tfsent.formats.metadata import read_metadata
+
     model, metrics = trained
     queries, passages = QUERIES[:3], PASSAGES[:3]
     _check_served_the_tf_serving_way(model, metrics["export"], queries, passages)
+    meta = read_metadata(metrics["export"])
+    assert (meta["prompt"], meta["instruction"]) == ("qwen3_reranker", INSTRUCTION)
 
     model.save(str(tmp_path / "reranker.keras"))
     again = keras.saving.load_model(str(tmp_path / "reranker.keras"))
@@ -237,6 +246,14 @@ def test_published_as_a_causal_lm_sentence_transformers_scores_it(trained, tmp_p
     assert config["architectures"] == ["Qwen3ForCausalLM"]
     assert not json.load(open(os.path.join(folder, "tokenizer_config.json")))[
         "split_special_tokens"]
+    exported = json.load(open(os.path.join(folder, "tfsent_export.json")))
+    assert (exported["prompt"], exported["instruction"]) == ("qwen3_reranker", INSTRUCTION)
+    # The prompt appends nothing: the published tokenizer.json has no template again.
+    from tokenizers import Tokenizer
+
+    published = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    assert published.encode("a b").ids == published.encode("a b",
+                                                           add_special_tokens=False).ids
     want = model.score(QUERIES, PASSAGES)
     r = subprocess.run([peer_python(), "-c", PUBLISHED, folder, json.dumps(QUERIES),
                         json.dumps(PASSAGES)], capture_output=True, text=True, timeout=600,
@@ -266,8 +283,45 @@ def test_bad_prompts_are_clear_errors(folders, tmp_path):
         training.resolve_config("cross_encoder", overrides=[
             f"encoder={folders['tied']}", "instruction=find it"])
     with pytest.raises(ConfigError, match="max_seq_length 64 leaves no room for the pair"):
-        _reranker(folders["tied"], 64).score(["q"], ["d"])
-    # Qwen3-Embedding's vocabulary has no <think>: not a chat vocabulary.
+        _reranker(folders["tied"], 64)
+    # The instruction is cut with the pair: a length it fills is refused, not every pair
+    # scored alike (the fixed ids take 92 of these 110).
+    with pytest.raises(ConfigError, match="max_seq_length 110 leaves no room for the pair: "
+                                          "the prompt and its instruction take"):
+        _reranker(folders["tied"], 110)
+    with pytest.raises(ConfigError, match="prompt=qwen3_reranker: set retriever"):
+        training.resolve_config("cross_encoder", overrides=[
+            f"encoder={folders['tied']}", "prompt=qwen3_reranker"])
+    # The tiny Qwen3-Embedding vocabulary has no <think> (the real ones have): refused.
     embedding = make_qwen3_embedding_dir(str(tmp_path / "embedding"))
     with pytest.raises(ConfigError, match="the tokenizer has no token '<think>'"):
         CrossEncoder(load_encoder(embedding, max_seq_length=200), prompt="qwen3_reranker")
+
+
+def test_a_template_less_tokenizer_json_loads_and_its_exports_append_as_tfsent(folders):
+    """The reranker's tokenizer.json appends nothing; as a bi-encoder tfsent appends
+    <|endoftext|> (Qwen3-Embedding's template), and so does the tokenizer.json its exports
+    keep (Hugging Face's tokenizer on it gives tfsent's ids). A plain cross-encoder on an
+    encoder a prompted one was built on gets the family's pair template back."""
+    from tokenizers import Tokenizer
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    original = Tokenizer.from_file(os.path.join(folders["untied"], "tokenizer.json"))
+    assert original.encode("a doc").ids == original.encode("a doc",
+                                                           add_special_tokens=False).ids
+    encoder = load_encoder(folders["untied"], max_seq_length=200)
+    kept = Tokenizer.from_str(encoder.tokenizer.hf_files["tokenizer.json"])
+    out = encoder.tokenizer(tf.constant([p[1] for p in PAIRS]))
+    for row, mask, (_, text) in zip(out["token_ids"].numpy(), out["padding_mask"].numpy(),
+                                    PAIRS):
+        assert row[mask == 1].tolist() == kept.encode(text).ids
+        assert row[mask == 1][-1] == encoder.tokenizer.sep_id
+    plain_pairs = encoder.tokenizer.tokenize_pairs(tf.constant(["q"]), tf.constant(["d"]))
+    CrossEncoder(encoder, prompt="qwen3_reranker")
+    assert encoder.tokenizer.pair_prompt is not None
+    CrossEncoder(encoder)
+    assert encoder.tokenizer.pair_prompt is None
+    again = encoder.tokenizer.tokenize_pairs(tf.constant(["q"]), tf.constant(["d"]))
+    np.testing.assert_array_equal(again["token_ids"], plain_pairs["token_ids"])

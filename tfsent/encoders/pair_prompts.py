@@ -107,10 +107,15 @@ def pair_prompt_config(tokenizer, name, instruction=None):
     middle = prompt.middle.replace("{instruction}", instruction)
     before, rest = middle.split("{query}")
     between, after = rest.split("{document}")
-    return {"name": name,
-            "prefix_ids": text_ids(tokenizer, prompt.prefix, prompt.special_tokens),
-            "texts": [before, between, after],
-            "suffix_ids": text_ids(tokenizer, prompt.suffix, prompt.special_tokens)}
+    prefix = text_ids(tokenizer, prompt.prefix, prompt.special_tokens)
+    suffix = text_ids(tokenizer, prompt.suffix, prompt.special_tokens)
+    # The middle's own text (with the instruction) is cut with the query and document:
+    # counted here so that a length it fills is refused, not every pair scored alike.
+    own = sum(len(text_ids(tokenizer, text, prompt.special_tokens))
+              for text in (before, between, after))
+    return {"name": name, "instruction": instruction, "prefix_ids": prefix,
+            "texts": [before, between, after], "suffix_ids": suffix,
+            "min_length": len(prefix) + len(suffix) + own + 2}
 
 
 def answer_ids(tokenizer, name):

@@ -199,18 +199,19 @@ class _InGraphTokenizer(keras.layers.Layer):
         config.update({"max_seq_length": self.max_seq_length,
                        "pad_to_max_length": self.pad_to_max_length})
         if self.pair_prompt is not None:
-            config["pair_prompt"] = {k: v if isinstance(v, str) else list(v)
+            config["pair_prompt"] = {k: list(v) if isinstance(v, list) else v
                                      for k, v in self.pair_prompt.items()}
         return config
 
 
 def _checked_pair_prompt(prompt, max_seq_length):
-    """None, or {"name": the prompt's name, "prefix_ids": [int], "texts": [3 strings],
-    "suffix_ids": [int]} checked (ConfigError naming the part, or a `max_seq_length` the
-    fixed ids fill)."""
+    """None, or {"name": the prompt's name, "instruction": its instruction, "prefix_ids":
+    [int], "texts": [3 strings], "suffix_ids": [int], "min_length": the least
+    max_seq_length that leaves the query and the document a token each} checked
+    (ConfigError naming the part, or a `max_seq_length` below `min_length`)."""
     if prompt is None:
         return None
-    parts = {"name", "prefix_ids", "texts", "suffix_ids"}
+    parts = {"name", "instruction", "prefix_ids", "texts", "suffix_ids", "min_length"}
     if not isinstance(prompt, dict) or set(prompt) != parts:
         raise ConfigError(f"pair_prompt: a dict of {', '.join(sorted(parts))}, got "
                           f"{prompt!r}")
@@ -218,16 +219,19 @@ def _checked_pair_prompt(prompt, max_seq_length):
     if len(texts) != 3 or not all(isinstance(t, str) for t in texts):
         raise ConfigError("pair_prompt texts: the three strings before the first text, "
                           f"between the two and after the second, got {texts!r}")
-    out = {"name": str(prompt["name"]), "texts": texts}
+    out = {"name": str(prompt["name"]), "instruction": str(prompt["instruction"]),
+           "texts": texts, "min_length": int(prompt["min_length"])}
     for part in ("prefix_ids", "suffix_ids"):
         ids = list(prompt[part])
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
             raise ConfigError(f"pair_prompt {part}: token ids, got {ids!r}")
         out[part] = ids
-    fixed = len(out["prefix_ids"]) + len(out["suffix_ids"])
-    if fixed >= int(max_seq_length):
+    least = max(out["min_length"], len(out["prefix_ids"]) + len(out["suffix_ids"]) + 1)
+    if int(max_seq_length) < least:
         raise ConfigError(f"max_seq_length {max_seq_length} leaves no room for the pair: "
-                          f"the prompt's fixed tokens take {fixed}")
+                          f"the prompt and its instruction take {least - 2} tokens (a "
+                          f"max_seq_length of {least} leaves the query and the document "
+                          "one each; a reranker needs far more)")
     return out
 
 

@@ -80,6 +80,9 @@ def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=
     module = ScoringModule(encoder, head, max_seq_length, pooling)
     meta = export_metadata("cross_encoder", encoder, pooling, module.tokenizer.max_seq_length,
                            head, hidden_dim=encoder.hidden_dim, signature="score")
+    prompt = getattr(encoder.tokenizer, "pair_prompt", None)
+    if prompt is not None:  # a prompted reranker's (the graph builds it)
+        meta.update(prompt=prompt["name"], instruction=prompt["instruction"])
     texts = np.array([s.encode("utf-8") for s in tf_serving.WARMUP_SENTENCES], dtype=object)
     warmup = [(signature, {"queries": texts[:n], "passages": texts[::-1][:n]})
               for signature, sizes in (("score", tf_serving.WARMUP_BATCH_SIZES),

@@ -41,6 +41,7 @@ import numpy as np
 import tfsent.encoders.families as families
 from tfsent.encoders import pair_prompts
 from tfsent.encoders.huggingface.config import read_json
+from tfsent.encoders.huggingface.tokenizer_files import without_template
 from tfsent.encoders.huggingface.writing import write_json, write_transformer
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
@@ -169,6 +170,8 @@ def export_prompted_reranker(encoder, directory, head, max_seq_length=None, meta
                           prefixed=True)
         with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
             f.write(template)
+        path = os.path.join(folder, "tokenizer.json")  # the prompt appends nothing
+        write_json(path, without_template(read_json(path)))
         path = os.path.join(folder, "tokenizer_config.json")
         settings = read_json(path)
         settings.pop("chat_template", None)  # the file's is the reranker's
@@ -176,6 +179,7 @@ def export_prompted_reranker(encoder, directory, head, max_seq_length=None, meta
         write_json(path, settings)
         return {"architecture": architecture, "num_labels": 1,
                 "prompt": encoder.tokenizer.pair_prompt["name"],
+                "instruction": encoder.tokenizer.pair_prompt["instruction"],
                 "activation_fn": ST_ACTIVATION}
 
     return write_new_export(directory, FORMAT, encoder, "last_token", length, head,

@@ -176,6 +176,9 @@ class CrossEncoder(SentenceMethod):
         self.instruction = instruction or None
         if self.instruction and not self.prompt:
             raise ConfigError("instruction: only a prompted reranker (prompt=...) reads one")
+        if not self.prompt and getattr(encoder.tokenizer, "pair_prompt", None) is not None:
+            # an encoder a prompted reranker was built on: its family's template again
+            encoder.tokenizer = encoder.tokenizer.with_options(pair_prompt=None)
         if self.prompt:
             if head not in (None, LINEAR_HEAD):
                 raise ConfigError(f"head={head!r}: a prompted reranker scores with the LM "
@@ -391,6 +394,10 @@ def _validate(config):
     if config.get("instruction") and not config.get("prompt"):
         raise ConfigError("instruction goes with prompt (a prompted reranker's template "
                           f"holds it; prompts: {', '.join(pair_prompts.PROMPT_NAMES)})")
+    if config.get("prompt") and not config.get("retriever"):
+        raise ConfigError(f"prompt={config['prompt']}: set retriever, the bi-encoder whose "
+                          "dev top rerank_top the reranker reorders (the run's encoder is a "
+                          "language model, not an embedding model)")
     check_bi_encoder(config.get("retriever"), "retriever",
                      hint=": the dev top N comes from a bi-encoder's search")
     if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):

@@ -3,6 +3,7 @@ sentencepiece.bpe.model, or tokenizer.json; tokenizer_config.json and
 special_tokens_map.json) read into the family's tfsent tokenizer, checked against the
 model's vocabulary size."""
 
+import json
 import os
 
 from absl import logging
@@ -90,22 +91,27 @@ def make_tokenizer(family, directory, max_seq_length, pad_to_max_length, vocab_s
             vocabulary[added["content"]] = int(added["id"])
         merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
         appended = _appended_token(path, data)
+        hf_files = read_hf_tokenizer_files(directory)
         if appended is None:
             # A base model's or Qwen3-Reranker's tokenizer.json: no template. Sentence
-            # embeddings read the appended token (Qwen3-Embedding's); a prompted reranker's
-            # pairs append nothing (`pair_prompts`).
+            # embeddings read the appended token (Qwen3-Embedding's), so the kept
+            # tokenizer.json gets that template (the exports' clients then append it too);
+            # a prompted reranker's pairs append nothing (`pair_prompts`).
             appended = families.TABLE[family].appended_token
-            logging.info("%s appends no token to a text; tfsent's %s tokenizer appends %s "
-                         "(Qwen3-Embedding's template: last-token embeddings read it)",
-                         path, family, appended)
+            hf_files["tokenizer.json"] = json.dumps(
+                with_appended_template(data, appended, vocabulary[appended]),
+                ensure_ascii=False)
+            logging.warning("%s appends no token to a text; tfsent's %s tokenizer appends %s "
+                            "as Qwen3-Embedding's does (last-token embeddings read it), and "
+                            "so do the tokenizer.json files of its exports", path, family,
+                            appended)
         elif appended != families.TABLE[family].appended_token:
             raise InputError(f"tokenizer.json's post-processor appends {appended!r}; tfsent "
                              f"runs {family} tokenizers that append "
                              f"{families.TABLE[family].appended_token!r}", path=path)
         pad = _special_token(settings.get("pad_token")) or appended
         tokenizer = QwenBPETokenizer(vocabulary, merges, {"sep": appended, "pad": pad},
-                                     max_seq_length, pad_to_max_length,
-                                     hf_files=read_hf_tokenizer_files(directory))
+                                     max_seq_length, pad_to_max_length, hf_files=hf_files)
     elif kind == "gemma_sentencepiece":
         tokenizer = _gemma_tokenizer(family, directory, settings, max_seq_length,
                                      pad_to_max_length)
@@ -146,6 +152,42 @@ def _gemma_tokenizer(family, directory, settings, max_seq_length, pad_to_max_len
                          "runs)", path=os.path.join(directory, "tokenizer_config.json"))
     return GemmaSentencePieceTokenizer(path, max_seq_length, pad_to_max_length,
                                        hf_files=read_hf_tokenizer_files(directory))
+
+
+_TEMPLATE = "TemplateProcessing"
+
+
+def with_appended_template(data, token, token_id):
+    """tokenizer.json's data with a post-processor appending `token` to a text (`$A token`;
+    a pair `$A token $B:1 token:1`), kept after the one it had (a Sequence)."""
+    template = {"type": _TEMPLATE,
+                "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                           {"SpecialToken": {"id": token, "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": token, "type_id": 0}},
+                         {"Sequence": {"id": "B", "type_id": 1}},
+                         {"SpecialToken": {"id": token, "type_id": 1}}],
+                "special_tokens": {token: {"id": token, "ids": [int(token_id)],
+                                           "tokens": [token]}}}
+    post = data.get("post_processor")
+    data = dict(data)
+    data["post_processor"] = template if not post else {
+        "type": "Sequence", "processors": [post, template]}
+    return data
+
+
+def without_template(data):
+    """tokenizer.json's data without a TemplateProcessing post-processor (alone or in a
+    Sequence): a text gets no special token appended."""
+    post = data.get("post_processor") or {}
+    data = dict(data)
+    if post.get("type") == _TEMPLATE:
+        data["post_processor"] = None
+    elif post.get("type") == "Sequence":
+        kept = [p for p in post.get("processors", []) if p.get("type") != _TEMPLATE]
+        data["post_processor"] = (None if not kept else kept[0] if len(kept) == 1
+                                  else {"type": "Sequence", "processors": kept})
+    return data
 
 
 def _appended_token(path, data):
