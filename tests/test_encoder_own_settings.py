@@ -115,6 +115,22 @@ def test_own_settings_of_each_kind_of_folder(folder, tmp_path):
         "cls_before_pooler", "q: ", "d: ")
 
 
+def test_a_registered_preset_name_takes_its_familys_pooling():
+    """A keras-hub preset name (nothing downloaded: keras-hub's registry names its backbone
+    class) takes its family's pooling: Qwen3-Embedding's presets the last token, so a
+    cross-encoder run on a Qwen3 preset reads the last token without a flag; BERT's mean."""
+    from tfsent import training
+
+    own = own_settings("qwen3_embedding_0.6b_en")
+    assert (own["family"], own["pooling"], own["declared"]) == ("qwen3", "last_token", True)
+    assert "keras-hub preset qwen3_embedding_0.6b_en" in own["where"]
+    assert (own_settings("bert_tiny_en_uncased")["family"],
+            own_settings("bert_tiny_en_uncased")["pooling"]) == ("bert", "mean")
+    assert own_settings("no_such_preset_xyz")["family"] is None
+    assert training.resolve_config("cross_encoder", overrides=[
+        "encoder=qwen3_0.6b_en"]).pooling == "last_token"
+
+
 def test_explicit_pooling_wins_with_one_warning(folder, absl_messages):
     from tfsent.training import build_model
 

@@ -131,6 +131,17 @@ def preset_names():
     return list(keras_hub.models.Backbone.presets)
 
 
+def preset_family(name):
+    """The family whose keras-hub backbone class registers the preset `name` (None: no
+    family's, or not a registered preset name), read from keras-hub's registry without
+    loading anything."""
+    for family, record in families.TABLE.items():
+        backbone = getattr(keras_hub.models, record.keras_hub_backbone, None)
+        if backbone is not None and name in getattr(backbone, "presets", {}):
+            return family
+    return None
+
+
 def load_preset(name, family=None, dtype=None):
     """(family, backbone, keras-hub tokenizer) of a keras-hub preset name or preset
     directory (keras-hub's own format; names download from Kaggle / the HF hub)."""

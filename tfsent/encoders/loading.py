@@ -192,9 +192,10 @@ def own_settings(name_or_path):
 
     The pooling is a sentence-transformers folder's Pooling module (or a Dense that is the
     checkpoint's pooler: `cls`), a tfsent encoder directory's, the family's pooling for a
-    bare Hugging Face folder (`families.Family.default_pooling`: `last_token` for qwen3,
-    else tfsent's `mean`), and `mean` for a keras-hub preset. A name that is no folder
-    (a preset name, a path that does not exist) gets the defaults: loading it says more."""
+    bare Hugging Face folder or a preset name keras-hub registers (its backbone class's
+    family: `families.Family.default_pooling`, `last_token` for qwen3, else tfsent's
+    `mean`), and `mean` for a keras-hub preset directory. Another name (a path that does
+    not exist) gets the defaults: loading it says more."""
     name = os.fspath(name_or_path)
     default = {"pooling": DEFAULT_POOLING, "declared": False, "where": "tfsent's default",
                "prompts": None, "truncate_dim": None,
@@ -205,7 +206,12 @@ def own_settings(name_or_path):
         except ConfigError:
             return default  # the missing package is reported when the encoder loads
     if not os.path.isdir(name):
-        return default
+        family = kh.preset_family(name)
+        if family is None:
+            return default
+        pooling = families.TABLE[family].default_pooling  # a registered preset's family
+        return dict(default, pooling=pooling, declared=pooling != DEFAULT_POOLING,
+                    where=f"{family} releases (keras-hub preset {name})", family=family)
     if os.path.exists(os.path.join(name, ENCODER_CONFIG_FILE)):
         meta = huggingface.read_json(os.path.join(name, ENCODER_CONFIG_FILE))
         return {"pooling": meta.get("pooling", DEFAULT_POOLING), "declared": True,

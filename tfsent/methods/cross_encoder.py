@@ -48,8 +48,9 @@ def pooling_for_encoder(name):
     """The pooling a cross_encoder run on the encoder `name` takes when none is given,
     read from its files before it loads: `last_token` on a causal family (qwen3; a
     Hugging Face folder of a family whose `bidirectional_flag` its config.json does not
-    set: a gemma3 one without use_bidirectional_attention),
-    else `cls` (a preset name too: `CrossEncoder` checks it once the model loads)."""
+    set: a gemma3 one without use_bidirectional_attention; a qwen3 keras-hub preset
+    name), else `cls` (a gemma3 preset name too: `CrossEncoder` checks it once the model
+    loads)."""
     family = own_settings(name).get("family")
     record = families.TABLE.get(family)
     if record is None:
