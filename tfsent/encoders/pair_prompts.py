@@ -12,8 +12,8 @@ is P(yes) = softmax over the LM's (no, yes) logits at the last position.
 
 tfsent runs it as a cross-encoder: the tokenizer's `pair_prompt` builds that input in the
 graph (`tokenizers._InGraphTokenizer.tokenize_pairs`), the pooling is the last token, and the
-score head is a Dense(1) whose kernel is E[yes] - E[no] (the LM head's rows; the token
-embeddings when tied) with bias 0. Its logit is log P(yes) - log P(no), so
+score head is a Dense(1) without bias (as an LM head) whose kernel starts as E[yes] - E[no]
+(the LM head's rows; the token embeddings when tied). Its logit is log P(yes) - log P(no), so
 sigmoid(score) is the model card's P(yes) and the order of the documents is the same.
 """
 
@@ -125,25 +125,30 @@ def answer_ids(tokenizer, name):
     return tuple(vocabulary[t] for t in prompt.answers)
 
 
-def lm_head_table(encoder, name="prompt"):
+def lm_head_table(encoder, name="prompt", rows=None):
     """(V, H) float32: the LM head of the encoder's backbone (`token_embedding`: its
     reverse embeddings when the checkpoint has its own lm_head, else the tied token
-    embeddings)."""
+    embeddings); `rows`: only those token ids' rows, (len(rows), H), gathered before
+    anything leaves the variable (a real vocabulary's table is ~150k rows)."""
     layer = getattr(encoder.backbone, "token_embedding", None)
     if layer is None:
         raise ConfigError(f"{name}: the {encoder.family} backbone has no token embedding "
                           "to read the LM head from")
     if getattr(layer, "reverse_embeddings", None) is not None and not layer.tie_weights:
-        return np.asarray(keras.ops.convert_to_numpy(layer.reverse_embeddings).T, np.float32)
-    return np.asarray(keras.ops.convert_to_numpy(layer.embeddings), np.float32)
+        table = keras.ops.transpose(layer.reverse_embeddings)
+    else:
+        table = layer.embeddings
+    if rows is not None:
+        table = keras.ops.take(table, list(rows), axis=0)
+    return np.asarray(keras.ops.convert_to_numpy(table), np.float32)
 
 
 def answer_head_kernel(encoder, name):
     """(H, 1) float32: the LM head's row of the prompt's positive answer minus its negative
     one's (`lm_head_table`)."""
-    yes, no = answer_ids(encoder.tokenizer, name)
-    table = lm_head_table(encoder, f"prompt={name!r}")
-    return (table[yes] - table[no])[:, None]
+    yes, no = lm_head_table(encoder, f"prompt={name!r}",
+                            rows=answer_ids(encoder.tokenizer, name))
+    return (yes - no)[:, None]
 
 
 def chat_template(pair_prompt):
