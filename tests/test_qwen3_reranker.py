@@ -109,52 +109,58 @@ import json, sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-folder, pairs, max_length, instruction, prefix, suffix = sys.argv[1:]
+folders, pairs, max_length, instruction, prefix, suffix = sys.argv[1:]
 pairs, max_length = json.loads(pairs), int(max_length)
-tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
-model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
-yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
-prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)
-suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)
-texts = [f"<Instruct>: {instruction}\n<Query>: {q}\n<Document>: {d}" for q, d in pairs]
-inputs = tokenizer(texts, padding=False, truncation="longest_first",
-                   return_attention_mask=False,
-                   max_length=max_length - len(prefix_ids) - len(suffix_ids))
-inputs["input_ids"] = [prefix_ids + ids + suffix_ids for ids in inputs["input_ids"]]
-batch = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
-with torch.no_grad():
-    last = model(**batch).logits[:, -1, :]
-two = torch.nn.functional.log_softmax(torch.stack([last[:, no], last[:, yes]], dim=1), dim=1)
-print(json.dumps({"p_yes": two[:, 1].exp().tolist(), "ids": inputs["input_ids"],
-                  "log_odds": (last[:, yes] - last[:, no]).tolist()}))
+answers = {}
+for name, folder in json.loads(folders).items():
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
+    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)
+    suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)
+    texts = [f"<Instruct>: {instruction}\n<Query>: {q}\n<Document>: {d}" for q, d in pairs]
+    inputs = tokenizer(texts, padding=False, truncation="longest_first",
+                       return_attention_mask=False,
+                       max_length=max_length - len(prefix_ids) - len(suffix_ids))
+    inputs["input_ids"] = [prefix_ids + ids + suffix_ids for ids in inputs["input_ids"]]
+    batch = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
+    with torch.no_grad():
+        last = model(**batch).logits[:, -1, :]
+    two = torch.nn.functional.log_softmax(torch.stack([last[:, no], last[:, yes]], dim=1),
+                                          dim=1)
+    answers[name] = {"p_yes": two[:, 1].exp().tolist(), "ids": inputs["input_ids"],
+                     "log_odds": (last[:, yes] - last[:, no]).tolist()}
+print(json.dumps(answers))
 """
 
 
-@pytest.mark.parametrize("head", ["untied", "tied"])
-def test_scores_equal_the_model_card_in_transformers(folders, head):
+def test_scores_equal_the_model_card_in_transformers(folders):
     """transformers' Qwen3ForCausalLM and Qwen2Tokenizer (left padding), driven by the model
-    card's code (the peer venv): the same ids, the score its yes - no logit, and its
-    P(yes) = sigmoid(score)."""
+    card's code (the peer venv, one process for both heads): the same ids, the score its
+    yes - no logit, and its P(yes) = sigmoid(score), with an untied and a tied LM head."""
     from test_publish_peer import peer_python
 
-    python = peer_python()
     max_len = 160
-    r = subprocess.run([python, "-c", MODEL_CARD, folders[head], json.dumps(PAIRS),
-                        str(max_len), INSTRUCTION, PREFIX, SUFFIX],
+    r = subprocess.run([peer_python(), "-c", MODEL_CARD, json.dumps(folders),
+                        json.dumps(PAIRS), str(max_len), INSTRUCTION, PREFIX, SUFFIX],
                        capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
     assert r.returncode == 0, r.stderr[-3000:]
-    want = json.loads(r.stdout.strip().splitlines()[-1])
-    model = _reranker(folders[head], max_len, INSTRUCTION)
-    out = model.encoder.tokenizer.tokenize_pairs(tf.constant([p[0] for p in PAIRS]),
-                                                 tf.constant([p[1] for p in PAIRS]))
-    mask = out["padding_mask"].numpy()
-    assert [row[m == 1].tolist() for row, m in zip(out["token_ids"].numpy(), mask)] == \
-        want["ids"]
-    scores = model.score([p[0] for p in PAIRS], [p[1] for p in PAIRS], batch_size=2)
-    np.testing.assert_allclose(scores, want["log_odds"], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(1 / (1 + np.exp(-scores)), want["p_yes"], atol=1e-5)
-    assert len(set(np.round(want["log_odds"], 2))) == len(PAIRS)  # the pairs differ
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(answers) == ["tied", "untied"]
+    for head, want in answers.items():
+        model = _reranker(folders[head], max_len, INSTRUCTION)
+        out = model.encoder.tokenizer.tokenize_pairs(tf.constant([p[0] for p in PAIRS]),
+                                                     tf.constant([p[1] for p in PAIRS]))
+        mask = out["padding_mask"].numpy()
+        assert [row[m == 1].tolist() for row, m in zip(out["token_ids"].numpy(), mask)] == \
+            want["ids"], head
+        scores = model.score([p[0] for p in PAIRS], [p[1] for p in PAIRS], batch_size=2)
+        np.testing.assert_allclose(scores, want["log_odds"], rtol=1e-4, atol=1e-4,
+                                   err_msg=head)
+        np.testing.assert_allclose(1 / (1 + np.exp(-scores)), want["p_yes"], atol=1e-5,
+                                   err_msg=head)
+        assert len(set(np.round(want["log_odds"], 2))) == len(PAIRS)  # the pairs differ
 
 
 QUERIES = ["where is the dog", "snow", "where is the dog", "a much longer query " * 4]
@@ -265,6 +271,11 @@ def test_published_as_a_causal_lm_sentence_transformers_scores_it(trained, tmp_p
     again = CrossEncoder(load_encoder(folder, max_seq_length=140), prompt="qwen3_reranker",
                          instruction=INSTRUCTION)
     np.testing.assert_allclose(again.score(QUERIES, PASSAGES), want, atol=1e-4)
+    # as `evaluate --rerank=FOLDER` reads it: the prompt, instruction and length recorded
+    from tfsent.evaluation.rerank import load_reranker
+
+    np.testing.assert_allclose(load_reranker(folder).score(QUERIES, PASSAGES), want,
+                               atol=1e-4)
     with pytest.raises(ConfigError, match="published as a causal LM, without ONNX"):
         model.export(str(tmp_path / "onnx"), format="cross_encoder_hf", onnx=True)
 

@@ -194,3 +194,81 @@ def test_a_cross_encoder_keras_file_reranks_as_its_export(case):
     with pytest.raises(ConfigError, match="dense.keras holds a Sequential model, not a "
                                           "CrossEncoder"):
         rerank_eval.check_rerank(other, TOP, tasks, check_tasks(tasks))
+
+
+def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoint_dirs):
+    """--rerank=FOLDER: a one-label BertForSequenceClassification folder (the tiny
+    cross-encoder published as cross_encoder_hf) scores as the cross-encoder it came from;
+    a Qwen3-Reranker folder reads through --rerank_prompt, scoring as the prompted
+    CrossEncoder (whose scores tests/test_qwen3_reranker.py checks against the model
+    card); checkpoints with no score are refused before they load, naming what to do."""
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir, make_qwen3_reranker_dir
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    tasks = [f"beir:{case['folder']}"]
+    retrieval = check_tasks(tasks)
+    queries, passages = ["tiny query words", "dog", "a man plays"], ["x", "a cat " * 5, "y"]
+    published = case["model"].export(str(case["root"] / "published"),
+                                     format="cross_encoder_hf")
+    rerank_eval.check_rerank(published, TOP, tasks, retrieval)
+    np.testing.assert_allclose(rerank_eval.load_reranker(published).score(queries, passages),
+                               case["model"].score(queries, passages), atol=1e-4)
+    qwen = make_qwen3_reranker_dir(str(case["root"] / "qwen3_reranker"), seed=3)
+    with pytest.raises(ConfigError, match=r"Qwen3ForCausalLM\) without a one-label "
+                                          r"sequence-classification head.*needs "
+                                          r"--rerank_prompt \(qwen3_reranker\)"):
+        rerank_eval.check_rerank(qwen, TOP, tasks, retrieval)
+    rerank_eval.check_rerank(qwen, TOP, tasks, retrieval, prompt="qwen3_reranker",
+                             instruction="Find it")
+    loaded = rerank_eval.load_reranker(qwen, "qwen3_reranker", "Find it", 150)
+    want = CrossEncoder(load_encoder(qwen, max_seq_length=150), prompt="qwen3_reranker",
+                        instruction="Find it").score(queries, passages)
+    np.testing.assert_allclose(loaded.score(queries, passages), want, atol=1e-5)
+    assert len(set(np.round(want, 3))) == 3  # the pairs score apart
+    # no score to give: a base BERT; a Qwen3-Embedding folder (without a prompt) is a
+    # sentence-transformers bi-encoder
+    base = hf_checkpoint_dirs["bert"]
+    with pytest.raises(ConfigError, match=r"is a bert checkpoint \(BertForMaskedLM\) "
+                                          "without a one-label") as error:
+        rerank_eval.check_rerank(base, TOP, tasks, retrieval)
+    assert f"--method=cross_encoder --config.encoder={base}" in str(error.value)
+    embedding = make_qwen3_embedding_dir(str(case["root"] / "qwen3_embedding"))
+    with pytest.raises(ConfigError, match="is a sentence encoder's folder, a bi-encoder"):
+        rerank_eval.check_rerank(embedding, TOP, tasks, retrieval)
+    bad = [(published, "", "Find it", "--rerank_instruction: --rerank=.* reads no prompt"),
+           (case["ce_dir"], "qwen3_reranker", "", "--rerank_prompt: --rerank=.* is no "
+                                                  "Hugging Face checkpoint folder"),
+           ("", "qwen3_reranker", "", "--rerank_prompt goes with --rerank")]
+    for rerank, prompt, instruction, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            rerank_eval.check_rerank(rerank, TOP, tasks, retrieval, prompt=prompt,
+                                     instruction=instruction)
+
+
+def test_cli_reranks_with_a_qwen3_reranker_folder(case, tiny_encoder_dir):
+    """`python -m tfsent.evaluate --rerank=QWEN3_RERANKER_FOLDER --rerank_prompt=...`: the
+    reranked measures of the library's evaluation with that prompted CrossEncoder."""
+    from hf_decoder_checkpoints import make_qwen3_reranker_dir
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    qwen = make_qwen3_reranker_dir(str(case["root"] / "qwen3_cli"), seed=4)
+    out = case["root"] / "qwen3.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "tfsent.evaluate", f"--model={tiny_encoder_dir}",
+         f"--tasks=beir:{case['folder']}", f"--rerank={qwen}", f"--rerank_top={TOP}",
+         "--rerank_prompt=qwen3_reranker", "--rerank_instruction=Find it",
+         "--rerank_max_seq_length=140", f"--output_json={out}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "a qwen3 reranker (prompt qwen3_reranker), pairs cut at 140 tokens" in r.stderr
+    got = json.load(open(out))["beir:tiny:test"]["reranked"]
+    reranker = CrossEncoder(load_encoder(qwen, max_seq_length=140), prompt="qwen3_reranker",
+                            instruction="Find it")
+    want = rerank_eval.evaluate_reranked(case["memo"], case["split"], reranker, TOP,
+                                         verbose=0)["reranked"]
+    for m in RETRIEVAL_MEASURES:
+        assert got[m] == pytest.approx(want[m], abs=1e-6)
+    assert want["ndcg@10"] != case["result"]["reranked"]["ndcg@10"]  # another reranker

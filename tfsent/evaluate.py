@@ -16,9 +16,10 @@ like the papers' (with Avg.) and writes JSON mapping each task to an object whos
 are new files unless --overwrite, and never a file the evaluation reads.
 
 --rerank=CE --rerank_top=N (beir: tasks only): the top N of the retriever's search
-reordered by a cross-encoder (an export folder, as --model takes, or a CrossEncoder .keras
-file); one more table row per task and its measures under "reranked" in the JSON; the
---run_file is the reranked run.
+reordered by a cross-encoder (an export folder, as --model takes, a CrossEncoder .keras
+file, or a Hugging Face reranker checkpoint folder: --rerank_prompt=qwen3_reranker for
+Qwen3-Reranker); one more table row per task and its measures under "reranked" in the
+JSON; the --run_file is the reranked run.
 
 Smaller and quantized embeddings, one table row each, and in the JSON an object per variant
 with its figure and its "retention" (% of the full float figure): --truncate_dim=64 (the
@@ -37,8 +38,8 @@ from absl import flags
 
 from tfsent import cli, fsio, plots
 from tfsent.evaluation import resolve_tasks
-from tfsent.evaluation.rerank import (check_rerank, check_retriever, evaluate_reranked_tasks,
-                                      load_reranker)
+from tfsent.evaluation.rerank import (check_rerank, check_retriever, define_rerank_flags,
+                                      evaluate_reranked_tasks, load_reranker)
 from tfsent.evaluation.retrieval import check_tasks
 from tfsent.evaluation.runner import (MemoEncoder, check_evaluation_files,
                                       evaluate_encoder, evaluation_next_steps,
@@ -60,7 +61,8 @@ def _evaluate_from_flags():
     tasks = resolve_tasks(FLAGS.tasks)
     retrieval = check_tasks(tasks)
     check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
-                 FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize))
+                 FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize),
+                 FLAGS.rerank_prompt, FLAGS.rerank_instruction)
     run_files = check_evaluation_files(
         FLAGS.output_json, FLAGS.run_file, FLAGS.overwrite,
         [FLAGS.model, FLAGS.compare_model, FLAGS.rerank], FLAGS.calibration_file,
@@ -81,7 +83,8 @@ def _evaluate_from_flags():
         label = label if label not in encoders else f"{label} ({i})"
         encoders[label] = MemoEncoder(load_any(name, pooling, FLAGS.max_seq_length),
                                       FLAGS.batch_size, truncate_dim=full_width)
-    reranker = load_reranker(FLAGS.rerank) if FLAGS.rerank else None
+    reranker = load_reranker(FLAGS.rerank, FLAGS.rerank_prompt, FLAGS.rerank_instruction,
+                             FLAGS.rerank_max_seq_length) if FLAGS.rerank else None
     all_results, tables = {}, {}
     for i, (label, memo) in enumerate(encoders.items()):
         prompts = evaluation_prompts(memo.encoder, label, bool(retrieval),
@@ -139,10 +142,7 @@ def _define_flags():
     flags.DEFINE_string("calibration_file", None, "Sentences (one per line) whose embeddings "
                         "set the int8 ranges (not needed for an export made with "
                         "--quantize=int8).")
-    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder, "
-                        "its training run's folder or a CrossEncoder .keras file) that "
-                        "reorders each beir: task's top --rerank_top: before and after.")
-    flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.")
+    define_rerank_flags()
 
 
 if __name__ == "__main__":

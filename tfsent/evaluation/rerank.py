@@ -12,7 +12,7 @@ import os
 import time
 
 import keras
-from absl import logging
+from absl import flags, logging
 
 from tfsent.errors import ConfigError, InputError
 from tfsent.evaluation import retrieval_table
@@ -20,12 +20,32 @@ from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
                                          is_retrieval_task, rerank, search_split, write_run)
 from tfsent.data import beir
 from tfsent.data.textio import open_bytes
-from tfsent.formats.metadata import export_format
-from tfsent.formats.model_paths import check_bi_encoder, check_cross_encoder, keras_class_name
+from tfsent.formats.metadata import export_format, read_metadata
+from tfsent.encoders.pair_prompts import PROMPT_NAMES
+from tfsent.formats.model_paths import (check_bi_encoder, check_cross_encoder,
+                                        cross_encoder_kind, json_object,
+                                        keras_class_name)
 from tfsent.serving import ServedCrossEncoder
 
 RERANKED = "reranked"  # the key of the reranked measures inside a task's result
 CROSS_ENCODER_FORMAT = "cross_encoder"  # the export format whose metadata marks one
+
+
+def define_rerank_flags():
+    """The --rerank flags of `python -m tfsent.evaluate`."""
+    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder, "
+                        "its training run's folder, a CrossEncoder .keras file or a Hugging "
+                        "Face reranker checkpoint folder) that reorders each beir: task's top "
+                        "--rerank_top: before and after.")
+    flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.")
+    flags.DEFINE_enum("rerank_prompt", "", ["", *PROMPT_NAMES], "A checkpoint folder's "
+                      "prompt: qwen3_reranker for a Qwen3-Reranker (a causal LM answering "
+                      "yes / no); \"\": none (a sequence-classification head).")
+    flags.DEFINE_string("rerank_instruction", "", "With --rerank_prompt: the task "
+                        "description in the prompt (\"\": its web-search default).")
+    flags.DEFINE_integer("rerank_max_seq_length", 0, "A checkpoint folder's pair length "
+                         "limit in tokens (0: the one a tfsent-published folder records, "
+                         "else 512; an export keeps its own).")
 
 
 def check_retriever(model, flag="--model"):
@@ -36,14 +56,23 @@ def check_retriever(model, flag="--model"):
                      if flag == "--model" else "")
 
 
-def check_rerank(reranker, top, tasks, retrieval, variants=False):
-    """Checks `--rerank=reranker --rerank_top=top` against the resolved `tasks` (names;
-    `retrieval`: their checked RetrievalTasks), before any
+def check_rerank(reranker, top, tasks, retrieval, variants=False, prompt="",
+                 instruction=""):
+    """Checks `--rerank=reranker --rerank_top=top [--rerank_prompt=prompt
+    --rerank_instruction=instruction]` against the
+    resolved `tasks` (names; `retrieval`: their checked RetrievalTasks), before any
     model is loaded: every task a `beir:` one, no size / quantization `variants`,
     1 <= top <= each task's corpus size (its non-blank corpus.jsonl lines), `reranker` a
     cross-encoder export folder (a version, or a folder of versions: the newest), a
-    cross-encoder training run's folder (its export/) or a CrossEncoder `.keras` file. ConfigError / InputError naming the flag otherwise."""
+    cross-encoder training run's folder (its export/), a CrossEncoder `.keras` file or a
+    Hugging Face checkpoint folder with a score (`checkpoint_reranker`); `prompt` and
+    `instruction` only with such a folder (`instruction` with a prompt: given, or recorded
+    by tfsent's `cross_encoder_hf` export). ConfigError / InputError naming the flag
+    otherwise."""
     if not reranker:
+        if prompt or instruction:
+            raise ConfigError(f"--rerank_{'prompt' if prompt else 'instruction'} goes with "
+                              "--rerank (a Hugging Face checkpoint folder)")
         return
     reranker = reranker_export(reranker)
     other = [t for t in tasks if not is_retrieval_task(t)]
@@ -61,6 +90,17 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False):
         if top > size:
             raise ConfigError(f"--rerank_top={top} is above the corpus size of "
                               f"{task.source} ({size} documents)")
+    if checkpoint_reranker(reranker, prompt):
+        if instruction and not (prompt or read_metadata(reranker, required=False).get(
+                "prompt")):
+            raise ConfigError(f"--rerank_instruction: --rerank={reranker} reads no prompt "
+                              "(a sequence-classification head); only a prompted reranker "
+                              "(--rerank_prompt) takes an instruction")
+        return
+    if prompt or instruction:
+        raise ConfigError(f"--rerank_{'prompt' if prompt else 'instruction'}: --rerank="
+                          f"{reranker} is no Hugging Face checkpoint folder (an export or "
+                          ".keras file keeps its own prompt)")
     if os.path.isfile(reranker) and reranker.endswith(".keras"):
         name = keras_class_name(reranker)
         if name != "CrossEncoder":
@@ -88,6 +128,31 @@ def reranker_export(path):
     return path
 
 
+def checkpoint_reranker(path, prompt=""):
+    """Whether `path` is a Hugging Face checkpoint folder (config.json with a model_type,
+    no tfsent training run or SavedModel) that reranks as it is: a one-label
+    *ForSequenceClassification one, a `cross_encoder_hf` export, or any with a `prompt`
+    (a causal LM reranker, Qwen3-Reranker). A checkpoint with no score (a base or MLM
+    model, without a prompt) is refused here, before it loads (ConfigError); False for
+    anything else (a sentence-transformers folder among them: a bi-encoder)."""
+    config = json_object(os.path.join(path, "config.json"))
+    if ("model_type" not in config or "method" in config
+            or export_format(path) is not None):
+        return False
+    if prompt or cross_encoder_kind(path):
+        return True
+    if os.path.isfile(os.path.join(path, "modules.json")):
+        return False  # a sentence-transformers bi-encoder: check_cross_encoder says so
+    architectures = config.get("architectures") or ["no architecture named"]
+    hint = (f"; a causal LM that answers through a prompt (Qwen3-Reranker) needs "
+            f"--rerank_prompt ({', '.join(PROMPT_NAMES)})"
+            if str(architectures[0]).endswith("ForCausalLM") else "")
+    raise ConfigError(f"--rerank={path} is a {config['model_type']} checkpoint "
+                      f"({architectures[0]}) without a one-label sequence-classification "
+                      f"head: it has no relevance score{hint}; to train a reranker from it: "
+                      f"python -m tfsent.train --method=cross_encoder --config.encoder={path}")
+
+
 def count_documents(directory):
     """The number of non-blank lines of a BEIR folder's corpus.jsonl (its documents,
     without parsing them)."""
@@ -95,11 +160,18 @@ def count_documents(directory):
         return sum(1 for line in f if line.strip())
 
 
-def load_reranker(path):
+def load_reranker(path, prompt="", instruction="", max_seq_length=None):
     """An object with `score(queries, passages, batch_size)`: a ServedCrossEncoder for a
-    cross-encoder export (or a training run's: `reranker_export`), or the CrossEncoder of
-    a `.keras` file."""
+    cross-encoder export (or a training run's: `reranker_export`), the CrossEncoder of
+    a `.keras` file, or one built on a Hugging Face checkpoint folder
+    (`methods.cross_encoder.reranker_from_checkpoint`, with `prompt`, `instruction` and
+    `max_seq_length`)."""
     path = reranker_export(path)
+    if checkpoint_reranker(path, prompt):
+        from tfsent.methods.cross_encoder import reranker_from_checkpoint  # noqa: PLC0415
+
+        return reranker_from_checkpoint(path, prompt or None, instruction or None,
+                                        max_seq_length or None)
     if os.path.isfile(path) and path.endswith(".keras"):
         model = keras.saving.load_model(path)
         if not callable(getattr(model, "score", None)):

@@ -38,7 +38,8 @@ def keras_class_name(path):
         return ""
 
 
-def _json(path):
+def json_object(path):
+    """The JSON object in `path`; {} when the file is missing or holds no readable object."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -62,10 +63,10 @@ def cross_encoder_kind(path):
     found = export_format(path)
     if found in CROSS_ENCODER_FORMATS:
         return f"a {found} export"
-    own = _json(os.path.join(path, METADATA_FILE)).get("format")
+    own = json_object(os.path.join(path, METADATA_FILE)).get("format")
     if own in CROSS_ENCODER_FORMATS:
         return f"a {own} export"
-    config = _json(os.path.join(path, "config.json"))
+    config = json_object(os.path.join(path, "config.json"))
     if config.get("method") == CROSS_ENCODER_METHOD:
         return "a cross_encoder training run"
     architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
@@ -96,8 +97,8 @@ def check_cross_encoder(path, option):
         what = f"a {found} export" if found else "a SavedModel without tfsent metadata"
     elif os.path.isfile(path) and path.endswith(".keras"):
         what = f"a {keras_class_name(path) or 'unreadable'} model's .keras file"
-    elif _json(os.path.join(path, "config.json")).get("method"):
-        what = f"a {_json(os.path.join(path, 'config.json'))['method']} training run"
+    elif json_object(os.path.join(path, "config.json")).get("method"):
+        what = f"a {json_object(os.path.join(path, 'config.json'))['method']} training run"
     elif os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
                                      for name in _ENCODER_FILES):
         what = "a sentence encoder's folder"

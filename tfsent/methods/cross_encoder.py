@@ -13,7 +13,7 @@ from tfsent import checks, formats, losses
 from tfsent.checks import Field
 import tfsent.encoders.huggingface as huggingface
 from tfsent.encoders.huggingface import read_classification_head
-from tfsent.encoders.loading import own_settings
+from tfsent.encoders.loading import load_encoder, own_settings
 from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
@@ -32,6 +32,9 @@ _LOSS_FNS = {"listwise": losses.listwise_cross_entropy,
 # head; the head of every cross-encoder saved before the heads followed the family's).
 LINEAR_HEAD = "linear"
 HEADS = (LINEAR_HEAD,) + tuple(families.CLASSIFICATION_HEADS)
+# A checkpoint folder read as a reranker (`reranker_from_checkpoint`) cuts its pairs here
+# unless told otherwise (the limit of the BERT-sized rerankers it is made for).
+READ_MAX_SEQ_LENGTH = 512
 
 
 def pair_pooling(encoder):
@@ -404,6 +407,45 @@ def _validate(config):
     if (config.get("loss") == "margin_mse") != bool(config.get("teacher")):
         raise ConfigError("loss=margin_mse and teacher go together: the teacher "
                           "CrossEncoder's .keras file gives the score margins")
+
+
+def reranker_from_checkpoint(directory, prompt=None, instruction=None, max_seq_length=None,
+                             option="--rerank"):
+    """A CrossEncoder that scores as the Hugging Face checkpoint folder `directory` does,
+    ready to rerank without training: a one-label *ForSequenceClassification reranker
+    (its head read, `CrossEncoder.read_hf_head`: ms-marco-MiniLM and the like, or a
+    `cross_encoder_hf` folder tfsent published), or a causal LM read through `prompt`
+    (Qwen3-Reranker: `prompt="qwen3_reranker"`; a prompted folder tfsent published records
+    its prompt and instruction, used when none is given). `max_seq_length`: the pair's
+    token limit (clamped to the position table; None: the one a tfsent-published folder
+    records, else READ_MAX_SEQ_LENGTH). ConfigError naming `option` for a folder with no
+    score to give: a base or embedding checkpoint without a prompt."""
+    directory = os.fspath(directory)
+    published = formats.metadata.read_metadata(directory, required=False)
+    max_seq_length = max_seq_length or published.get("max_seq_length") or READ_MAX_SEQ_LENGTH
+    if not prompt and published.get("prompt"):
+        prompt = published["prompt"]
+        instruction = published.get("instruction") if instruction is None else instruction
+    if prompt:
+        pair_prompts.get_prompt(prompt, f"{option}_prompt")
+    encoder = load_encoder(directory, pooling=pooling_for_encoder(directory),
+                           max_seq_length=max_seq_length, pad_to_max_length=False)
+    model = CrossEncoder(encoder, prompt=prompt, instruction=instruction)
+    if prompt or model.read_hf_head(directory):
+        logging.info("%s: a %s reranker (%s), pairs cut at %d tokens", directory,
+                     encoder.family, f"prompt {prompt}" if prompt else "its score head",
+                     encoder.clamp_length(max_seq_length))
+        return model
+    config = huggingface.read_json(os.path.join(directory, "config.json"))
+    architectures = (config.get("architectures") if isinstance(config, dict) else None) \
+        or ["no architecture named"]
+    hint = (f"; a reranker that answers through a prompt (Qwen3-Reranker) needs "
+            f"{option}_prompt={pair_prompts.PROMPT_NAMES[0]}"
+            if families.TABLE[encoder.family].attention == "causal" else "")
+    raise ConfigError(f"{option}={directory}: a {encoder.family} checkpoint "
+                      f"({architectures[0]}) without a one-label sequence-classification "
+                      f"head, so it has no relevance score{hint}; to train one: python -m "
+                      f"tfsent.train --method=cross_encoder --config.encoder={directory}")
 
 
 def _build_for_run(config, load):
