@@ -73,7 +73,25 @@ def script_flags(path):
             names.add(node.args[0].value)
         elif function == "define_model_flags":
             names |= model_flags(**{k.arg: ast.literal_eval(k.value) for k in node.keywords})
+        elif function in RERANKER_FLAG_HELPERS:
+            names |= helper_flags(function, [a.value for a in node.args
+                                             if isinstance(a, ast.Constant)])
     return names
+
+
+# tfsent.evaluation.rerank's helpers that define a command's cross-encoder flags.
+RERANKER_FLAG_HELPERS = ("define_reranker_flags", "define_rerank_flags")
+
+
+def helper_flags(function, args):
+    """Names of the flags `tfsent.evaluation.rerank.<function>(*args)` defines."""
+    from absl import flags
+
+    from tfsent.evaluation import rerank
+
+    flag_values = flags.FlagValues()
+    getattr(rerank, function)(*args, flag_values=flag_values)
+    return set(flag_values)
 
 
 def command_script(command):

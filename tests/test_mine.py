@@ -73,7 +73,7 @@ def _filters_reference(scores, indices, positive, range_min, range_max, max_scor
                 continue
             if margin is not None and not s < p - margin:
                 continue
-            if relative_margin is not None and not s < p * (1 - relative_margin):
+            if relative_margin is not None and not s < p - abs(p) * relative_margin:
                 continue
             if taken < n:
                 selected.add((r, rank))
@@ -93,7 +93,7 @@ def test_filters_match_transcription(options):
     scores = -np.sort(-rng.uniform(-0.2, 0.95, size=(40, 15)), axis=1).astype(np.float32)
     indices = rng.integers(0, 100, size=(40, 15))
     indices[rng.uniform(size=indices.shape) < 0.1] = -1
-    positive = rng.uniform(0.2, 0.95, size=40).astype(np.float32)
+    positive = rng.uniform(-0.3, 0.95, size=40).astype(np.float32)  # some below 0
     full = dict(range_min=0, range_max=None, max_score=None, margin=None,
                 relative_margin=None)
     full.update(options)
@@ -354,3 +354,145 @@ def test_pair_cosines_in_chunks():
     left, right = rng.integers(0, 10, 23), rng.integers(0, 10, 23)
     np.testing.assert_allclose(mining.pair_cosines(unit, left, right, chunk=5),
                                np.sum(unit[left] * unit[right], axis=1), rtol=1e-6)
+
+
+def test_relative_margin_stays_below_a_negative_positive_score():
+    """pos - |pos| * r: with pos = -0.5 and r = 0.2 the bound is -0.6 (the old
+    pos * (1 - r) gave -0.4, above the positive)."""
+    masks = mining.negative_filters(np.array([[-0.45, -0.55, -0.65]]), np.array([[0, 1, 2]]),
+                                    np.array([-0.5]), relative_margin=0.2)
+    assert masks["keep"].tolist() == [[False, False, True]]
+
+
+class _TableScorer:
+    """A cross-encoder stand-in for the hand case: a fixed score per (query, passage)."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def score(self, queries, passages, batch_size=64):
+        self.calls.append(len(queries))
+        return np.array([self.table[q, p] for q, p in zip(queries, passages)], np.float32)
+
+
+# The reranker's view of HAND_CORPUS for anchor "a": n95 is a false negative (above the
+# positive's 1.5), and the order differs from the cosines' (n95 n85 n80 n50 n10).
+HAND_CE = {("a", "pos"): 1.5, ("a", "n95"): 2.0, ("a", "n85"): -1.0, ("a", "n80"): 0.5,
+           ("a", "n50"): 1.0, ("a", "n10"): -3.0}
+
+
+@pytest.mark.parametrize("options,expected", [
+    (dict(), ["n95", "n50", "n80"]),                    # the reranker's order
+    (dict(margin=0.2), ["n50", "n80", "n85"]),          # score < 1.5 - 0.2
+    (dict(max_score=0.7), ["n80", "n85", "n10"]),       # score <= 0.7 (not a cosine)
+    (dict(relative_margin=0.5), ["n80", "n85", "n10"]),  # score < 1.5 - 0.75
+    (dict(range_max=3), ["n95", "n80", "n85"]),         # the cosine top 3, reranked
+    (dict(range_min=2), ["n80", "n85", "n10"]),         # ranks of the reranker's order
+])
+def test_hand_computed_case_with_a_cross_encoder(options, expected):
+    scorer = _TableScorer(HAND_CE)
+    negatives, _ = mining.mine_hard_negatives(
+        _TableEncoder(HAND_TABLE), [("a", "pos")], corpus=HAND_CORPUS, num_negatives=3,
+        verbose=0, rescorer=scorer, **options)
+    assert negatives == [expected]
+    # only the cosine search's candidates (5, or range_max) and the positive are scored
+    assert scorer.calls == [options.get("range_max", 5), 1]
+
+
+def test_rescoring_with_a_real_cross_encoder_matches_a_transcription():
+    """A tiny random CrossEncoder rescoring the cosine top 6 of a tiny encoder: the
+    negatives equal a Python transcription (cosine top 6 without the anchor's own text and
+    its positives, re-sorted by model.score, window and margin on those scores), for
+    anchors with two positives too."""
+    import keras
+
+    from conftest import TINY_WORDS, TINY_VOCAB
+    from tfsent.methods import CrossEncoder
+    from tfsent.testing import tiny_encoder
+
+    rng = np.random.default_rng(5)
+    corpus = list(dict.fromkeys(" ".join(rng.choice(TINY_WORDS, 5)) for _ in range(30)))
+    pairs = [(" ".join(rng.choice(TINY_WORDS, 4)), corpus[i]) for i in range(8)]
+    pairs.append((pairs[0][0], corpus[9]))  # a second positive of the first anchor
+    keras.utils.set_random_seed(0)
+    encoder = tiny_encoder(TINY_VOCAB, max_seq_length=16)
+    reranker = CrossEncoder(tiny_encoder(TINY_VOCAB, max_seq_length=32, pooling="cls"),
+                            seed=0)
+    options = dict(num_negatives=2, range_min=1, range_max=6, margin=0.0)
+    got, _ = mining.mine_hard_negatives(encoder, pairs, corpus=corpus, verbose=0,
+                                        rescorer=reranker, **options)
+    unit = encoder.encode(corpus + [a for a, _ in pairs], normalize=True)
+    cosine = unit[len(corpus):] @ unit[:len(corpus)].T
+    for row, (anchor, positive) in enumerate(pairs):
+        banned = {p for a, p in pairs if a == anchor} | {anchor}
+        pool = [c for c in sorted(corpus, key=lambda c: -cosine[row, corpus.index(c)])
+                if c not in banned][:6]
+        scores = reranker.score([anchor] * len(pool), pool)
+        positive_score = float(reranker.score([anchor], [positive])[0])
+        ranked = [pool[i] for i in np.argsort(-scores, kind="stable")]
+        by_score = dict(zip(pool, scores))
+        want = [c for c in ranked[1:6] if by_score[c] < positive_score][:2]
+        assert got[row] == want, row
+    assert any(got), "no negative passed the margin: the test would see nothing"
+
+
+MINE_PAIRS = [("a man plays the guitar .", "the man plays music ."),
+              ("a dog runs in the park .", "the dog runs ."),
+              ("a woman reads a book .", "the woman reads ."),
+              ("a child rides a bike .", "the child rides .")]
+MINE_CORPUS = [p for _, p in MINE_PAIRS] + ["a red car drives on the street .",
+                                            "the tree is big .", "a cat sleeps ."]
+
+
+def test_cli_rescores_with_a_cross_encoder_export(tmp_path, tiny_encoder_dir):
+    """`python -m tfsent.mine ... --cross_encoder=EXPORT`: the rows of the library's
+    mining with that export's scores (a --max_score no cosine could have); refusals of
+    cross-encoder flags without one, a bi-encoder as --cross_encoder, and a cosine
+    --max_score out of [-1, 1] without a cross-encoder, before anything loads."""
+    import json
+
+    import keras
+
+    from conftest import TINY_VOCAB
+    from tfsent.evaluation.rerank import check_reranker
+    from tfsent.methods import CrossEncoder
+    from tfsent.serving import ServedCrossEncoder, load_any
+    from tfsent.testing import tiny_encoder
+
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{p}\n" for a, p in MINE_PAIRS))
+    (tmp_path / "corpus.txt").write_text("\n".join(MINE_CORPUS) + "\n")
+    keras.utils.set_random_seed(1)
+    version = CrossEncoder(tiny_encoder(TINY_VOCAB, max_seq_length=32, pooling="cls"),
+                           seed=0).export(str(tmp_path / "ce"))
+    out = tmp_path / "rows.jsonl"
+    args = [f"--model={tiny_encoder_dir}", f"--pairs={tmp_path / 'pairs.tsv'}",
+            f"--corpus={tmp_path / 'corpus.txt'}", "--num_negatives=2", "--max_score=5",
+            "--noprogress"]
+    r = subprocess.run(
+        [sys.executable, "-m", "tfsent.mine", *args, f"--out={out}",
+         f"--cross_encoder={tmp_path / 'ce'}", "--output_format=n-tuple"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "the cross-encoder scored" in r.stderr
+    want, _ = mining.mine_hard_negatives(
+        load_any(tiny_encoder_dir, None, None), MINE_PAIRS, corpus=MINE_CORPUS,
+        num_negatives=2, max_score=5.0, verbose=0, rescorer=ServedCrossEncoder(version))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [[row["negative_1"], row["negative_2"]] for row in rows] == want
+    r = subprocess.run(
+        [sys.executable, "-m", "tfsent.mine", *args, f"--out={tmp_path / 'never.tsv'}",
+         "--cross_encoder_prompt=qwen3_reranker"], capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 2 and "go with --cross_encoder" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "never.tsv").exists()
+    with pytest.raises(ConfigError, match="--cross_encoder=.* is a sentence encoder's "
+                                          "folder, a bi-encoder"):
+        check_reranker(tiny_encoder_dir, "--cross_encoder")
+    for load_rescorer, message in ((None, "--max_score is a cosine, in \\[-1, 1\\]"),
+                                   (lambda: 1 / 0, "")):  # checks pass, then it loads
+        with pytest.raises(ConfigError if message else ZeroDivisionError, match=message):
+            mined_files.mine_to_file(str(tmp_path / "never.tsv"),
+                                     lambda: load_any(tiny_encoder_dir, None, None),
+                                     pairs=str(tmp_path / "pairs.tsv"), max_score=5.0,
+                                     load_rescorer=load_rescorer, verbose=0)

@@ -5,20 +5,28 @@ r"""Hard-negative mining: (anchor, positive) pairs -> (anchor, positive, negativ
         [--max_score=S] [--margin=M] [--relative_margin=R] [--output_format=triplet|n-tuple]
     python -m tfsent.mine --model=NAME_OR_DIR --beir=DIR[:SPLIT] --out=ROWS.jsonl \
         [--query_prompt=...] [--document_prompt=...] [the options above]
+        [--cross_encoder=CE [--cross_encoder_prompt=qwen3_reranker]]
 
 `--pairs` has two tab-separated columns per line (anchor, positive); candidates are the
 lines of `--corpus`, else every positive of the pairs file. `--beir` mines a BEIR folder's
 (query, relevant document) rows instead, the corpus's documents as candidates. The
 encoder is anything `tfsent.encoders.load_encoder` takes, or an exported SavedModel
-directory (whose prompts are the default of --query_prompt / --document_prompt). What is
+directory (whose prompts are the default of --query_prompt / --document_prompt).
+--cross_encoder (anything `tfsent.evaluate --rerank` takes) scores the candidates found
+again; its scores then rank and filter them (a reranker's view of "too close to the
+positive" keeps false negatives out). What is
 mined and how (the exclusions, the rank window, the filters): `tfsent/search/mining.py`;
 the checks made before the model loads and the output rows:
 `tfsent/search/mined_files.py`.
 """
 
+import functools
+
 from absl import flags
 
 from tfsent import cli
+from tfsent.errors import ConfigError
+from tfsent.evaluation.rerank import check_reranker, define_reranker_flags, load_reranker
 from tfsent.data.sources import parse_beir
 from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.search.mined_files import mine_to_file
@@ -36,9 +44,20 @@ def _mine_from_flags(FLAGS=None):  # noqa: N803  (absl's name for the flag value
     returns the rows written."""
     FLAGS = flags.FLAGS if FLAGS is None else FLAGS
     check_bi_encoder(FLAGS.model, "--model")  # mining ranks by sentence embeddings
+    load_rescorer = None
+    if FLAGS.cross_encoder:
+        check_reranker(FLAGS.cross_encoder, "--cross_encoder", FLAGS.cross_encoder_prompt,
+                       FLAGS.cross_encoder_instruction)
+        load_rescorer = functools.partial(
+            load_reranker, FLAGS.cross_encoder, FLAGS.cross_encoder_prompt,
+            FLAGS.cross_encoder_instruction, FLAGS.cross_encoder_max_seq_length)
+    elif FLAGS.cross_encoder_prompt or FLAGS.cross_encoder_instruction:
+        raise ConfigError("--cross_encoder_prompt / --cross_encoder_instruction go with "
+                          "--cross_encoder (a Hugging Face checkpoint folder)")
     return mine_to_file(
         FLAGS.out, lambda: load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length),
-        verbose=1 if FLAGS.progress else 0, **{name: FLAGS[name].value for name in _OPTIONS})
+        verbose=1 if FLAGS.progress else 0, load_rescorer=load_rescorer,
+        **{name: FLAGS[name].value for name in _OPTIONS})
 
 
 def main(argv):
@@ -80,11 +99,14 @@ def _define_flags(flag_values=None):
     flags.DEFINE_float("margin", None, "Keep only negatives with cosine < cos(anchor, "
                        "positive) - margin.", **fv)
     flags.DEFINE_float("relative_margin", None, "Keep only negatives with cosine < "
-                       "cos(anchor, positive) * (1 - relative_margin); NV-Retriever: 0.05.",
-                       **fv)
+                       "cos(anchor, positive) - |cos(anchor, positive)| * relative_margin; "
+                       "NV-Retriever: 0.05.", **fv)
     flags.DEFINE_enum("output_format", "triplet", list(OUTPUT_FORMATS),
                       "triplet: anchor, positive, negative per row (one row per negative); "
                       "n-tuple: anchor, positive, neg1..negN per row.", **fv)
+    define_reranker_flags("cross_encoder", "that scores the candidates found again: its "
+                          "scores rank them and --max_score / --margin / --relative_margin "
+                          "apply to them.", fv["flag_values"])
     flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block.", **fv)
     flags.DEFINE_integer("candidate_chunk", 16384, "Candidates per similarity block.", **fv)
     flags.DEFINE_bool("progress", True, "Show progress bars.", **fv)

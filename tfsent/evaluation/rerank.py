@@ -31,21 +31,29 @@ RERANKED = "reranked"  # the key of the reranked measures inside a task's result
 CROSS_ENCODER_FORMAT = "cross_encoder"  # the export format whose metadata marks one
 
 
-def define_rerank_flags():
-    """The --rerank flags of `python -m tfsent.evaluate`."""
-    flags.DEFINE_string("rerank", None, "A cross-encoder (its SavedModel export folder, "
-                        "its training run's folder, a CrossEncoder .keras file or a Hugging "
-                        "Face reranker checkpoint folder) that reorders each beir: task's top "
-                        "--rerank_top: before and after.")
-    flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.")
-    flags.DEFINE_enum("rerank_prompt", "", ["", *PROMPT_NAMES], "A checkpoint folder's "
+def define_reranker_flags(name, what, flag_values=None):
+    """Defines --NAME (a cross-encoder that `load_reranker` opens; `what` it does) and
+    --NAME_prompt, --NAME_instruction, --NAME_max_seq_length (for a checkpoint folder)."""
+    fv = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
+    flags.DEFINE_string(name, None, "A cross-encoder (its SavedModel export folder, its "
+                        "training run's folder, a CrossEncoder .keras file or a Hugging Face "
+                        f"reranker checkpoint folder) {what}", **fv)
+    flags.DEFINE_enum(f"{name}_prompt", "", ["", *PROMPT_NAMES], "A checkpoint folder's "
                       "prompt: qwen3_reranker for a Qwen3-Reranker (a causal LM answering "
-                      "yes / no); \"\": none (a sequence-classification head).")
-    flags.DEFINE_string("rerank_instruction", "", "With --rerank_prompt: the task "
-                        "description in the prompt (\"\": its web-search default).")
-    flags.DEFINE_integer("rerank_max_seq_length", 0, "A checkpoint folder's pair length "
+                      "yes / no); \"\": none (a sequence-classification head).", **fv)
+    flags.DEFINE_string(f"{name}_instruction", "", f"With --{name}_prompt: the task "
+                        "description in the prompt (\"\": its web-search default).", **fv)
+    flags.DEFINE_integer(f"{name}_max_seq_length", 0, "A checkpoint folder's pair length "
                          "limit in tokens (0: the one a tfsent-published folder records, "
-                         "else 512; an export keeps its own).")
+                         "else 512; an export keeps its own).", **fv)
+
+
+def define_rerank_flags(flag_values=None):
+    """The --rerank flags of `python -m tfsent.evaluate`."""
+    define_reranker_flags("rerank", "that reorders each beir: task's top --rerank_top: "
+                          "before and after.", flag_values)
+    flags.DEFINE_integer("rerank_top", 100, "Documents per query --rerank reorders.",
+                         flag_values=flags.FLAGS if flag_values is None else flag_values)
 
 
 def check_retriever(model, flag="--model"):
@@ -59,22 +67,16 @@ def check_retriever(model, flag="--model"):
 def check_rerank(reranker, top, tasks, retrieval, variants=False, prompt="",
                  instruction=""):
     """Checks `--rerank=reranker --rerank_top=top [--rerank_prompt=prompt
-    --rerank_instruction=instruction]` against the
-    resolved `tasks` (names; `retrieval`: their checked RetrievalTasks), before any
-    model is loaded: every task a `beir:` one, no size / quantization `variants`,
-    1 <= top <= each task's corpus size (its non-blank corpus.jsonl lines), `reranker` a
-    cross-encoder export folder (a version, or a folder of versions: the newest), a
-    cross-encoder training run's folder (its export/), a CrossEncoder `.keras` file or a
-    Hugging Face checkpoint folder with a score (`checkpoint_reranker`); `prompt` and
-    `instruction` only with such a folder (`instruction` with a prompt: given, or recorded
-    by tfsent's `cross_encoder_hf` export). ConfigError / InputError naming the flag
+    --rerank_instruction=instruction]` against the resolved `tasks` (names; `retrieval`:
+    their checked RetrievalTasks), before any model is loaded: every task a `beir:` one,
+    no size / quantization `variants`, 1 <= top <= each task's corpus size (its non-blank
+    corpus.jsonl lines), and `check_reranker`. ConfigError / InputError naming the flag
     otherwise."""
     if not reranker:
         if prompt or instruction:
             raise ConfigError(f"--rerank_{'prompt' if prompt else 'instruction'} goes with "
                               "--rerank (a Hugging Face checkpoint folder)")
         return
-    reranker = reranker_export(reranker)
     other = [t for t in tasks if not is_retrieval_task(t)]
     if other:
         raise ConfigError(f"--rerank reorders retrieval results: --tasks has "
@@ -90,31 +92,43 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False, prompt="",
         if top > size:
             raise ConfigError(f"--rerank_top={top} is above the corpus size of "
                               f"{task.source} ({size} documents)")
-    if checkpoint_reranker(reranker, prompt):
+    check_reranker(reranker, "--rerank", prompt, instruction)
+
+
+def check_reranker(reranker, option="--rerank", prompt="", instruction=""):
+    """Checks, before any model is loaded, that `option`=`reranker` names a cross-encoder
+    `load_reranker` opens: an export folder (a version, or a folder of versions: the
+    newest), a cross-encoder training run's folder (its export/), a CrossEncoder `.keras`
+    file or a Hugging Face checkpoint folder with a score (`checkpoint_reranker`);
+    `prompt` and `instruction` (`OPTION_prompt`, `OPTION_instruction`) only with such a
+    folder (`instruction` with a prompt: given, or recorded by tfsent's
+    `cross_encoder_hf` export). ConfigError naming `option` otherwise."""
+    reranker = reranker_export(reranker)
+    if checkpoint_reranker(reranker, prompt, option):
         if instruction and not (prompt or read_metadata(reranker, required=False).get(
                 "prompt")):
-            raise ConfigError(f"--rerank_instruction: --rerank={reranker} reads no prompt "
+            raise ConfigError(f"{option}_instruction: {option}={reranker} reads no prompt "
                               "(a sequence-classification head); only a prompted reranker "
-                              "(--rerank_prompt) takes an instruction")
+                              f"({option}_prompt) takes an instruction")
         return
     if prompt or instruction:
-        raise ConfigError(f"--rerank_{'prompt' if prompt else 'instruction'}: --rerank="
+        raise ConfigError(f"{option}_{'prompt' if prompt else 'instruction'}: {option}="
                           f"{reranker} is no Hugging Face checkpoint folder (an export or "
                           ".keras file keeps its own prompt)")
     if os.path.isfile(reranker) and reranker.endswith(".keras"):
         name = keras_class_name(reranker)
         if name != "CrossEncoder":
-            raise ConfigError(f"--rerank={reranker} holds a {name or 'unreadable'} model, "
+            raise ConfigError(f"{option}={reranker} holds a {name or 'unreadable'} model, "
                               f"not a CrossEncoder")
         return
     found = export_format(reranker)
     if found is None:
-        check_cross_encoder(reranker, "--rerank")  # a bi-encoder's folder says so
-        raise ConfigError(f"--rerank={reranker} is neither a SavedModel export (a folder "
+        check_cross_encoder(reranker, option)  # a bi-encoder's folder says so
+        raise ConfigError(f"{option}={reranker} is neither a SavedModel export (a folder "
                           f"with saved_model.pb or version subfolders) nor a .keras file")
     if found and found != CROSS_ENCODER_FORMAT:
-        raise ConfigError(f"--rerank={reranker} is a {found} export (sentence embeddings, no "
-                          f"score signature): give a cross-encoder export "
+        raise ConfigError(f"{option}={reranker} is a {found} export (sentence embeddings, "
+                          f"no score signature): give a cross-encoder export "
                           f"(CrossEncoder.export)")
 
 
@@ -128,7 +142,7 @@ def reranker_export(path):
     return path
 
 
-def checkpoint_reranker(path, prompt=""):
+def checkpoint_reranker(path, prompt="", option="--rerank"):
     """Whether `path` is a Hugging Face checkpoint folder (config.json with a model_type,
     no tfsent training run or SavedModel) that reranks as it is: a one-label
     *ForSequenceClassification one, a `cross_encoder_hf` export, or any with a `prompt`
@@ -145,9 +159,9 @@ def checkpoint_reranker(path, prompt=""):
         return False  # a sentence-transformers bi-encoder: check_cross_encoder says so
     architectures = config.get("architectures") or ["no architecture named"]
     hint = (f"; a causal LM that answers through a prompt (Qwen3-Reranker) needs "
-            f"--rerank_prompt ({', '.join(PROMPT_NAMES)})"
+            f"{option}_prompt ({', '.join(PROMPT_NAMES)})"
             if str(architectures[0]).endswith("ForCausalLM") else "")
-    raise ConfigError(f"--rerank={path} is a {config['model_type']} checkpoint "
+    raise ConfigError(f"{option}={path} is a {config['model_type']} checkpoint "
                       f"({architectures[0]}) without a one-label sequence-classification "
                       f"head: it has no relevance score{hint}; to train a reranker from it: "
                       f"python -m tfsent.train --method=cross_encoder --config.encoder={path}")

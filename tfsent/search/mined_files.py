@@ -101,7 +101,7 @@ def mine_to_file(out, load_encoder, pairs=None, corpus=None, beir=None, overwrit
                  output_format="triplet", num_negatives=3, range_min=0, range_max=None,
                  max_score=None, margin=None, relative_margin=None, query_prompt=None,
                  document_prompt=None, batch_size=64, query_chunk=256,
-                 candidate_chunk=16384, verbose=1):
+                 candidate_chunk=16384, verbose=1, load_rescorer=None):
     """Mines hard negatives from files and writes the rows to `out` (the run of `python -m
     tfsent.mine`; errors name its flags).
 
@@ -109,6 +109,8 @@ def mine_to_file(out, load_encoder, pairs=None, corpus=None, beir=None, overwrit
         out: the new .tsv or .jsonl file (never one of the inputs; an existing file only
             with `overwrite`).
         load_encoder: `fn() -> encoder`, called once every check has passed.
+        load_rescorer: None, or `fn() -> cross-encoder` (called after `load_encoder`):
+            its scores rank and filter the candidates (`tfsent.search.mining`).
         pairs: a file of `anchor<TAB>positive` lines; or `beir`: a BEIR folder
             `DIR[:SPLIT]` (a leading "beir:" allowed; split train by default).
         corpus: candidate sentences, one per line (with `pairs`; default its positives).
@@ -129,7 +131,7 @@ def mine_to_file(out, load_encoder, pairs=None, corpus=None, beir=None, overwrit
     if not out:
         raise ConfigError("--out is required (where to write the mined rows)")
     check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
-                  output_format)
+                  output_format, rescored=load_rescorer is not None)
     for name, value in (("query_chunk", query_chunk), ("candidate_chunk", candidate_chunk),
                         ("batch_size", batch_size)):
         if value < 1:
@@ -158,7 +160,8 @@ def mine_to_file(out, load_encoder, pairs=None, corpus=None, beir=None, overwrit
     problem = problem.with_prompts(*resolve_prompts(encoder, query_prompt, document_prompt))
     negatives, report = mine_problem(
         encoder, problem, num_negatives, range_min, range_max, max_score, margin,
-        relative_margin, batch_size, query_chunk, candidate_chunk, verbose=verbose)
+        relative_margin, batch_size, query_chunk, candidate_chunk, verbose=verbose,
+        rescorer=None if load_rescorer is None else load_rescorer())
     log_report(report, len(rows), num_negatives,
                "Raise --range_max (the ranks searched) or loosen the filters to get more.")
     written = format_rows(rows, negatives, output_format, num_negatives)

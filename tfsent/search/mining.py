@@ -26,12 +26,22 @@ remaining candidates (rank 0 = the most similar). From ranks [range_min, range_m
 candidate is kept if
   sim(anchor, neg) <= max_score                              (max_score)
   sim(anchor, neg) <  sim(anchor, pos) - margin              (margin)
-  sim(anchor, neg) <  sim(anchor, pos) * (1 - relative_margin) (relative_margin)
+  sim(anchor, neg) <  sim(anchor, pos) - |sim(anchor, pos)| * relative_margin
+                                                             (relative_margin)
 (NV-Retriever's TopK-Abs, TopK-MarginPos and TopK-PercPos; sentence-transformers'
 `max_score`, `absolute_margin`, `relative_margin`), and the first `num_negatives` kept
 (the hardest) are the row's negatives. How many anchors got fewer negatives than asked,
 and which filter removed their candidates, is logged, with the cosines of positives and
 selected negatives.
+
+With a cross-encoder (`rescorer`: anything with `score(queries, passages, batch_size)`,
+sentence-transformers' `cross_encoder=` of `mine_hard_negatives`), the candidates the
+cosine search found (its top range_max, or range_min + 10 * num_negatives) are scored
+again, each (anchor, candidate) pair read jointly from the texts without prompts, and so is
+each (anchor, positive): ranks, the rank window and the three filters then use the
+cross-encoder's scores (the candidates in its order, hardest first), so a near-duplicate of
+the positive the embeddings miss is caught by --margin on what a reranker says. The
+cosine search only chooses which candidates are scored.
 
 `num_negatives` larger than what any anchor can get (the distinct candidates minus the
 fewest excluded texts of an anchor, minus range_min), or than the rank window, is an
@@ -77,7 +87,8 @@ def negative_filters(scores, indices, positive_scores, range_min=0, range_max=No
         range_min, range_max: rank window [range_min, range_max) (None: to the end).
         max_score: keep only sim <= max_score (None: off).
         margin: keep only sim < positive_score - margin (None: off).
-        relative_margin: keep only sim < positive_score * (1 - relative_margin) (None: off).
+        relative_margin: keep only sim < positive_score - |positive_score| *
+            relative_margin (None: off; below the positive whatever its sign).
     Returns:
         dict of (R, K) boolean arrays: "candidate" (a real candidate inside the rank
         window), "max_score", "margin", "relative_margin" (True where that filter removes
@@ -94,8 +105,8 @@ def negative_filters(scores, indices, positive_scores, range_min=0, range_max=No
     off = np.zeros(scores.shape, bool)
     masks["max_score"] = off if max_score is None else scores > max_score
     masks["margin"] = off if margin is None else ~(scores < positive - margin)
-    masks["relative_margin"] = (off if relative_margin is None
-                                else ~(scores < positive * (1.0 - relative_margin)))
+    masks["relative_margin"] = (off if relative_margin is None else
+                                ~(scores < positive - np.abs(positive) * relative_margin))
     masks["keep"] = (masks["candidate"] & ~masks["max_score"] & ~masks["margin"]
                      & ~masks["relative_margin"])
     return masks
@@ -189,8 +200,9 @@ class MiningProblem:
 
 
 def check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
-                  output_format):
-    """Raises ConfigError naming the flag for option values that cannot work."""
+                  output_format, rescored=False):
+    """Raises ConfigError naming the flag for option values that cannot work (`rescored`:
+    the scores are a cross-encoder's, not cosines: max_score may be any number)."""
     if num_negatives < 1:
         raise ConfigError(f"--num_negatives must be >= 1, got {num_negatives}")
     if range_min < 0:
@@ -199,8 +211,9 @@ def check_options(num_negatives, range_min, range_max, max_score, margin, relati
         raise ConfigError(f"the rank window [--range_min={range_min}, --range_max="
                           f"{range_max}) holds {max(0, range_max - range_min)} candidates, "
                           f"fewer than --num_negatives={num_negatives}")
-    if max_score is not None and not -1.0 <= max_score <= 1.0:
-        raise ConfigError(f"--max_score is a cosine, in [-1, 1]; got {max_score}")
+    if max_score is not None and not rescored and not -1.0 <= max_score <= 1.0:
+        raise ConfigError(f"--max_score is a cosine, in [-1, 1] (any score with a "
+                          f"cross-encoder); got {max_score}")
     if margin is not None and margin < 0:
         raise ConfigError(f"--margin must be >= 0, got {margin}")
     if relative_margin is not None and not 0.0 <= relative_margin < 1.0:
@@ -226,7 +239,7 @@ def mine_hard_negatives(encoder, pairs, corpus=None, num_negatives=3, range_min=
                         range_max=None, max_score=None, margin=None, relative_margin=None,
                         batch_size=64, query_chunk=256, candidate_chunk=16384, verbose=1,
                         candidates_source="the positives of the pairs", query_prompt="",
-                        document_prompt=""):
+                        document_prompt="", rescorer=None):
     """Mines hard negatives for (anchor, positive) pairs; see the module docstring.
 
     Args:
@@ -241,17 +254,20 @@ def mine_hard_negatives(encoder, pairs, corpus=None, num_negatives=3, range_min=
         candidates_source: how the candidates are named in errors.
         query_prompt, document_prompt: put before each anchor / each candidate and
             positive when embedding (the negatives returned are the texts without it).
+        rescorer: None, or a cross-encoder (`score(queries, passages, batch_size=)`, e.g.
+            a `tfsent.methods.CrossEncoder`) whose scores of the candidates found rank
+            and filter them (module docstring); max_score / margin are then on its scale.
     Returns:
         a list, per pair row, of its negatives (strings, hardest first; possibly fewer
         than num_negatives), and the shortfall report (`shortfall_report`).
     """
     check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
-                  "triplet")
+                  "triplet", rescored=rescorer is not None)
     problem = MiningProblem(pairs, corpus, query_prompt, document_prompt)
     check_available(problem, num_negatives, range_min, candidates_source)
     return mine_problem(encoder, problem, num_negatives, range_min, range_max, max_score,
                         margin, relative_margin, batch_size, query_chunk, candidate_chunk,
-                        verbose)
+                        verbose, rescorer)
 
 
 def score_summary(positive_scores, negative_scores, hardest_negative_scores):
@@ -282,9 +298,37 @@ def _format_stats(stats):
             f"p90 {stats['p90']:.3f})")
 
 
+def rescore_candidates(rescorer, problem, indices, batch_size=64, anchor_chunk=256,
+                       verbose=1):
+    """The cross-encoder's view of the cosine search's candidates: `indices` (A, K), the
+    candidates of each unique anchor of `problem` (-1: none), scored as (anchor text,
+    candidate text) pairs by `rescorer.score(queries, passages, batch_size=)`,
+    `anchor_chunk` anchors per call, and sorted by that score, highest first. Returns
+    (scores, indices) (A, K), as `top_k_cosine` returns them (-inf / -1 for no
+    candidate)."""
+    scores = np.full(indices.shape, -np.inf, np.float32)
+    valid = indices >= 0
+    bar = keras.utils.Progbar(int(valid.sum()), unit_name="pair") if verbose else None
+    for start in range(0, len(indices), anchor_chunk):
+        rows, ranks = np.nonzero(valid[start:start + anchor_chunk])
+        if not len(rows):
+            continue
+        anchors = problem.unique_anchors[start + rows]
+        candidates = indices[start + rows, ranks]
+        got = rescorer.score([problem.texts[i] for i in anchors],
+                             [problem.texts[i] for i in candidates], batch_size=batch_size)
+        scores[start + rows, ranks] = np.asarray(got, np.float32)
+        if bar is not None:
+            bar.add(len(rows))
+    # NaN (a diverged reranker) sorts last, as no candidate would
+    order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
+    return (np.take_along_axis(scores, order, axis=1),
+            np.take_along_axis(indices, order, axis=1))
+
+
 def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
                  max_score=None, margin=None, relative_margin=None, batch_size=64,
-                 query_chunk=256, candidate_chunk=16384, verbose=1):
+                 query_chunk=256, candidate_chunk=16384, verbose=1, rescorer=None):
     """`mine_hard_negatives` on a prepared, checked `MiningProblem` (same arguments and
     result). Logs the time of each stage and the score summary (`score_summary`)."""
     depth = range_max if range_max is not None else range_min + 10 * num_negatives
@@ -310,7 +354,23 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
     logging.info("searched %d anchors over %d candidates in %.1f s",
                  len(problem.unique_anchors), problem.num_candidates,
                  time.perf_counter() - start)
-    positive_scores = pair_cosines(embeddings, problem.anchor_ids, problem.positive_ids)
+    what = "cosine"
+    if rescorer is not None:
+        start = time.perf_counter()
+        scores, indices = rescore_candidates(rescorer, problem, indices, batch_size,
+                                             query_chunk, verbose)
+        positive_scores = np.asarray(rescorer.score(
+            [problem.texts[i] for i in problem.anchor_ids],
+            [problem.texts[i] for i in problem.positive_ids], batch_size=batch_size),
+            np.float32)
+        pairs = int((indices >= 0).sum()) + len(positive_scores)
+        seconds = time.perf_counter() - start
+        logging.info("the cross-encoder scored %d (anchor, candidate or positive) pairs in "
+                     "%.1f s (%.1f pairs/s); its scores rank and filter the candidates",
+                     pairs, seconds, pairs / max(seconds, 1e-9))
+        what = "cross-encoder score"
+    else:
+        positive_scores = pair_cosines(embeddings, problem.anchor_ids, problem.positive_ids)
     row_scores, row_indices = scores[problem.row_anchor], indices[problem.row_anchor]
     masks = negative_filters(row_scores, row_indices, positive_scores, range_min, range_max,
                              max_score, margin, relative_margin)
@@ -320,8 +380,8 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
     first = np.argmax(selected, axis=1)
     hardest = np.where(selected.any(axis=1), row_scores[np.arange(num_rows), first], np.nan)
     summary = score_summary(positive_scores, row_scores[selected], hardest)
-    logging.info("cosine to the anchor: positives %s; selected negatives %s; rows whose "
-                 "hardest negative scores >= their positive: %.1f%%",
+    logging.info("%s to the anchor: positives %s; selected negatives %s; rows whose "
+                 "hardest negative scores >= their positive: %.1f%%", what,
                  _format_stats(summary["positive"]), _format_stats(summary["negative"]),
                  100 * summary["hardest_at_least_positive"])
     return negatives, shortfall_report(masks, selected, num_negatives)
@@ -393,7 +453,7 @@ def prepare_beir(directory, split="train", query_prompt="", document_prompt=""):
 def mine_beir(encoder, directory, split="train", num_negatives=3, range_min=0,
               range_max=None, max_score=None, margin=None, relative_margin=None,
               query_prompt="", document_prompt="", batch_size=64, query_chunk=256,
-              candidate_chunk=16384, verbose=1):
+              candidate_chunk=16384, verbose=1, rescorer=None):
     """Mines hard negatives for the (query, relevant document) rows of a BEIR split.
 
     One row per qrel with score > 0 (a query with several positives gets several rows,
@@ -404,10 +464,10 @@ def mine_beir(encoder, directory, split="train", num_negatives=3, range_min=0,
     Returns (pairs, negatives per pair, shortfall report).
     """
     check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
-                  "triplet")
+                  "triplet", rescored=rescorer is not None)
     pairs, problem, source = prepare_beir(directory, split, query_prompt, document_prompt)
     check_available(problem, num_negatives, range_min, source)
     negatives, report = mine_problem(encoder, problem, num_negatives, range_min, range_max,
                                      max_score, margin, relative_margin, batch_size,
-                                     query_chunk, candidate_chunk, verbose)
+                                     query_chunk, candidate_chunk, verbose, rescorer)
     return pairs, negatives, report
