@@ -382,12 +382,12 @@ HAND_CE = {("a", "pos"): 1.5, ("a", "n95"): 2.0, ("a", "n85"): -1.0, ("a", "n80"
 
 
 @pytest.mark.parametrize("options,expected", [
-    (dict(), ["n95", "n50", "n80"]),                    # the reranker's order
     (dict(margin=0.2), ["n50", "n80", "n85"]),          # score < 1.5 - 0.2
     (dict(max_score=0.7), ["n80", "n85", "n10"]),       # score <= 0.7 (not a cosine)
     (dict(relative_margin=0.5), ["n80", "n85", "n10"]),  # score < 1.5 - 0.75
-    (dict(range_max=3), ["n95", "n80", "n85"]),         # the cosine top 3, reranked
-    (dict(range_min=2), ["n80", "n85", "n10"]),         # ranks of the reranker's order
+    (dict(range_max=3, margin=0.0), ["n80", "n85"]),    # the cosine top 3, reranked
+    (dict(range_min=1, max_score=5.0), ["n50", "n80", "n85"]),  # ranks of its order
+    (dict(range_min=2, max_score=5.0), ["n80", "n85", "n10"]),
 ])
 def test_hand_computed_case_with_a_cross_encoder(options, expected):
     scorer = _TableScorer(HAND_CE)
@@ -397,6 +397,21 @@ def test_hand_computed_case_with_a_cross_encoder(options, expected):
     assert negatives == [expected]
     # only the cosine search's candidates (5, or range_max) and the positive are scored
     assert scorer.calls == [options.get("range_max", 5), 1]
+
+
+def test_a_cross_encoder_without_a_filter_is_refused_and_nan_scores_are_no_candidates(
+        absl_messages):
+    """Unfiltered, the reranker's top candidates are the likeliest false negatives (n95
+    here): refused. A NaN score leaves its candidate out (n50), with a warning."""
+    args = (_TableEncoder(HAND_TABLE), [("a", "pos")])
+    with pytest.raises(ConfigError, match="likeliest unlabelled positives: set --margin"):
+        mining.mine_hard_negatives(*args, corpus=HAND_CORPUS, verbose=0,
+                                   rescorer=_TableScorer(HAND_CE))
+    broken = _TableScorer({**HAND_CE, ("a", "n50"): float("nan")})
+    negatives, _ = mining.mine_hard_negatives(*args, corpus=HAND_CORPUS, verbose=0,
+                                              rescorer=broken, margin=0.2)
+    assert negatives == [["n80", "n85", "n10"]]
+    assert any("scored 1 of 5 (anchor, candidate) pairs NaN" in m for m in absl_messages)
 
 
 def test_rescoring_with_a_real_cross_encoder_matches_a_transcription():
@@ -420,7 +435,7 @@ def test_rescoring_with_a_real_cross_encoder_matches_a_transcription():
                             seed=0)
     options = dict(num_negatives=2, range_min=1, range_max=6, margin=0.0)
     got, _ = mining.mine_hard_negatives(encoder, pairs, corpus=corpus, verbose=0,
-                                        rescorer=reranker, **options)
+                                        rescorer=reranker, query_chunk=3, **options)
     unit = encoder.encode(corpus + [a for a, _ in pairs], normalize=True)
     cosine = unit[len(corpus):] @ unit[:len(corpus)].T
     for row, (anchor, positive) in enumerate(pairs):
@@ -480,19 +495,26 @@ def test_cli_rescores_with_a_cross_encoder_export(tmp_path, tiny_encoder_dir):
         num_negatives=2, max_score=5.0, verbose=0, rescorer=ServedCrossEncoder(version))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [[row["negative_1"], row["negative_2"]] for row in rows] == want
+    cosine, _ = mining.mine_hard_negatives(load_any(tiny_encoder_dir, None, None),
+                                           MINE_PAIRS, corpus=MINE_CORPUS, num_negatives=2,
+                                           verbose=0)
+    assert want != cosine  # the reranker's order, not the cosines'
     r = subprocess.run(
         [sys.executable, "-m", "tfsent.mine", *args, f"--out={tmp_path / 'never.tsv'}",
          "--cross_encoder_prompt=qwen3_reranker"], capture_output=True, text=True,
         timeout=300, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 2 and "go with --cross_encoder" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "error: --cross_encoder_prompt goes with --cross_encoder" in r.stderr
     assert not (tmp_path / "never.tsv").exists()
     with pytest.raises(ConfigError, match="--cross_encoder=.* is a sentence encoder's "
                                           "folder, a bi-encoder"):
         check_reranker(tiny_encoder_dir, "--cross_encoder")
-    for load_rescorer, message in ((None, "--max_score is a cosine, in \\[-1, 1\\]"),
-                                   (lambda: 1 / 0, "")):  # checks pass, then it loads
+    for load_rescorer, max_score, message in (
+            (None, 5.0, "--max_score is a cosine, in \\[-1, 1\\]"),
+            (lambda: 1 / 0, None, "likeliest unlabelled positives"),
+            (lambda: 1 / 0, 5.0, "")):  # the checks pass, then it loads
         with pytest.raises(ConfigError if message else ZeroDivisionError, match=message):
             mined_files.mine_to_file(str(tmp_path / "never.tsv"),
                                      lambda: load_any(tiny_encoder_dir, None, None),
-                                     pairs=str(tmp_path / "pairs.tsv"), max_score=5.0,
+                                     pairs=str(tmp_path / "pairs.tsv"), max_score=max_score,
                                      load_rescorer=load_rescorer, verbose=0)

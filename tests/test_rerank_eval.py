@@ -236,14 +236,31 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
     embedding = make_qwen3_embedding_dir(str(case["root"] / "qwen3_embedding"))
     with pytest.raises(ConfigError, match="is a sentence encoder's folder, a bi-encoder"):
         rerank_eval.check_rerank(embedding, TOP, tasks, retrieval)
-    bad = [(published, "", "Find it", "--rerank_instruction: --rerank=.* reads no prompt"),
-           (case["ce_dir"], "qwen3_reranker", "", "--rerank_prompt: --rerank=.* is no "
-                                                  "Hugging Face checkpoint folder"),
-           ("", "qwen3_reranker", "", "--rerank_prompt goes with --rerank")]
-    for rerank, prompt, instruction, message in bad:
+    import json
+    import shutil
+
+    three_labels = str(case["root"] / "nli_head")  # config.json only: refused unread
+    shutil.copytree(published, three_labels)
+    config = json.load(open(os.path.join(three_labels, "config.json")))
+    config["id2label"] = {"0": "contradiction", "1": "entailment", "2": "neutral"}
+    json.dump(config, open(os.path.join(three_labels, "config.json"), "w"))
+    bad = [(published, "", "Find it", 0, "--rerank_instruction: --rerank=.* reads no prompt"),
+           (case["ce_dir"], "qwen3_reranker", "", 0, "--rerank_prompt: --rerank=.* is no "
+                                                     "Hugging Face checkpoint folder"),
+           (case["ce_dir"], "", "", 64, "--rerank_max_seq_length: --rerank=.* is no Hugging "
+                                        "Face checkpoint folder"),
+           ("", "qwen3_reranker", "", 0, "--rerank_prompt goes with --rerank"),
+           ("", "", "", 64, "--rerank_max_seq_length goes with --rerank"),
+           (published, "qwen3_reranker", "", 0, r"--rerank_prompt=qwen3_reranker: --rerank="
+                                                r".* is a bert checkpoint "
+                                                r"\(BertForSequenceClassification\); the "
+                                                r"prompt reads a qwen3 causal LM"),
+           (three_labels, "", "", 0, "BertForSequenceClassification\\) with 3 labels; a "
+                                     "reranker scores with one")]
+    for rerank, prompt, instruction, length, message in bad:
         with pytest.raises(ConfigError, match=message):
             rerank_eval.check_rerank(rerank, TOP, tasks, retrieval, prompt=prompt,
-                                     instruction=instruction)
+                                     instruction=instruction, max_seq_length=length)
 
 
 def test_cli_reranks_with_a_qwen3_reranker_folder(case, tiny_encoder_dir):

@@ -62,7 +62,7 @@ def _evaluate_from_flags():
     retrieval = check_tasks(tasks)
     check_rerank(FLAGS.rerank, FLAGS.rerank_top, tasks, retrieval,
                  FLAGS.truncate_dim is not None or bool(FLAGS.dims or FLAGS.quantize),
-                 FLAGS.rerank_prompt, FLAGS.rerank_instruction)
+                 FLAGS.rerank_prompt, FLAGS.rerank_instruction, FLAGS.rerank_max_seq_length)
     run_files = check_evaluation_files(
         FLAGS.output_json, FLAGS.run_file, FLAGS.overwrite,
         [FLAGS.model, FLAGS.compare_model, FLAGS.rerank], FLAGS.calibration_file,

@@ -25,7 +25,6 @@ import functools
 from absl import flags
 
 from tfsent import cli
-from tfsent.errors import ConfigError
 from tfsent.evaluation.rerank import check_reranker, define_reranker_flags, load_reranker
 from tfsent.data.sources import parse_beir
 from tfsent.formats.model_paths import check_bi_encoder
@@ -44,16 +43,11 @@ def _mine_from_flags(FLAGS=None):  # noqa: N803  (absl's name for the flag value
     returns the rows written."""
     FLAGS = flags.FLAGS if FLAGS is None else FLAGS
     check_bi_encoder(FLAGS.model, "--model")  # mining ranks by sentence embeddings
-    load_rescorer = None
-    if FLAGS.cross_encoder:
-        check_reranker(FLAGS.cross_encoder, "--cross_encoder", FLAGS.cross_encoder_prompt,
-                       FLAGS.cross_encoder_instruction)
-        load_rescorer = functools.partial(
-            load_reranker, FLAGS.cross_encoder, FLAGS.cross_encoder_prompt,
-            FLAGS.cross_encoder_instruction, FLAGS.cross_encoder_max_seq_length)
-    elif FLAGS.cross_encoder_prompt or FLAGS.cross_encoder_instruction:
-        raise ConfigError("--cross_encoder_prompt / --cross_encoder_instruction go with "
-                          "--cross_encoder (a Hugging Face checkpoint folder)")
+    options = (FLAGS.cross_encoder, FLAGS.cross_encoder_prompt,
+               FLAGS.cross_encoder_instruction, FLAGS.cross_encoder_max_seq_length)
+    check_reranker(options[0], "--cross_encoder", *options[1:])
+    load_rescorer = functools.partial(load_reranker, *options, option="--cross_encoder") \
+        if FLAGS.cross_encoder else None
     return mine_to_file(
         FLAGS.out, lambda: load_any(FLAGS.model, FLAGS.pooling, FLAGS.max_seq_length),
         verbose=1 if FLAGS.progress else 0, load_rescorer=load_rescorer,
@@ -95,19 +89,21 @@ def _define_flags(flag_values=None):
                          **fv)
     flags.DEFINE_integer("range_max", None, "Consider only candidates ranked below this "
                          "(default: range_min + 10 * num_negatives).", **fv)
-    flags.DEFINE_float("max_score", None, "Keep only negatives with cosine <= this.", **fv)
-    flags.DEFINE_float("margin", None, "Keep only negatives with cosine < cos(anchor, "
-                       "positive) - margin.", **fv)
-    flags.DEFINE_float("relative_margin", None, "Keep only negatives with cosine < "
-                       "cos(anchor, positive) - |cos(anchor, positive)| * relative_margin; "
-                       "NV-Retriever: 0.05.", **fv)
+    flags.DEFINE_float("max_score", None, "Keep only negatives with score <= this (the "
+                       "cosine; with --cross_encoder, its score).", **fv)
+    flags.DEFINE_float("margin", None, "Keep only negatives with score < score(anchor, "
+                       "positive) - margin (cosines, or --cross_encoder's scores).", **fv)
+    flags.DEFINE_float("relative_margin", None, "Keep only negatives with score < "
+                       "score(anchor, positive) - |score(anchor, positive)| * relative_margin "
+                       "(cosines, or --cross_encoder's scores); NV-Retriever: 0.05.", **fv)
     flags.DEFINE_enum("output_format", "triplet", list(OUTPUT_FORMATS),
                       "triplet: anchor, positive, negative per row (one row per negative); "
                       "n-tuple: anchor, positive, neg1..negN per row.", **fv)
     define_reranker_flags("cross_encoder", "that scores the candidates found again: its "
                           "scores rank them and --max_score / --margin / --relative_margin "
                           "apply to them.", fv["flag_values"])
-    flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block.", **fv)
+    flags.DEFINE_integer("query_chunk", 256, "Anchors per similarity block (and per "
+                         "--cross_encoder call).", **fv)
     flags.DEFINE_integer("candidate_chunk", 16384, "Candidates per similarity block.", **fv)
     flags.DEFINE_bool("progress", True, "Show progress bars.", **fv)
 

@@ -69,6 +69,8 @@ class Family(NamedTuple):
     # The family's causal-LM architecture (a prompted reranker, `pair_prompts`, is published
     # as one: sentence-transformers scores it with the answer tokens' logits). None: none.
     hf_causal_lm: object = None
+    # The `pair_prompts` prompts whose reranker releases are checkpoints of this family.
+    pair_prompts: tuple = ()
     hf_model_type: object = None  # config.json's model_type when it is not the family name
     # keras-hub settings its Hugging Face converter gets wrong for sentence-transformers
     # folders, passed to `Backbone.from_preset` (gemma3: no embedding head inside the
@@ -265,7 +267,8 @@ TABLE = {
         positions="rope", default_pooling="last_token", hf_padding_side="left",
         appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS,
         keras_hub_unread={"attention_bias": False, "hidden_act": "silu"},
-        keras_hub_ties_flag=True, hf_causal_lm="Qwen3ForCausalLM"),
+        keras_hub_ties_flag=True, hf_causal_lm="Qwen3ForCausalLM",
+        pair_prompts=("qwen3_reranker",)),
     # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
     # blocks, grouped-query attention with query / key norms, rotary positions (base 10k
     # on sliding-window layers, 1M on every sixth, full, layer), token embeddings scaled

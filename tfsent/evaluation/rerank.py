@@ -8,6 +8,7 @@ export (or a CrossEncoder `.keras` file); `evaluate_reranked` scores one BEIR sp
 and after, `evaluate_reranked_tasks` every task of a command with its printed table.
 """
 
+import json
 import os
 import time
 
@@ -21,7 +22,8 @@ from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking,
 from tfsent.data import beir
 from tfsent.data.textio import open_bytes
 from tfsent.formats.metadata import export_format, read_metadata
-from tfsent.encoders.pair_prompts import PROMPT_NAMES
+from tfsent.encoders import families
+from tfsent.encoders.pair_prompts import PROMPT_NAMES, get_prompt
 from tfsent.formats.model_paths import (check_bi_encoder, check_cross_encoder,
                                         cross_encoder_kind, json_object,
                                         keras_class_name)
@@ -45,7 +47,7 @@ def define_reranker_flags(name, what, flag_values=None):
                         "description in the prompt (\"\": its web-search default).", **fv)
     flags.DEFINE_integer(f"{name}_max_seq_length", 0, "A checkpoint folder's pair length "
                          "limit in tokens (0: the one a tfsent-published folder records, "
-                         "else 512; an export keeps its own).", **fv)
+                         "else 512; an export keeps its own).", lower_bound=0, **fv)
 
 
 def define_rerank_flags(flag_values=None):
@@ -65,17 +67,15 @@ def check_retriever(model, flag="--model"):
 
 
 def check_rerank(reranker, top, tasks, retrieval, variants=False, prompt="",
-                 instruction=""):
+                 instruction="", max_seq_length=0):
     """Checks `--rerank=reranker --rerank_top=top [--rerank_prompt=prompt
-    --rerank_instruction=instruction]` against the resolved `tasks` (names; `retrieval`:
-    their checked RetrievalTasks), before any model is loaded: every task a `beir:` one,
-    no size / quantization `variants`, 1 <= top <= each task's corpus size (its non-blank
-    corpus.jsonl lines), and `check_reranker`. ConfigError / InputError naming the flag
-    otherwise."""
+    --rerank_instruction=instruction --rerank_max_seq_length=max_seq_length]` against the
+    resolved `tasks` (names; `retrieval`: their checked RetrievalTasks), before any model
+    is loaded: every task a `beir:` one, no size / quantization `variants`, 1 <= top <=
+    each task's corpus size (its non-blank corpus.jsonl lines), and `check_reranker`.
+    ConfigError / InputError naming the flag otherwise."""
     if not reranker:
-        if prompt or instruction:
-            raise ConfigError(f"--rerank_{'prompt' if prompt else 'instruction'} goes with "
-                              "--rerank (a Hugging Face checkpoint folder)")
+        check_reranker(reranker, "--rerank", prompt, instruction, max_seq_length)
         return
     other = [t for t in tasks if not is_retrieval_task(t)]
     if other:
@@ -92,17 +92,28 @@ def check_rerank(reranker, top, tasks, retrieval, variants=False, prompt="",
         if top > size:
             raise ConfigError(f"--rerank_top={top} is above the corpus size of "
                               f"{task.source} ({size} documents)")
-    check_reranker(reranker, "--rerank", prompt, instruction)
+    check_reranker(reranker, "--rerank", prompt, instruction, max_seq_length)
 
 
-def check_reranker(reranker, option="--rerank", prompt="", instruction=""):
+def check_reranker(reranker, option="--rerank", prompt="", instruction="",
+                   max_seq_length=0):
     """Checks, before any model is loaded, that `option`=`reranker` names a cross-encoder
     `load_reranker` opens: an export folder (a version, or a folder of versions: the
     newest), a cross-encoder training run's folder (its export/), a CrossEncoder `.keras`
     file or a Hugging Face checkpoint folder with a score (`checkpoint_reranker`);
-    `prompt` and `instruction` (`OPTION_prompt`, `OPTION_instruction`) only with such a
+    `prompt`, `instruction` and `max_seq_length` (`OPTION_prompt`, ...) only with such a
     folder (`instruction` with a prompt: given, or recorded by tfsent's
-    `cross_encoder_hf` export). ConfigError naming `option` otherwise."""
+    `cross_encoder_hf` export). An empty `reranker` takes none of them. ConfigError
+    naming the flag otherwise."""
+    given = [name for name, value in (("prompt", prompt), ("instruction", instruction),
+                                      ("max_seq_length", max_seq_length)) if value]
+    if max_seq_length and max_seq_length < 0:
+        raise ConfigError(f"{option}_max_seq_length must be >= 0, got {max_seq_length}")
+    if not reranker:
+        if given:
+            raise ConfigError(f"{option}_{given[0]} goes with {option} (a Hugging Face "
+                              "checkpoint folder)")
+        return
     reranker = reranker_export(reranker)
     if checkpoint_reranker(reranker, prompt, option):
         if instruction and not (prompt or read_metadata(reranker, required=False).get(
@@ -111,10 +122,10 @@ def check_reranker(reranker, option="--rerank", prompt="", instruction=""):
                               "(a sequence-classification head); only a prompted reranker "
                               f"({option}_prompt) takes an instruction")
         return
-    if prompt or instruction:
-        raise ConfigError(f"{option}_{'prompt' if prompt else 'instruction'}: {option}="
-                          f"{reranker} is no Hugging Face checkpoint folder (an export or "
-                          ".keras file keeps its own prompt)")
+    if given:
+        raise ConfigError(f"{option}_{given[0]}: {option}={reranker} is no Hugging Face "
+                          "checkpoint folder (an export or .keras file keeps its own "
+                          "prompt and length)")
     if os.path.isfile(reranker) and reranker.endswith(".keras"):
         name = keras_class_name(reranker)
         if name != "CrossEncoder":
@@ -153,18 +164,51 @@ def checkpoint_reranker(path, prompt="", option="--rerank"):
     if ("model_type" not in config or "method" in config
             or export_format(path) is not None):
         return False
-    if prompt or cross_encoder_kind(path):
-        return True
-    if os.path.isfile(os.path.join(path, "modules.json")):
-        return False  # a sentence-transformers bi-encoder: check_cross_encoder says so
+    family = families.family_of_model_type(config["model_type"])
     architectures = config.get("architectures") or ["no architecture named"]
+    what = f"{option}={path} is a {config['model_type']} checkpoint ({architectures[0]})"
+    if prompt:
+        get_prompt(prompt, f"{option}_prompt")
+        if family is None or prompt not in families.TABLE[family].pair_prompts:
+            owners = [name for name, record in families.TABLE.items()
+                      if prompt in record.pair_prompts]
+            raise ConfigError(f"{option}_prompt={prompt}: {what}; the prompt reads a "
+                              f"{', '.join(owners)} causal LM's checkpoint")
+        return True
+    if cross_encoder_kind(path) and "ForSequenceClassification" in architectures[0]:
+        labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
+        if labels != 1:
+            raise ConfigError(f"{what} with {labels} labels; a reranker scores with one "
+                              "(a 2- or 3-label head is a classifier, e.g. NLI)")
+        if family is None or families.TABLE[family].classification_head is None:
+            raise ConfigError(f"{what}: tfsent reads no sequence-classification head of "
+                              f"this family (it does BERT's, RoBERTa's, XLM-R's and "
+                              "DistilBERT's); fine-tune one from it: python -m tfsent.train "
+                              f"--method=cross_encoder --config.encoder={path}")
+        return True
+    if cross_encoder_kind(path):
+        return True  # tfsent's own cross_encoder_hf export
+    modules = _module_types(path)
+    if modules and not any(".cross_encoder." in m for m in modules):
+        return False  # a sentence-transformers bi-encoder: check_cross_encoder says so
     hint = (f"; a causal LM that answers through a prompt (Qwen3-Reranker) needs "
             f"{option}_prompt ({', '.join(PROMPT_NAMES)})"
             if str(architectures[0]).endswith("ForCausalLM") else "")
-    raise ConfigError(f"{option}={path} is a {config['model_type']} checkpoint "
-                      f"({architectures[0]}) without a one-label sequence-classification "
+    raise ConfigError(f"{what} without a one-label sequence-classification "
                       f"head: it has no relevance score{hint}; to train a reranker from it: "
                       f"python -m tfsent.train --method=cross_encoder --config.encoder={path}")
+
+
+def _module_types(path):
+    """The module types a sentence-transformers folder's modules.json lists ([] without
+    one)."""
+    try:
+        with open(os.path.join(path, "modules.json"), encoding="utf-8") as f:
+            modules = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [str(m.get("type", "")) for m in modules if isinstance(m, dict)] \
+        if isinstance(modules, list) else []
 
 
 def count_documents(directory):
@@ -174,18 +218,18 @@ def count_documents(directory):
         return sum(1 for line in f if line.strip())
 
 
-def load_reranker(path, prompt="", instruction="", max_seq_length=None):
+def load_reranker(path, prompt="", instruction="", max_seq_length=None, option="--rerank"):
     """An object with `score(queries, passages, batch_size)`: a ServedCrossEncoder for a
     cross-encoder export (or a training run's: `reranker_export`), the CrossEncoder of
     a `.keras` file, or one built on a Hugging Face checkpoint folder
     (`methods.cross_encoder.reranker_from_checkpoint`, with `prompt`, `instruction` and
-    `max_seq_length`)."""
+    `max_seq_length`; errors name `option`)."""
     path = reranker_export(path)
-    if checkpoint_reranker(path, prompt):
+    if checkpoint_reranker(path, prompt, option):
         from tfsent.methods.cross_encoder import reranker_from_checkpoint  # noqa: PLC0415
 
         return reranker_from_checkpoint(path, prompt or None, instruction or None,
-                                        max_seq_length or None)
+                                        max_seq_length or None, option)
     if os.path.isfile(path) and path.endswith(".keras"):
         model = keras.saving.load_model(path)
         if not callable(getattr(model, "score", None)):

@@ -423,7 +423,7 @@ def reranker_from_checkpoint(directory, prompt=None, instruction=None, max_seq_l
     directory = os.fspath(directory)
     published = formats.metadata.read_metadata(directory, required=False)
     max_seq_length = max_seq_length or published.get("max_seq_length") or READ_MAX_SEQ_LENGTH
-    if not prompt and published.get("prompt"):
+    if published.get("prompt") and prompt in (None, published["prompt"]):
         prompt = published["prompt"]
         instruction = published.get("instruction") if instruction is None else instruction
     if prompt:

@@ -41,7 +41,10 @@ again, each (anchor, candidate) pair read jointly from the texts without prompts
 each (anchor, positive): ranks, the rank window and the three filters then use the
 cross-encoder's scores (the candidates in its order, hardest first), so a near-duplicate of
 the positive the embeddings miss is caught by --margin on what a reranker says. The
-cosine search only chooses which candidates are scored.
+cosine search only chooses which candidates are scored. One filter at least is required
+then: unfiltered, the candidates a reranker scores highest are the likeliest unlabelled
+positives (sentence-transformers rescores only when a filter is set). A NaN score makes
+its candidate none (with a warning).
 
 `num_negatives` larger than what any anchor can get (the distinct candidates minus the
 fewest excluded texts of an anchor, minus range_min), or than the rank window, is an
@@ -202,7 +205,8 @@ class MiningProblem:
 def check_options(num_negatives, range_min, range_max, max_score, margin, relative_margin,
                   output_format, rescored=False):
     """Raises ConfigError naming the flag for option values that cannot work (`rescored`:
-    the scores are a cross-encoder's, not cosines: max_score may be any number)."""
+    the scores are a cross-encoder's, not cosines: max_score may be any number, and one
+    filter is required)."""
     if num_negatives < 1:
         raise ConfigError(f"--num_negatives must be >= 1, got {num_negatives}")
     if range_min < 0:
@@ -211,6 +215,11 @@ def check_options(num_negatives, range_min, range_max, max_score, margin, relati
         raise ConfigError(f"the rank window [--range_min={range_min}, --range_max="
                           f"{range_max}) holds {max(0, range_max - range_min)} candidates, "
                           f"fewer than --num_negatives={num_negatives}")
+    if rescored and max_score is None and margin is None and relative_margin is None:
+        raise ConfigError("a cross-encoder rescoring with no filter would take the "
+                          "candidates it scores highest, the likeliest unlabelled positives: "
+                          "set --margin (e.g. 0: below the positive's score), "
+                          "--relative_margin or --max_score")
     if max_score is not None and not rescored and not -1.0 <= max_score <= 1.0:
         raise ConfigError(f"--max_score is a cosine, in [-1, 1] (any score with a "
                           f"cross-encoder); got {max_score}")
@@ -305,7 +314,7 @@ def rescore_candidates(rescorer, problem, indices, batch_size=64, anchor_chunk=2
     candidate text) pairs by `rescorer.score(queries, passages, batch_size=)`,
     `anchor_chunk` anchors per call, and sorted by that score, highest first. Returns
     (scores, indices) (A, K), as `top_k_cosine` returns them (-inf / -1 for no
-    candidate)."""
+    candidate; a NaN score makes its pair no candidate, with a warning)."""
     scores = np.full(indices.shape, -np.inf, np.float32)
     valid = indices >= 0
     bar = keras.utils.Progbar(int(valid.sum()), unit_name="pair") if verbose else None
@@ -320,8 +329,12 @@ def rescore_candidates(rescorer, problem, indices, batch_size=64, anchor_chunk=2
         scores[start + rows, ranks] = np.asarray(got, np.float32)
         if bar is not None:
             bar.add(len(rows))
-    # NaN (a diverged reranker) sorts last, as no candidate would
-    order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")
+    broken = np.isnan(scores)
+    if broken.any():  # a diverged reranker: such a candidate is no candidate
+        logging.warning("the cross-encoder scored %d of %d (anchor, candidate) pairs NaN: "
+                        "they are left out", int(broken.sum()), int(valid.sum()))
+        scores[broken], indices = -np.inf, np.where(broken, -1, indices)
+    order = np.argsort(-scores, axis=1, kind="stable")
     return (np.take_along_axis(scores, order, axis=1),
             np.take_along_axis(indices, order, axis=1))
 
@@ -363,6 +376,10 @@ def mine_problem(encoder, problem, num_negatives, range_min=0, range_max=None,
             [problem.texts[i] for i in problem.anchor_ids],
             [problem.texts[i] for i in problem.positive_ids], batch_size=batch_size),
             np.float32)
+        if np.isnan(positive_scores).any():
+            logging.warning("the cross-encoder scored %d of the %d (anchor, positive) pairs "
+                            "NaN: their margin filters remove every candidate",
+                            int(np.isnan(positive_scores).sum()), len(positive_scores))
         pairs = int((indices >= 0).sum()) + len(positive_scores)
         seconds = time.perf_counter() - start
         logging.info("the cross-encoder scored %d (anchor, candidate or positive) pairs in "
