@@ -244,6 +244,11 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
     config = json.load(open(os.path.join(three_labels, "config.json")))
     config["id2label"] = {"0": "contradiction", "1": "entailment", "2": "neutral"}
     json.dump(config, open(os.path.join(three_labels, "config.json"), "w"))
+    qwen_head = str(case["root"] / "qwen3_head")  # a family whose head tfsent cannot read
+    shutil.copytree(qwen, qwen_head)
+    config = json.load(open(os.path.join(qwen_head, "config.json")))
+    config.update(architectures=["Qwen3ForSequenceClassification"], num_labels=1)
+    json.dump(config, open(os.path.join(qwen_head, "config.json"), "w"))
     bad = [(published, "", "Find it", 0, "--rerank_instruction: --rerank=.* reads no prompt"),
            (case["ce_dir"], "qwen3_reranker", "", 0, "--rerank_prompt: --rerank=.* is no "
                                                      "Hugging Face checkpoint folder"),
@@ -256,7 +261,9 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
                                                 r"\(BertForSequenceClassification\); the "
                                                 r"prompt reads a qwen3 causal LM"),
            (three_labels, "", "", 0, "BertForSequenceClassification\\) with 3 labels; a "
-                                     "reranker scores with one")]
+                                     "reranker scores with one"),
+           (qwen_head, "", "", 0, "Qwen3ForSequenceClassification\\): tfsent reads no "
+                                  "sequence-classification head of this family")]
     for rerank, prompt, instruction, length, message in bad:
         with pytest.raises(ConfigError, match=message):
             rerank_eval.check_rerank(rerank, TOP, tasks, retrieval, prompt=prompt,
