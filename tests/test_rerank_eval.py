@@ -214,6 +214,12 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
     rerank_eval.check_rerank(published, TOP, tasks, retrieval)
     np.testing.assert_allclose(rerank_eval.load_reranker(published).score(queries, passages),
                                case["model"].score(queries, passages), atol=1e-4)
+    # what `tfsent.index --reranker` stores: an export's path as it is, else a CrossEncoder
+    assert rerank_eval.reranker_for_export(case["ce_dir"]) == case["ce_dir"]
+    stored = rerank_eval.reranker_for_export(published)
+    assert type(stored).__name__ == "CrossEncoder"
+    np.testing.assert_allclose(stored.score(queries, passages),
+                               case["model"].score(queries, passages), atol=1e-4)
     qwen = make_qwen3_reranker_dir(str(case["root"] / "qwen3_reranker"), seed=3)
     with pytest.raises(ConfigError, match=r"Qwen3ForCausalLM\) without a one-label "
                                           r"sequence-classification head.*needs "

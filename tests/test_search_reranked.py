@@ -133,8 +133,8 @@ def test_bad_requests_and_a_bi_encoder_as_reranker_are_refused(two_stage, tiny_e
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == (
-        f"error: --reranker={bi}: a search_index export, not a cross-encoder (export a "
-        "tfsent.methods.CrossEncoder with format='cross_encoder')")
+        f"error: --reranker={bi} is a search_index export (sentence embeddings, no score "
+        "signature): give a cross-encoder export (CrossEncoder.export)")
     assert not os.path.exists(two_stage["root"] / "other")
     from tfsent.formats.cross_encoder import scoring_module
     with pytest.raises(ConfigError, match="expected a tfsent.methods.CrossEncoder"):

@@ -4,7 +4,7 @@
     python -m tfsent.index --model=NAME_OR_DIR --corpus=BEIR_DIR_or_corpus.jsonl
         --export_dir=DIR [--quantize=int8|binary] [--truncate_dim=N] [--batch_size=64]
         [--max_seq_length=N] [--pooling=mean] [--query_prompt=...] [--document_prompt=...]
-        [--rescore_multiplier=4] [--reranker=CROSS_ENCODER_EXPORT]
+        [--rescore_multiplier=4] [--reranker=CROSS_ENCODER [--reranker_prompt=...]]
 
 Writes the next integer version under --export_dir (atomically: nothing half-written).
 The corpus, --quantize, --truncate_dim and the numbers are checked before the model is
@@ -19,7 +19,7 @@ from tfsent import cli, formats
 from tfsent.data import beir
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
-from tfsent.formats.cross_encoder import cross_encoder_export_path
+from tfsent.evaluation.rerank import check_reranker, define_reranker_flags, reranker_for_export
 from tfsent.formats.model_paths import check_bi_encoder
 from tfsent.formats.search_index import DEFAULT_RESCORE_MULTIPLIER, check_index_kind
 
@@ -48,17 +48,21 @@ def _index_from_flags():
                "max_seq_length": FLAGS.max_seq_length, "query_prompt": FLAGS.query_prompt,
                "document_prompt": FLAGS.document_prompt, "batch_size": FLAGS.batch_size,
                "rescore_multiplier": FLAGS.rescore_multiplier, "reranker": FLAGS.reranker}
-    if FLAGS.reranker:  # a cross-encoder export, refused before anything loads otherwise
-        cross_encoder_export_path(FLAGS.reranker, "--reranker")
+    reranker_flags = (FLAGS.reranker, FLAGS.reranker_prompt, FLAGS.reranker_instruction,
+                      FLAGS.reranker_max_seq_length)
+    check_reranker(reranker_flags[0], "--reranker", *reranker_flags[1:])  # before loading
     formats.check_export("search_index", FLAGS.export_dir, quantize,
                          {"corpus": FLAGS.corpus, **options})
     corpus = beir.read_corpus(FLAGS.corpus)  # missing, empty, malformed, duplicate ids
     logging.info("%d documents in %s", len(corpus), FLAGS.corpus)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)
+    if FLAGS.reranker:  # an export's path, or a CrossEncoder (.keras, a checkpoint folder)
+        options["reranker"] = reranker_for_export(*reranker_flags)
     path = formats.export(
         encoder, FLAGS.export_dir, format="search_index", quantize=quantize, corpus=corpus,
-        metadata={"model": FLAGS.model, "corpus": os.path.abspath(FLAGS.corpus)}, **options)
+        metadata={"model": FLAGS.model, "corpus": os.path.abspath(FLAGS.corpus),
+                  **({"reranker": FLAGS.reranker} if FLAGS.reranker else {})}, **options)
     logging.info("indexed %d documents of %s with %s (%s) to %s", len(corpus), FLAGS.corpus,
                  FLAGS.model, kind, path)
     return path
@@ -80,9 +84,8 @@ def _define_flags():
     flags.DEFINE_integer("rescore_multiplier", DEFAULT_RESCORE_MULTIPLIER,
                          "--quantize=binary: rescore rescore_multiplier * k Hamming "
                          "candidates with the float query.")
-    flags.DEFINE_string("reranker", None, "A cross-encoder's export (format "
-                        "cross_encoder): stored with the index, adds the signature "
-                        "search_reranked(queries, k, rerank_top) (two stages in one call).")
+    define_reranker_flags("reranker", "stored with the index: adds the signature "
+                          "search_reranked(queries, k, rerank_top) (two stages in one call).")
     flags.mark_flag_as_required("corpus")
     flags.mark_flag_as_required("export_dir")
 

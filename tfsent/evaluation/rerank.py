@@ -238,6 +238,18 @@ def load_reranker(path, prompt="", instruction="", max_seq_length=None, option="
     return ServedCrossEncoder(path)
 
 
+def reranker_for_export(path, prompt="", instruction="", max_seq_length=None,
+                        option="--reranker"):
+    """What an export that stores a reranker takes (`formats.search_index`'s `reranker`):
+    the path of a cross-encoder export (a training run's: its export/) as it is, the
+    CrossEncoder of a `.keras` file or of a Hugging Face checkpoint folder
+    (`load_reranker`)."""
+    path = reranker_export(path)
+    if export_format(path) is not None:
+        return path
+    return load_reranker(path, prompt, instruction, max_seq_length, option)
+
+
 def _scorer(reranker, total, batch_size, verbose):
     """`score(queries, passages)` of `reranker` with a progress bar over `total` pairs."""
     bar = keras.utils.Progbar(total, unit_name="pair") if verbose and total else None
