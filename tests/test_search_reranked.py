@@ -139,3 +139,44 @@ def test_bad_requests_and_a_bi_encoder_as_reranker_are_refused(two_stage, tiny_e
     from tfsent.formats.cross_encoder import scoring_module
     with pytest.raises(ConfigError, match="expected a tfsent.methods.CrossEncoder"):
         scoring_module(object())
+
+
+def test_a_qwen3_reranker_folder_is_stored_with_its_prompt_and_served(two_stage,
+                                                                      tiny_encoder_dir):
+    """`tfsent.index --reranker=QWEN3_RERANKER_FOLDER --reranker_prompt=qwen3_reranker`: the
+    prompted CrossEncoder goes into the search SavedModel, and `search_reranked`, served
+    the TF Serving way in a fresh process, orders the retriever's top N by that
+    CrossEncoder's scores (the prompt built in the graph)."""
+    from hf_decoder_checkpoints import make_qwen3_reranker_dir
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    qwen = make_qwen3_reranker_dir(str(two_stage["root"] / "qwen3_reranker"), seed=6)
+    r = subprocess.run([sys.executable, "-m", "tfsent.index", f"--model={tiny_encoder_dir}",
+                        f"--corpus={two_stage['corpus']}",
+                        f"--export_dir={two_stage['root'] / 'search_qwen3'}",
+                        f"--reranker={qwen}", "--reranker_prompt=qwen3_reranker",
+                        "--reranker_instruction=Find it", "--reranker_max_seq_length=180"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    path = r.stdout.strip().splitlines()[-1]
+    queries, k, top = [" ".join(TINY_WORDS[i:i + 4]) for i in (0, 7)], 3, 8
+    r = subprocess.run([sys.executable, "-c", SERVE_RERANKED, path, json.dumps(queries),
+                        str(k), str(top)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = json.loads(r.stdout)
+    assert served["modules"] == []
+    texts = {f"d{i}": t for i, t in enumerate(two_stage["texts"])}
+    reranker = CrossEncoder(load_encoder(qwen, max_seq_length=180), prompt="qwen3_reranker",
+                            instruction="Find it")
+    for row, query in enumerate(queries):
+        candidates = served["out"]["search"]["ids"][row]
+        scores = reranker.score([query] * top, [texts[d] for d in candidates])
+        order = sorted(range(top), key=lambda i: (-scores[i], i))[:k]
+        assert served["out"]["search_reranked"]["ids"][row] == [candidates[i] for i in order]
+        np.testing.assert_allclose(served["out"]["search_reranked"]["scores"][row],
+                                   scores[order], atol=1e-5)
+    assert any(served["out"]["search_reranked"]["ids"][row] !=
+               served["out"]["search"]["ids"][row][:k] for row in range(len(queries)))

@@ -175,18 +175,21 @@ def checkpoint_reranker(path, prompt="", option="--rerank"):
             raise ConfigError(f"{option}_prompt={prompt}: {what}; the prompt reads a "
                               f"{', '.join(owners)} causal LM's checkpoint")
         return True
-    if cross_encoder_kind(path) and "ForSequenceClassification" in architectures[0]:
+    kind = cross_encoder_kind(path)
+    if kind and "ForSequenceClassification" in architectures[0]:
         labels = len(config.get("id2label") or {}) or config.get("num_labels", 1)
         if labels != 1:
             raise ConfigError(f"{what} with {labels} labels; a reranker scores with one "
                               "(a 2- or 3-label head is a classifier, e.g. NLI)")
         if family is None or families.TABLE[family].classification_head is None:
+            readable = [name for name, record in families.TABLE.items()
+                        if record.classification_head is not None]
             raise ConfigError(f"{what}: tfsent reads no sequence-classification head of "
-                              f"this family (it does BERT's, RoBERTa's, XLM-R's and "
-                              "DistilBERT's); fine-tune one from it: python -m tfsent.train "
-                              f"--method=cross_encoder --config.encoder={path}")
+                              f"this family (it reads {', '.join(readable)}'s); fine-tune "
+                              "one from it: python -m tfsent.train --method=cross_encoder "
+                              f"--config.encoder={path}")
         return True
-    if cross_encoder_kind(path):
+    if kind:
         return True  # tfsent's own cross_encoder_hf export
     modules = _module_types(path)
     if modules and not any(".cross_encoder." in m for m in modules):
