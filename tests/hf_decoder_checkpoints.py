@@ -10,6 +10,11 @@ Qwen2's split pattern, NFC, `<|endoftext|>` appended by the post-processor),
 tokenizer_config.json (left padding), modules.json (Transformer, Pooling lasttoken,
 Normalize), 1_Pooling/config.json, config_sentence_transformers.json (prompts).
 
+    make_qwen3_seq_cls_dir(directory, seed=0, reranker=True) -> directory
+
+A Qwen3ForSequenceClassification folder (a one-label `score` head): a Qwen3-Reranker
+converted to sequence classification, or one fine-tuned from Qwen3-Embedding.
+
     make_embeddinggemma_dir(directory, seed=0) -> directory
 
 An EmbeddingGemma-shaped sentence-transformers folder: config.json (model_type gemma3_text,
@@ -146,6 +151,33 @@ def make_qwen3_reranker_dir(directory, seed=0, tied=False):
         "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
         "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
         "bos_token": None, "model_max_length": 131072, "clean_up_tokenization_spaces": False,
+        "add_prefix_space": False})
+    return directory
+
+
+def make_qwen3_seq_cls_dir(directory, seed=0, reranker=True):
+    """Writes a tiny Qwen3ForSequenceClassification folder (`model.`-prefixed names, a
+    one-label `score.weight` without bias, config.json's pad_token_id the tokenizer's
+    `<|endoftext|>`): `reranker`, a Qwen3-Reranker converted to sequence classification
+    (its tokenizer: no template, left padding); else one fine-tuned from Qwen3-Embedding
+    (a tokenizer appending `<|endoftext|>`, also to each text of a pair); returns it."""
+    from safetensors.numpy import save_file
+    os.makedirs(directory, exist_ok=True)
+    tok = qwen_tokenizer_json(reranker=reranker)
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    pad = tok.token_to_id("<|endoftext|>")
+    config = _qwen3_config(tok, "Qwen3ForSequenceClassification", pad_token_id=pad,
+                           id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    _write_json(os.path.join(directory, "config.json"), config)
+    rng = np.random.default_rng(seed)
+    weights = {"model." + k: v for k, v in _qwen3_weights(config, rng).items()}
+    weights["score.weight"] = (rng.standard_normal((1, config["hidden_size"])) * 0.5
+                               ).astype(np.float32)
+    save_file(weights, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(directory, "tokenizer_config.json"), {
+        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "bos_token": None, "model_max_length": 32768, "clean_up_tokenization_spaces": False,
         "add_prefix_space": False})
     return directory
 

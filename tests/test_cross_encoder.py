@@ -89,11 +89,12 @@ def test_decoder_pair_ids_equal_hugging_face(family, tmp_path):
 
 def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
     """Qwen3's attention is causal: its first token sees nothing of the pair, so the head
-    reads the last one (the template's closing <|endoftext|>, which sees both texts). The
-    score is the head on the backbone's last real position (computed here from the
-    keras-hub backbone's sequence output, either padding side); it trains (listwise, the
-    run's pipeline) and the cross_encoder SavedModel, loaded the TF Serving way in a
-    fresh process, serves the same scores."""
+    reads a late one: Qwen3ForSequenceClassification's, the rightmost that is not the pad
+    token, which the template's closing <|endoftext|> is (so the passage's last token;
+    the head with "linear" reads the <|endoftext|> itself). The score is the head (no
+    bias) on that position of the keras-hub backbone's sequence output; it trains
+    (listwise, the run's pipeline) and the cross_encoder SavedModel, loaded the TF Serving
+    way in a fresh process, serves the same scores."""
     import keras
 
     from hf_decoder_checkpoints import make_qwen3_embedding_dir
@@ -117,21 +118,30 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
         CrossEncoder(encoder, train_pooling="cls")
     model = CrossEncoder(encoder, seed=0)
     assert (model.train_pooling, model.export_pooling, model.head_kind) == (
-        "last_token", "last_token", "linear")
+        "last_non_pad", "last_non_pad", "score")
+    assert [w.name for w in model.score_head.weights] == ["kernel"]
     queries = ["a query", "q", "a much longer query with many words", "a query"]
     passages = ["its passage", "a passage that is rather long", "y", "another passage"]
     features = encoder.tokenizer.tokenize_pairs(tf.constant(queries), tf.constant(passages))
     mask = features["padding_mask"].numpy()
     hidden = encoder.backbone({k: v for k, v in features.items()}, training=False)
     hidden = keras.ops.convert_to_numpy(hidden)
+    ids = features["token_ids"].numpy()
     last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)  # last real position
-    assert len(set(mask.sum(1))) > 1 and (features["token_ids"].numpy()[
-        np.arange(4), last] == encoder.tokenizer.sep_id).all()
-    kernel, bias = (w.numpy() for w in model.score_head.weights)
-    want = hidden[np.arange(4), last] @ kernel[:, 0] + bias[0]
+    assert len(set(mask.sum(1))) > 1 and (ids[np.arange(4), last] ==
+                                          encoder.tokenizer.sep_id).all()
+    assert encoder.tokenizer.pad_id == encoder.tokenizer.sep_id  # <|endoftext|> both
+    kernel = model.score_head.kernel.numpy()
+    want = hidden[np.arange(4), last - 1] @ kernel[:, 0]  # the passage's last token
     got = model.score(queries, passages, batch_size=2)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert got[0] != got[3]  # one query, two passages: the score reads the passage
+    linear = CrossEncoder(encoder, head="linear", seed=0)
+    assert linear.train_pooling == "last_token"
+    kernel, bias = (w.numpy() for w in linear.score_head.weights)
+    np.testing.assert_allclose(linear.score(queries, passages),
+                               hidden[np.arange(4), last] @ kernel[:, 0] + bias[0],
+                               rtol=1e-4, atol=1e-5)
 
     rows = _toy_rows(n=8, negatives=1)
     ds = dataset_for_kind("cross_pairs", rows, encoder.tokenizer, 8, seed=0)
@@ -144,20 +154,17 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
 
     model.save(str(tmp_path / "ce.keras"))
     again = keras.saving.load_model(str(tmp_path / "ce.keras"))
-    assert again.train_pooling == "last_token"
+    assert (again.train_pooling, again.head_kind) == ("last_non_pad", "score")
     np.testing.assert_allclose(again.score(queries, passages), model.score(queries, passages),
                                atol=1e-6)
     from tfsent import formats
 
     with pytest.raises(ConfigError, match="pooling='cls': this cross-encoder's head reads "
-                                          "the last_token token"):
+                                          "the last_non_pad token"):
         formats.export(model, str(tmp_path / "ce"), format="cross_encoder", pooling="cls")
     version = model.export(str(tmp_path / "ce"), format="cross_encoder")
-    assert read_metadata(version)["pooling"] == "last_token"
+    assert read_metadata(version)["pooling"] == "last_non_pad"
     _check_served_the_tf_serving_way(model, version, queries, passages)
-    with pytest.raises(ConfigError, match="qwen3 family cannot be exported as "
-                                          "cross_encoder_hf"):
-        model.export(str(tmp_path / "hf"), format="cross_encoder_hf")
 
 
 def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):

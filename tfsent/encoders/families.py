@@ -138,14 +138,20 @@ class Family(NamedTuple):
 
 class ClassificationHead(NamedTuple):
     """Hugging Face's sequence-classification head of a kind, on the first token's state
-    (or, `on_pooler`, on the pooler's output): [dropout] -> [inner Dense(H, activation) ->
-    dropout] -> classifier Dense(labels). Module names are the checkpoint's (no prefix)."""
+    (or, `on_pooler`, on the pooler's output; or, `token` "last_non_pad", on the state a
+    decoder's classifier reads): [dropout] -> [inner Dense(H, activation) -> dropout] ->
+    classifier Dense(labels). Module names are the checkpoint's (no prefix)."""
 
     inner: object  # Hugging Face module of the hidden Dense(H -> H), or None
     inner_activation: object  # its activation (keras name), or None
     dropout_first: bool  # dropout on the first token's state before the first Dense
     classifier: str  # Hugging Face module of the output Dense(H -> labels)
     on_pooler: bool = False  # reads the pooler's output (the family's `cls` pooling)
+    bias: bool = True  # the classifier has a bias
+    # The token it reads: "first" (the `cls` pooling), or "last_non_pad" (decoders'
+    # GenericForSequenceClassification: the rightmost token whose id is not config.json's
+    # pad_token_id; `pooling.last_non_pad`).
+    token: str = "first"
 
 
 # The head kinds of `Family.hf_sequence_classification` (docs/families.md, "Cross-encoder
@@ -158,6 +164,10 @@ CLASSIFICATION_HEADS = {
     "dense_tanh": ClassificationHead("classifier.dense", "tanh", True, "classifier.out_proj"),
     # DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
     "pre_classifier": ClassificationHead("pre_classifier", "relu", False, "classifier"),
+    # Qwen3ForSequenceClassification (transformers' GenericForSequenceClassification):
+    # `score`, a Dense(labels) without bias and without dropout, on the rightmost token
+    # that is not the pad token.
+    "score": ClassificationHead(None, None, False, "score", bias=False, token="last_non_pad"),
 }
 
 # Post-LayerNorm encoder blocks under BERT's names (BERT, RoBERTa, XLM-R).
@@ -265,9 +275,13 @@ TABLE = {
         base_prefix="model.", embeddings={}, pooler=None, layer={}, zero_tensors={},
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
-        appended_token="<|endoftext|>", export_formats=_DECODER_EXPORT_FORMATS,
+        appended_token="<|endoftext|>",
+        # + cross_encoder_hf: Qwen3ForSequenceClassification, or a prompted reranker's
+        # causal LM (`hf_causal_lm`)
+        export_formats=_DECODER_EXPORT_FORMATS + ("cross_encoder_hf",),
         keras_hub_unread={"attention_bias": False, "hidden_act": "silu"},
         keras_hub_ties_flag=True, hf_causal_lm="Qwen3ForCausalLM",
+        hf_sequence_classification=("Qwen3ForSequenceClassification", "score"),
         pair_prompts=("qwen3_reranker",)),
     # Gemma3 text (EmbeddingGemma): a decoder with pre- and post-RMSNorm (1 + scale)
     # blocks, grouped-query attention with query / key norms, rotary positions (base 10k

@@ -29,6 +29,36 @@ def last_token(x, mask):
     return tf.reduce_sum(x * tf.expand_dims(mask * (1.0 - after), -1), axis=1)
 
 
+# A cross-encoder's token on a decoder with Hugging Face's *ForSequenceClassification head
+# (`families.CLASSIFICATION_HEADS["score"]`); no sentence-embedding pooling.
+LAST_NON_PAD = "last_non_pad"
+
+
+def last_non_pad(x, token_ids, padding_mask, pad_id):
+    """The state of each row of `x` (B, L, H) at the position Hugging Face's decoder
+    sequence classifiers read (`GenericForSequenceClassification`): the rightmost real
+    token whose id is not `pad_id` (position 0 when there is none). A pair template that
+    closes with the pad token itself (Qwen3's `<|endoftext|>`) is read at the token
+    before it."""
+    keep = tf.logical_and(tf.cast(padding_mask, tf.bool), tf.not_equal(token_ids, pad_id))
+    positions = tf.range(tf.shape(token_ids)[1], dtype=tf.int32)
+    rightmost = tf.reduce_max(tf.where(keep, tf.expand_dims(positions, 0), 0), axis=1)
+    select = tf.cast(tf.equal(tf.expand_dims(positions, 0), tf.expand_dims(rightmost, 1)),
+                     x.dtype)
+    return tf.reduce_sum(x * tf.expand_dims(select, -1), axis=1)
+
+
+def pair_state(encoder, features, pooling, training=False):
+    """(B, H): the state of the token a cross-encoder's head reads on `encoder`'s output
+    for pair `features`: a pooling (`cls`, `last_token`) or LAST_NON_PAD (the encoder's
+    tokenizer's pad id)."""
+    if pooling != LAST_NON_PAD:
+        return encoder(features, training=training, pooling=pooling)["embedding"]
+    hidden = encoder(features, training=training, pooling="last_token")["sequence_output"]
+    return last_non_pad(hidden, features["token_ids"], features["padding_mask"],
+                        encoder.tokenizer.pad_id)
+
+
 def pool(pooling, hidden_states, padding_mask, pooler_dense=None):
     """Applies the named pooler (docs/methods.md "Poolings") and returns (B, H).
 

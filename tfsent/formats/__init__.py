@@ -315,14 +315,11 @@ def quantize_tuple(quantize):
 
 def check_family_format(encoder, name):
     """ConfigError when `encoder`'s family cannot be written as format `name` yet
-    (`Family.export_formats`; a prompted reranker of a family with a causal-LM
-    architecture also as cross_encoder_hf, `cross_encoder_hf.export_prompted_reranker`)."""
+    (`Family.export_formats`)."""
     family = getattr(encoder, "family", None)
     record = families.TABLE.get(family)
-    prompted = name == "cross_encoder_hf" and record is not None and record.hf_causal_lm \
-        and getattr(getattr(encoder, "tokenizer", None), "pair_prompt", None) is not None
     if record is not None and record.export_formats is not None \
-            and name not in record.export_formats and not prompted:
+            and name not in record.export_formats:
         raise ConfigError(f"the {family} family cannot be exported as {name} yet (it "
                           f"exports as {', '.join(record.export_formats)}; docs/export.md)")
 

@@ -7,7 +7,9 @@ and warm-up requests, `batching_parameters.txt`). Signatures:
       `serving_default`): the relevance logit of each (query, passage) pair: the pair
       tokenized in the graph in the family's template (`tokenize_pairs`, longest-first
       truncation to `max_seq_length`), the encoder's first-token representation (`cls`
-      pooling; on a causal decoder the last token's, `last_token`), the score head;
+      pooling; on a causal decoder the last token's, `last_token`, or with Qwen3's
+      sequence-classification head the last one that is not the pad token,
+      `last_non_pad`), the score head;
   count_pair_tokens(queries, passages) -> {token_count: int32[N]}: each pair's tokens as
       `score` tokenizes it (template and truncation included), for clients that batch
       pairs by token count (`tfsent.serving.ServedCrossEncoder`).
@@ -20,6 +22,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tfsent.encoders.pooling import LAST_NON_PAD, pair_state
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats import tf_serving
 from tfsent.formats.metadata import export_format, export_metadata, resolve_savedmodel_dir
@@ -49,7 +52,7 @@ class ScoringModule(tf.Module):
     def score(self, queries, passages):
         """Signature `score`: (query, passage) strings -> relevance logits."""
         features = self.tokenizer.tokenize_pairs(queries, passages)
-        pooled = self.encoder(features, training=False, pooling=self.pooling)["embedding"]
+        pooled = pair_state(self.encoder, features, self.pooling)
         return {"score": tf.cast(self.head(pooled)[:, 0], tf.float32)}
 
     @tf.function(input_signature=_PAIR)
@@ -63,13 +66,13 @@ class ScoringModule(tf.Module):
 def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=None,
                          max_seq_length=None, pooling="cls"):
     """Writes the cross-encoder (`encoder` + the score `head`, a Dense(1) or the family's
-    classification head, on the `pooling` token: `cls`, or `last_token` for a causal
-    decoder) as SavedModel version `version` (default: next) under `export_dir`; returns
+    classification head, on the `pooling` token: `cls`, or `last_token` / `last_non_pad`
+    for a causal decoder) as SavedModel version `version` (default: next) under `export_dir`; returns
     the version's path."""
-    if pooling not in ("cls", "last_token"):
+    if pooling not in ("cls", "last_token", LAST_NON_PAD):
         raise ConfigError(f"format cross_encoder: pooling={pooling!r}; a cross-encoder "
                           "scores the first token (cls) or, on a causal decoder, the last "
-                          "(last_token)")
+                          f"(last_token; {LAST_NON_PAD}: the last that is not the pad token)")
     if head is None:
         raise ConfigError("format cross_encoder: needs the score head of a cross-encoder "
                           "(export a tfsent.methods.CrossEncoder: model.export(DIR, "

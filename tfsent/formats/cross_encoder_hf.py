@@ -13,10 +13,15 @@ its pair template) plus the head. A CrossEncoder's score head is the family's ow
       `classifier.dense` -> `classifier.out_proj`.
   distilbert ("pre_classifier"): Dense(H, ReLU) -> Dense(1) on the first token:
       `pre_classifier` -> `classifier`.
+  qwen3 ("score"): Dense(1) without bias on the last token that is not the pad token:
+      `score` (Qwen3ForSequenceClassification; its backbone under `model.`, config.json's
+      `pad_token_id` the tokenizer's pad token, which Hugging Face's head skips). The
+      tokenizer files keep the pair template and drop any chat template, which
+      sentence-transformers would render pairs with instead.
 
 A head that is not the family's (a "linear" Dense(1) of a RoBERTa / XLM-R / DistilBERT
-cross-encoder saved before the heads followed the family's) and the families without a
-mapping (qwen3, gemma3) are refused: Hugging Face's head would compute something else.
+or Qwen3 cross-encoder saved before the heads followed the family's) and the families
+without a mapping (gemma3) are refused: Hugging Face's head would compute something else.
 
 config.json: the family's *ForSequenceClassification architecture, one label (`num_labels`
 1), and `sentence_transformers.activation_fn` = Identity: sentence-transformers (checked
@@ -43,6 +48,7 @@ from tfsent.encoders import pair_prompts
 from tfsent.encoders.huggingface.config import read_json
 from tfsent.encoders.huggingface.tokenizer_files import without_template
 from tfsent.encoders.huggingface.writing import write_json, write_transformer
+from tfsent.encoders.pooling import LAST_NON_PAD
 from tfsent.errors import ConfigError
 from tfsent.formats import onnx as onnx_format
 from tfsent.formats.heads import dense_stack
@@ -68,14 +74,18 @@ def check_head(encoder, head):
                           f"that publish: {', '.join(can)})")
     kind = families.CLASSIFICATION_HEADS[record[1]]
     h = encoder.hidden_dim
-    want = ([((h, h), kind.inner_activation)] if kind.inner else []) + [((h, 1), "linear")]
-    got = [(tuple(kernel.shape), act) for kernel, _, act in dense_stack(head)]
+    want = ([((h, h), kind.inner_activation, True)] if kind.inner else []) + [
+        ((h, 1), "linear", kind.bias)]
+    got = [(tuple(kernel.shape), act, bias is not None and (kind.bias or bool(np.any(bias))))
+           for kernel, bias, act in dense_stack(head)]
     if got != want:
         def show(layers):
-            return " -> ".join(f"Dense({shape[1]}, {act})" for shape, act in layers)
+            return " -> ".join(f"Dense({shape[1]}, {act}{'' if biased else ', no bias'})"
+                               for shape, act, biased in layers)
+        token = "first token" if kind.token == "first" else "last token that is not padding"
         raise ConfigError(
             f"format {FORMAT}: the score head is {show(got)}, {record[0]} computes "
-            f"{show(want)} on the first token (a {encoder.family} cross-encoder saved with "
+            f"{show(want)} on the {token} (a {encoder.family} cross-encoder saved with "
             "the 'linear' head cannot be published exactly: train one with the family's "
             "head, or serve it as format cross_encoder)")
     return record
@@ -90,24 +100,38 @@ def head_tensors(encoder, head, kind):
     out = {}
     for module, (kernel, bias, _) in zip(modules, dense_stack(head)):
         out[f"{module}.weight"] = np.ascontiguousarray(kernel.T, np.float32)
-        out[f"{module}.bias"] = np.asarray(bias, np.float32)
+        if module != record.classifier or record.bias:
+            out[f"{module}.bias"] = np.asarray(bias, np.float32)
     return out
 
 
 def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
-                            metadata=None, onnx=False):
+                            metadata=None, onnx=False, pooling=None):
     """Writes the cross-encoder (`encoder` + its score `head`, a Dense(1)) as a Hugging Face
     sequence-classification folder at the new `directory` (`onnx`: with the ONNX files of
     the module docstring), or, for a prompted reranker (its tokenizer has a `pair_prompt`),
-    as the causal LM it came from (`export_prompted_reranker`); returns it."""
+    as the causal LM it came from (`export_prompted_reranker`); returns it. `pooling`: the
+    token the head reads (a CrossEncoder's `train_pooling`; None: the family head's),
+    refused unless it is the one Hugging Face's head reads."""
     if getattr(encoder.tokenizer, "pair_prompt", None) is not None:
         if onnx:
             raise ConfigError(f"format {FORMAT}: a prompted reranker is published as a "
                               "causal LM, without ONNX files")
+        _check_token(pooling, "last_token", "the last token", "the causal LM's answer")
         return export_prompted_reranker(encoder, directory, head, max_seq_length, metadata)
-    directory, _, length = check_new_export(encoder, directory, "cls", max_seq_length)
     architecture, kind = check_head(encoder, head)
+    first = families.CLASSIFICATION_HEADS[kind].token == "first"
+    if first:
+        _check_token(pooling, "cls", "the first token", architecture)
+    else:
+        _check_token(pooling, LAST_NON_PAD, "the last token that is not the pad token",
+                     architecture)
+    pooling = "cls" if first else "last_token"
+    directory, _, length = check_new_export(encoder, directory, pooling, max_seq_length)
     if onnx:
+        if not first:
+            raise ConfigError(f"format {FORMAT}: ONNX files of a {encoder.family} "
+                              "cross-encoder are not written (onnx=False)")
         onnx_format.require_onnx()
         onnx_format.check_exportable(encoder, "cls", head)
     config = {"architectures": [architecture], "id2label": {"0": "LABEL_0"},
@@ -115,7 +139,12 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
               "sentence_transformers": {"activation_fn": ST_ACTIVATION}}
 
     def write_files(folder):
-        write_transformer(encoder, folder, length, config, head_tensors(encoder, head, kind))
+        # `prefixed`: a decoder's backbone under its base prefix beside `score` (the
+        # families tfsent runs itself always write theirs so)
+        write_transformer(encoder, folder, length, config, head_tensors(encoder, head, kind),
+                          prefixed=True)
+        if not first:
+            _drop_chat_template(folder)
         details = {"architecture": architecture, "num_labels": 1, "head_kind": kind,
                    "activation_fn": ST_ACTIVATION}
         if onnx:
@@ -126,8 +155,30 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
             details["onnx_files"] = [f"{ONNX_SUBDIR}/{name}" for name in files]
         return details
 
-    return write_new_export(directory, FORMAT, encoder, "cls", length, head, write_files,
+    return write_new_export(directory, FORMAT, encoder, pooling, length, head, write_files,
                             metadata)
+
+
+def _check_token(pooling, expected, what, reader):
+    """ConfigError when a cross-encoder's head reads another token (`pooling`) than the
+    published head does (`expected`, described as `what`)."""
+    if pooling not in (None, expected):
+        raise ConfigError(f"format {FORMAT}: this cross-encoder's head reads the {pooling} "
+                          f"token; {reader} reads {what} ({expected}), so the published "
+                          "model would score something else (serve it as format "
+                          "cross_encoder)")
+
+
+def _drop_chat_template(folder):
+    """Removes the chat template of the written tokenizer_config.json (a decoder's files
+    carry one; chat_template.jinja is not among the files tfsent keeps):
+    sentence-transformers' CrossEncoder renders a pair through a tokenizer's chat template
+    when it has one, where tfsent's head was trained on the pair template."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    settings = read_json(path)
+    if isinstance(settings, dict) and "chat_template" in settings:
+        settings.pop("chat_template")
+        write_json(path, settings)
 
 
 def prompted_lm_head(encoder, head):

@@ -14,6 +14,7 @@ from tfsent.checks import Field
 import tfsent.encoders.huggingface as huggingface
 from tfsent.encoders.huggingface import read_classification_head
 from tfsent.encoders.loading import load_encoder, own_settings
+from tfsent.encoders.pooling import LAST_NON_PAD, pair_state
 from tfsent.encoders.token_batches import tokenize_in_chunks
 from tfsent.errors import ConfigError, InputError
 from tfsent.formats.model_paths import check_bi_encoder
@@ -77,12 +78,12 @@ def family_head(family):
 
 
 def build_score_head(kind, hidden_dim):
-    """The inference-time score head of `kind` on the (B, H) `cls` pooling: a Dense(1)
-    ("linear", "pooler"), or a keras Sequential [Dense(H, activation), Dense(1)] named as
-    the family's Hugging Face modules; built."""
+    """The inference-time score head of `kind` on the (B, H) state its token gives: a
+    Dense(1) ("linear", "pooler"; "score" without bias), or a keras Sequential [Dense(H,
+    activation), Dense(1)] named as the family's Hugging Face modules; built."""
     record = families.CLASSIFICATION_HEADS.get(kind)
     if record is None or record.inner is None:
-        head = keras.layers.Dense(1, name="score_head")
+        head = keras.layers.Dense(1, use_bias=record is None or record.bias, name="score_head")
     else:
         head = keras.Sequential(
             [keras.layers.Dense(hidden_dim, activation=record.inner_activation,
@@ -133,7 +134,10 @@ class CrossEncoder(SentenceMethod):
     Hugging Face sequence-classification head with one label (`head`,
     families.CLASSIFICATION_HEADS; docs/families.md): BERT dropout -> Dense(1); RoBERTa,
     XLM-R dropout -> Dense(H, tanh) -> dropout -> Dense(1); DistilBERT Dense(H, ReLU) ->
-    dropout -> Dense(1). The relevance logit is its output.
+    dropout -> Dense(1); Qwen3 Dense(1) without bias on the rightmost token that is not
+    the pad token (`pooling.last_non_pad`: Qwen3ForSequenceClassification's reading, the
+    last text token before the template's closing `<|endoftext|>`, the pad token too).
+    The relevance logit is its output.
 
     Batches (`cross_pairs` data: `pipelines.pair_dataset(..., joint=True)`) hold each
     query with its positive and its N negatives, `labels` (B, 1 + N) 1 on the positive.
@@ -150,7 +154,8 @@ class CrossEncoder(SentenceMethod):
             the student's tokenizer (not tracked: never trained or saved with the student;
             a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: None, or the token the head reads (`pair_pooling`):
-            "cls" (bidirectional attention), "last_token" (causal).
+            "cls" (bidirectional attention), "last_token" (causal), "last_non_pad" (the
+            "score" head's; "last_token" is taken for it).
         seed: seed of the head's dropout stream.
         head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
             the `cls` pooling, the head of cross-encoders saved before the heads followed
@@ -178,21 +183,33 @@ class CrossEncoder(SentenceMethod):
         pooling = pair_pooling(encoder)
         self.prompt = prompt or None
         self.instruction = instruction or None
+        self.head_kind = checks.Choices(HEADS).check(
+            "head", LINEAR_HEAD if prompt and head is None
+            else family_head(encoder.family) if head is None else head)
         if self.instruction and not self.prompt:
             raise ConfigError("instruction: only a prompted reranker (prompt=...) reads one")
         if not self.prompt and getattr(encoder.tokenizer, "pair_prompt", None) is not None:
             # an encoder a prompted reranker was built on: its family's template again
             encoder.tokenizer = encoder.tokenizer.with_options(pair_prompt=None)
         if self.prompt:
-            if head not in (None, LINEAR_HEAD):
+            if self.head_kind != LINEAR_HEAD:
                 raise ConfigError(f"head={head!r}: a prompted reranker scores with the LM "
                                   "head's answer rows, a Dense(1) (head='linear')")
-            head = LINEAR_HEAD
             encoder.tokenizer = encoder.tokenizer.with_options(
                 pair_prompt=pair_prompts.pair_prompt_config(encoder.tokenizer, self.prompt,
                                                             self.instruction))
+        record = families.CLASSIFICATION_HEADS.get(self.head_kind)
+        accepted = (None, pooling)
+        if record is not None and record.token == LAST_NON_PAD:
+            if pooling != "last_token":
+                raise ConfigError(f"head={self.head_kind!r} reads a causal decoder's last "
+                                  f"non-padding token; a cross-encoder on {encoder.family} "
+                                  "(bidirectional attention) reads the first: heads "
+                                  f"{', '.join(h for h in HEADS if h != self.head_kind)}")
+            pooling = LAST_NON_PAD
+            accepted = (None, "last_token", LAST_NON_PAD)
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
-            if value in (None, pooling):
+            if value in accepted:
                 continue
             if pooling == "cls":
                 raise ConfigError(f"{name}={value!r}: a cross-encoder on {encoder.family} "
@@ -210,9 +227,6 @@ class CrossEncoder(SentenceMethod):
             raise ConfigError(f"teacher: only loss='margin_mse' uses a teacher (loss="
                               f"{self.loss_name!r})")
         self._teacher = _TeacherRef(teacher)
-        self.head_kind = checks.Choices(HEADS).check(
-            "head", family_head(encoder.family) if head is None else head)
-        record = families.CLASSIFICATION_HEADS.get(self.head_kind)
         if record is not None and record.on_pooler and \
                 not families.TABLE[encoder.family].has_pooler:
             raise ConfigError(f"head={self.head_kind!r} reads the pooler, which the "
@@ -242,7 +256,7 @@ class CrossEncoder(SentenceMethod):
 
     def call(self, inputs, training=False):
         """(B,) float32 relevance logits of tokenized pair features."""
-        x = self.encoder(inputs, training=training, pooling=self.train_pooling)["embedding"]
+        x = pair_state(self.encoder, inputs, self.train_pooling, training)
         record = families.CLASSIFICATION_HEADS.get(self.head_kind)
         layers = getattr(self.score_head, "layers", [self.score_head])
         if record is None or record.dropout_first:
@@ -312,7 +326,7 @@ class CrossEncoder(SentenceMethod):
                               "sentence embeddings)")
         defaults = {"head": self.score_head,
                     "metadata": {"method": type(self).__name__, "loss": self.loss_name}}
-        if "pooling" in entry.options():  # the SavedModel's (the HF head reads cls only)
+        if "pooling" in entry.options():  # the token its head reads
             defaults["pooling"] = self.train_pooling
         return formats.keras_export(self.encoder, filepath, format, verbose,
                                     input_signature, defaults, kwargs)
@@ -331,7 +345,13 @@ class CrossEncoder(SentenceMethod):
         logged)."""
         directory = os.fspath(directory)
         record = families.TABLE[self.encoder.family].classification_head
-        if record is None or self.head_kind == LINEAR_HEAD or not os.path.isfile(
+        # A prompted reranker's Dense(1) without bias takes a decoder's `score` (a
+        # Qwen3-Reranker converted to Qwen3ForSequenceClassification: its prompt's last
+        # token, never the pad token, is the one Hugging Face's head reads).
+        answer_head = bool(self.prompt) and record is not None and record.inner is None \
+            and not record.bias
+        if record is None or (self.head_kind == LINEAR_HEAD and not answer_head) or \
+                not os.path.isfile(
                 os.path.join(directory, "config.json")) or not any(
                 os.path.exists(os.path.join(directory, name))
                 for name in ("model.safetensors", "model.safetensors.index.json")):
@@ -345,10 +365,13 @@ class CrossEncoder(SentenceMethod):
             logging.warning("%s: its classifier has %d labels; the cross-encoder scores "
                             "with one, so its head starts fresh", directory, labels)
             return []
+        if self.train_pooling == LAST_NON_PAD:
+            _check_pad_token(directory, self.encoder.tokenizer.pad_id)
         layers = getattr(self.score_head, "layers", [self.score_head])
         read = [record.classifier]
         layers[-1].kernel.assign(found["classifier"][0])
-        layers[-1].bias.assign(found["classifier"][1])
+        if layers[-1].bias is not None:
+            layers[-1].bias.assign(found["classifier"][1])
         if len(layers) > 1 and found["inner"] is not None:
             layers[0].kernel.assign(found["inner"][0])
             layers[0].bias.assign(found["inner"][1])
@@ -371,6 +394,24 @@ class CrossEncoder(SentenceMethod):
     def from_config(cls, config):
         # Files saved before the head followed the family's record none: a Dense(1) head.
         return super().from_config({"head": LINEAR_HEAD, **config})
+
+
+def _check_pad_token(directory, pad_id):
+    """A decoder classifier's folder reads the last token that is not config.json's
+    `pad_token_id`; tfsent's head skips its tokenizer's pad id (`pooling.last_non_pad`).
+    InputError when the two differ; a warning when config.json has none (Hugging Face then
+    reads the last token and cannot score a padded batch)."""
+    path = os.path.join(directory, "config.json")
+    config = huggingface.read_json(path)
+    pad = config.get("pad_token_id") if isinstance(config, dict) else None
+    if pad is None:
+        logging.warning("%s has no pad_token_id: Hugging Face's head then reads the last "
+                        "token of a single pair and refuses batches; tfsent reads the last "
+                        "token that is not the tokenizer's pad token (id %d)", path, pad_id)
+    elif int(pad) != int(pad_id):
+        raise InputError(f"pad_token_id {pad} differs from the tokenizer's pad token (id "
+                         f"{pad_id}): the sequence-classification head reads the last token "
+                         "that is not the pad token, so they must agree", path=path)
 
 
 def _score_functions(model, tokenizer):
@@ -431,7 +472,7 @@ def reranker_from_checkpoint(directory, prompt=None, instruction=None, max_seq_l
     encoder = load_encoder(directory, pooling=pooling_for_encoder(directory),
                            max_seq_length=max_seq_length, pad_to_max_length=False)
     model = CrossEncoder(encoder, prompt=prompt, instruction=instruction)
-    if prompt or model.read_hf_head(directory):
+    if model.read_hf_head(directory) or prompt:
         logging.info("%s: a %s reranker (%s), pairs cut at %d tokens", directory,
                      encoder.family, f"prompt {prompt}" if prompt else "its score head",
                      encoder.clamp_length(max_seq_length))

@@ -300,8 +300,9 @@ def read_mlm_head(family, directory, hidden_dim, vocab_size):
 def read_classification_head(family, directory, hidden_dim):
     """The *ForSequenceClassification head of a checkpoint (`families.TABLE[family]`'s
     kind) as {"inner": (kernel (H, H), bias) or None, "classifier": (kernel (H, labels),
-    bias)} in Keras' layout, or None when the checkpoint has no classifier (a base or MLM
-    checkpoint). InputError for a head with a missing part or the wrong shapes."""
+    bias, None for a head without one)} in Keras' layout, or None when the checkpoint has
+    no classifier (a base or MLM checkpoint). InputError for a head with a missing part or
+    the wrong shapes."""
     head = families.TABLE[family].classification_head
     if head is None:
         return None
@@ -309,17 +310,21 @@ def read_classification_head(family, directory, hidden_dim):
     modules = {"classifier": head.classifier, "inner": head.inner}
     found = {}
     for role, module in modules.items():
-        names = (f"{module}.weight", f"{module}.bias") if module else ()
+        biased = head.bias or role == "inner"
+        names = ((f"{module}.weight",) + ((f"{module}.bias",) if biased else ())
+                 if module else ())
         present = [n for n in names if n in ckpt.names]
         if role == "classifier" and not present:
             return None
-        if module and len(present) != 2:
+        if module and len(present) != len(names):
             raise InputError(f"incomplete classification head: {module}.weight and "
                              f"{module}.bias go together (a {family} "
                              "*ForSequenceClassification checkpoint has both)", path=ckpt.path)
-        found[role] = None if not module else (ckpt.get(names[0]).T, ckpt.get(names[1]))
+        found[role] = None if not module else (
+            ckpt.get(names[0]).T, ckpt.get(names[1]) if biased else None)
     kernel, bias = found["classifier"]
-    if kernel.ndim != 2 or kernel.shape[0] != hidden_dim or bias.shape != kernel.shape[1:]:
+    if kernel.ndim != 2 or kernel.shape[0] != hidden_dim or (
+            bias is not None and bias.shape != kernel.shape[1:]):
         raise InputError(f"weight {head.classifier}.weight has shape {kernel.T.shape}, "
                          f"expected (labels, {hidden_dim})", path=ckpt.path)
     if found["inner"] is not None and (found["inner"][0].shape != (hidden_dim, hidden_dim)

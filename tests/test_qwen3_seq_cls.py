@@ -1,0 +1,256 @@
+"""Qwen3ForSequenceClassification: the sequence-classification head of decoder rerankers
+(a Qwen3-Reranker converted to it, or a Qwen3 cross-encoder fine-tuned with
+sentence-transformers / transformers), read as it is and published by tfsent.
+
+Its head (`score`, a Dense(1) without bias) reads the rightmost token that is not
+config.json's pad token (transformers' GenericForSequenceClassification); tfsent's
+`pooling.last_non_pad` against an independent NumPy transcription and by hand; folders read
+by `reranker_from_checkpoint` against transformers itself (the peer venv, both padding
+sides; the converted reranker with the model card's prompt written out here); a qwen3
+CrossEncoder published as `cross_encoder_hf` scored by sentence-transformers' CrossEncoder
+and transformers (one peer subprocess for the module); the refusals."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tfsent.errors import ConfigError, InputError
+
+PAIRS = [("what is it", "a doc here"),
+         ("where is the dog", "a dog is here and the dog stays " * 8),  # truncated at 32
+         ("q", "y"),
+         ("", "an empty query"),
+         ("an empty passage", ""),
+         ("Café crème à la française", "東京は日本の首都です。 emoji 😀")]
+# The model card's prompt of the converted reranker, written out independently of
+# tfsent.encoders.pair_prompts (the user formats it around each pair).
+PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
+          "the Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+          "\"no\".<|im_end|>\n<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+PEER_SCRIPT = r"""
+import json, sys
+import torch
+from sentence_transformers import CrossEncoder
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+torch.set_num_threads(1)
+jobs, out = json.load(open(sys.argv[1], encoding="utf-8")), {}
+for name, job in jobs.items():
+    hf = AutoModelForSequenceClassification.from_pretrained(job["dir"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(job["dir"])
+    result = {"architecture": type(hf).__name__, "pad": hf.config.pad_token_id}
+    for side in ("left", "right"):
+        tokenizer.padding_side = side
+        if "texts" in job:  # the converted reranker: one formatted text a pair
+            features = tokenizer(job["texts"], padding=True, return_tensors="pt")
+        else:
+            features = tokenizer([p[0] for p in job["pairs"]], [p[1] for p in job["pairs"]],
+                                 padding=True, truncation="longest_first",
+                                 max_length=job.get("max_length"), return_tensors="pt")
+        with torch.no_grad():
+            result["hf_" + side] = hf(**features).logits[:, 0].tolist()
+    if job.get("st"):
+        model = CrossEncoder(job["dir"])
+        result["st"] = model.predict([tuple(p) for p in job["pairs"]], batch_size=4,
+                                     convert_to_numpy=True).tolist()
+        result["max_length"] = model.max_seq_length
+    out[name] = result
+json.dump(out, sys.stdout)
+"""
+
+
+def _hf_rule(hidden, ids, pad_id):
+    """transformers' GenericForSequenceClassification position, transcribed: the argmax of
+    position x (id != pad), over the ids alone."""
+    non_pad = (ids != pad_id).astype(np.int64)
+    position = (np.arange(ids.shape[1])[None, :] * non_pad).argmax(-1)
+    return hidden[np.arange(len(ids)), position]
+
+
+def test_last_non_pad_by_hand_and_against_the_transcription():
+    """Rows (pad id 9; mask 0 marks padding): `1 2 9 3 9 | 9` reads the 3 (position 3:
+    neither the closing 9 nor the padding); `9 9 | 5 6 9 | 7` reads the 6 (position 3: a
+    masked position never counts, whatever its id); a row of pad ids reads position 0 (as
+    Hugging Face's argmax of zeros). Random rows, padded with the pad id as tokenizers
+    pad, equal the transcription."""
+    import tensorflow as tf
+
+    from tfsent.encoders.pooling import last_non_pad
+
+    hidden = np.arange(2 * 3 * 6, dtype=np.float32).reshape(3, 6, 2)
+    ids = np.array([[1, 2, 9, 3, 9, 9], [9, 9, 5, 6, 9, 7], [9, 9, 9, 9, 9, 9]], np.int32)
+    mask = np.array([[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], np.int32)
+    got = last_non_pad(tf.constant(hidden), tf.constant(ids), tf.constant(mask), 9).numpy()
+    np.testing.assert_array_equal(got, hidden[[0, 1, 2], [3, 3, 0]])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 4, (16, 12)).astype(np.int32)  # pad id 0: a quarter of the ids
+    lengths = rng.integers(1, 13, 16)
+    mask = (np.arange(12)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = np.where(mask == 1, ids, 0)  # padding carries the pad id, as a tokenizer's
+    hidden = rng.standard_normal((16, 12, 5)).astype(np.float32)
+    np.testing.assert_array_equal(
+        last_non_pad(tf.constant(hidden), tf.constant(ids), tf.constant(mask), 0).numpy(),
+        _hf_rule(hidden, ids, 0))
+    empty = last_non_pad(tf.zeros([0, 0, 5]), tf.zeros([0, 0], tf.int32),
+                         tf.zeros([0, 0], tf.int32), 0)
+    assert empty.shape == (0, 5)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Qwen3ForSequenceClassification folders: "converted" (a Qwen3-Reranker's tokenizer),
+    "finetuned" (a Qwen3-Embedding's, appending <|endoftext|>); "embedding", a
+    Qwen3-Embedding folder to publish a cross-encoder of."""
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir, make_qwen3_seq_cls_dir
+
+    root = tmp_path_factory.mktemp("qwen3_seq_cls")
+    return {"converted": make_qwen3_seq_cls_dir(str(root / "converted"), seed=3),
+            "finetuned": make_qwen3_seq_cls_dir(str(root / "finetuned"), seed=4,
+                                                reranker=False),
+            "embedding": make_qwen3_embedding_dir(str(root / "embedding"), seed=5)}
+
+
+@pytest.fixture(scope="module")
+def published(folders, tmp_path_factory):
+    """(the CrossEncoder, its `cross_encoder_hf` folder): a qwen3 cross-encoder on the
+    embedding folder (pairs cut at 32 tokens), its backbone and head drawn at random around
+    their scale (test_publish_peer.randomize)."""
+    from test_publish_peer import randomize
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+
+    model = CrossEncoder(load_encoder(folders["embedding"], max_seq_length=32), seed=0)
+    randomize(model.encoder.backbone, seed=1)
+    randomize(model.score_head, seed=2)
+    path = model.export(str(tmp_path_factory.mktemp("published") / "ce"),
+                        format="cross_encoder_hf")
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def peer_out(folders, published, tmp_path_factory):
+    """transformers' (both padding sides) and sentence-transformers' scores, one peer
+    subprocess: {"converted", "finetuned", "published": {...}}."""
+    from test_publish_peer import peer_python
+
+    texts = [f"{PREFIX}<Instruct>: {INSTRUCTION}\n<Query>: {q}\n<Document>: {d}{SUFFIX}"
+             for q, d in PAIRS]
+    jobs = {"converted": {"dir": folders["converted"], "texts": texts},
+            "finetuned": {"dir": folders["finetuned"], "pairs": PAIRS},
+            "published": {"dir": published[1], "pairs": PAIRS, "max_length": 32,
+                          "st": True}}
+    jobs_file = tmp_path_factory.mktemp("peer") / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs, ensure_ascii=False), encoding="utf-8")
+    r = subprocess.run([peer_python(), "-c", PEER_SCRIPT, str(jobs_file)],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1",
+                                TOKENIZERS_PARALLELISM="false"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def _queries_passages():
+    return [p[0] for p in PAIRS], [p[1] for p in PAIRS]
+
+
+def test_folders_read_as_they_are_score_as_transformers(folders, peer_out):
+    """`reranker_from_checkpoint`: the converted reranker with `prompt="qwen3_reranker"`
+    (its `score` read into the prompted head; nothing appended), the fine-tuned one as it
+    is (its pair template `a <|endoftext|> b <|endoftext|>`, the head on the passage's last
+    token): transformers' logits, left and right padding alike."""
+    from tfsent.evaluation.rerank import checkpoint_reranker
+    from tfsent.methods.cross_encoder import reranker_from_checkpoint
+
+    queries, passages = _queries_passages()
+    for name, prompt, head in (("converted", "qwen3_reranker", "linear"),
+                               ("finetuned", None, "score")):
+        assert checkpoint_reranker(folders[name], prompt or "")
+        model = reranker_from_checkpoint(folders[name], prompt=prompt)
+        assert model.head_kind == head and model.score_head.bias is None
+        got = model.score(queries, passages, batch_size=4)
+        assert peer_out[name]["architecture"] == "Qwen3ForSequenceClassification"
+        for side in ("left", "right"):
+            np.testing.assert_allclose(got, peer_out[name][f"hf_{side}"], atol=5e-5,
+                                       err_msg=(name, side))
+        assert np.ptp(got) > 0.01
+
+
+def test_published_folder_is_qwen3_sequence_classification(published, peer_out):
+    """config.json: Qwen3ForSequenceClassification, one label, pad_token_id the tokenizer's
+    pad; model.safetensors: the backbone under `model.`, `score.weight` (no bias); no chat
+    template; sentence-transformers' CrossEncoder.predict and transformers give tfsent's
+    scores (truncation at 32 included), and tfsent reads the folder back to the same."""
+    from safetensors.numpy import load_file
+
+    from tfsent.formats import read_metadata
+    from tfsent.methods.cross_encoder import reranker_from_checkpoint
+
+    model, path = published
+    config = json.load(open(os.path.join(path, "config.json"), encoding="utf-8"))
+    assert config["architectures"] == ["Qwen3ForSequenceClassification"]
+    assert len(config["id2label"]) == 1
+    assert config["pad_token_id"] == model.encoder.tokenizer.pad_id
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    np.testing.assert_array_equal(tensors["score.weight"], model.score_head.kernel.numpy().T)
+    assert "score.bias" not in tensors and "model.embed_tokens.weight" in tensors
+    settings = json.load(open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8"))
+    assert "chat_template" not in settings
+    assert not os.path.exists(os.path.join(path, "chat_template.jinja"))
+    assert read_metadata(path)["head_kind"] == "score"
+    queries, passages = _queries_passages()
+    want = model.score(queries, passages)
+    out = peer_out["published"]
+    assert out["pad"] == model.encoder.tokenizer.pad_id and out["max_length"] == 32
+    for key in ("st", "hf_left", "hf_right"):
+        np.testing.assert_allclose(out[key], want, atol=5e-5, err_msg=key)
+    again = reranker_from_checkpoint(path)
+    assert again.encoder.tokenizer.max_seq_length == 32  # the recorded length
+    np.testing.assert_allclose(again.score(queries, passages), want, atol=1e-5)
+    assert np.ptp(want) > 0.1
+
+
+def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
+    """A pad_token_id other than the tokenizer's pad (the head would read another token);
+    the "score" head on a bidirectional family; ONNX files of a qwen3 cross-encoder; a
+    qwen3 cross-encoder with the "linear" head (a bias, on the closing token) published as
+    Qwen3ForSequenceClassification. Nothing is written."""
+    import shutil
+
+    from tfsent.encoders import load_encoder
+    from tfsent.methods import CrossEncoder
+    from tfsent.methods.cross_encoder import reranker_from_checkpoint
+
+    bad = str(tmp_path / "bad")
+    shutil.copytree(folders["finetuned"], bad)
+    config_path = os.path.join(bad, "config.json")
+    config = json.load(open(config_path, encoding="utf-8"))
+    config["pad_token_id"] = config["pad_token_id"] + 1
+    json.dump(config, open(config_path, "w", encoding="utf-8"))
+    with pytest.raises(InputError, match=r"config.json.*pad_token_id \d+ differs from the "
+                                         r"tokenizer's pad token"):
+        reranker_from_checkpoint(bad)
+    model, _ = published
+    with pytest.raises(ConfigError, match="ONNX files of a qwen3 cross-encoder"):
+        model.export(str(tmp_path / "onnx"), format="cross_encoder_hf", onnx=True)
+    linear = CrossEncoder(model.encoder, head="linear", seed=0)  # its bias starts at 0
+    with pytest.raises(ConfigError, match="head reads the last_token token; "
+                                          "Qwen3ForSequenceClassification reads the last "
+                                          "token that is not the pad token"):
+        linear.export(str(tmp_path / "linear"), format="cross_encoder_hf")
+    linear.score_head.bias.assign([0.5])
+    with pytest.raises(ConfigError, match=r"the score head is Dense\(1, linear\), "
+                                          r"Qwen3ForSequenceClassification computes "
+                                          r"Dense\(1, linear, no bias\) on the last token "
+                                          r"that is not padding"):
+        linear.export(str(tmp_path / "linear"), format="cross_encoder_hf")
+    bert = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=16)
+    with pytest.raises(ConfigError, match="head='score' reads a causal decoder's last "
+                                          "non-padding token; a cross-encoder on bert"):
+        CrossEncoder(bert, head="score")
+    assert not any(os.path.exists(tmp_path / n) for n in ("onnx", "linear"))
