@@ -173,6 +173,7 @@ def test_folders_read_as_they_are_score_as_transformers(folders, peer_out):
         assert checkpoint_reranker(folders[name], prompt or "")
         model = reranker_from_checkpoint(folders[name], prompt=prompt)
         assert model.head_kind == head and model.score_head.bias is None
+        assert model.read_hf_head(folders[name]) == ["score"]
         got = model.score(queries, passages, batch_size=4)
         assert peer_out[name]["architecture"] == "Qwen3ForSequenceClassification"
         for side in ("left", "right"):
@@ -202,7 +203,8 @@ def test_published_folder_is_qwen3_sequence_classification(published, peer_out):
     settings = json.load(open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8"))
     assert "chat_template" not in settings
     assert not os.path.exists(os.path.join(path, "chat_template.jinja"))
-    assert read_metadata(path)["head_kind"] == "score"
+    assert (read_metadata(path)["head_kind"], read_metadata(path)["score_token"]) == (
+        "score", "last_non_pad")
     queries, passages = _queries_passages()
     want = model.score(queries, passages)
     out = peer_out["published"]
@@ -216,10 +218,11 @@ def test_published_folder_is_qwen3_sequence_classification(published, peer_out):
 
 
 def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
-    """A pad_token_id other than the tokenizer's pad (the head would read another token);
-    the "score" head on a bidirectional family; ONNX files of a qwen3 cross-encoder; a
-    qwen3 cross-encoder with the "linear" head (a bias, on the closing token) published as
-    Qwen3ForSequenceClassification. Nothing is written."""
+    """Reading: a pad_token_id other than the tokenizer's pad (the head would read another
+    token), or none; a tokenizer appending nothing (the converted reranker) without its
+    prompt; a `score.bias`. Building: the "score" head on another family. Publishing: ONNX
+    files of a qwen3 cross-encoder; a qwen3 cross-encoder with the "linear" head (on the
+    closing token; with a bias) as Qwen3ForSequenceClassification. Nothing is written."""
     import shutil
 
     from tfsent.encoders import load_encoder
@@ -230,10 +233,24 @@ def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
     shutil.copytree(folders["finetuned"], bad)
     config_path = os.path.join(bad, "config.json")
     config = json.load(open(config_path, encoding="utf-8"))
-    config["pad_token_id"] = config["pad_token_id"] + 1
+    pad = config["pad_token_id"]
+    for value in (pad + 1, None):
+        config["pad_token_id"] = value
+        json.dump(config, open(config_path, "w", encoding="utf-8"))
+        with pytest.raises(InputError, match=rf"config.json.*pad_token_id {value} is not "
+                                             rf"the tokenizer's pad token \(id {pad}\)"):
+            reranker_from_checkpoint(bad)
+    with pytest.raises(InputError, match=r"tokenizer.json.*appends no token to a text.*"
+                                         r"prompt='qwen3_reranker'"):
+        reranker_from_checkpoint(folders["converted"])
+    from safetensors.numpy import load_file, save_file
+
+    config["pad_token_id"] = pad
     json.dump(config, open(config_path, "w", encoding="utf-8"))
-    with pytest.raises(InputError, match=r"config.json.*pad_token_id \d+ differs from the "
-                                         r"tokenizer's pad token"):
+    weights = load_file(os.path.join(bad, "model.safetensors"))
+    weights["score.bias"] = np.zeros([1], np.float32)
+    save_file(weights, os.path.join(bad, "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match="score.bias: a qwen3 .* head has no bias"):
         reranker_from_checkpoint(bad)
     model, _ = published
     with pytest.raises(ConfigError, match="ONNX files of a qwen3 cross-encoder"):
@@ -250,7 +267,9 @@ def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
                                           r"that is not padding"):
         linear.export(str(tmp_path / "linear"), format="cross_encoder_hf")
     bert = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=16)
-    with pytest.raises(ConfigError, match="head='score' reads a causal decoder's last "
-                                          "non-padding token; a cross-encoder on bert"):
+    with pytest.raises(ConfigError, match=r"head='score' is a causal decoder's Hugging Face "
+                                          r"head \(the last non-padding token; the qwen3 "
+                                          r"family's\); a cross-encoder on bert takes head "
+                                          r"pooler or linear"):
         CrossEncoder(bert, head="score")
     assert not any(os.path.exists(tmp_path / n) for n in ("onnx", "linear"))

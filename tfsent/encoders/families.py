@@ -226,7 +226,7 @@ _ROBERTA = Family(
 
 # What the families keras-hub runs export as (ONNX: not yet; tfsent's ONNX writer builds
 # post-LayerNorm encoder graphs only, docs/families.md); cross_encoder: a reranker on them
-# (no Hugging Face head mapping: cross_encoder_hf is refused).
+# (cross_encoder_hf only where the family has a Hugging Face head: qwen3 adds it).
 _DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface", "litert",
                            "keras_hub", "cross_encoder")
 

@@ -143,10 +143,11 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
         # families tfsent runs itself always write theirs so)
         write_transformer(encoder, folder, length, config, head_tensors(encoder, head, kind),
                           prefixed=True)
-        if not first:
-            _drop_chat_template(folder)
         details = {"architecture": architecture, "num_labels": 1, "head_kind": kind,
                    "activation_fn": ST_ACTIVATION}
+        if not first:
+            _drop_chat_template(folder)
+            details["score_token"] = LAST_NON_PAD  # `pooling` is the encoder's own
         if onnx:
             subdir = os.path.join(folder, ONNX_SUBDIR)
             os.makedirs(subdir)

@@ -13,6 +13,7 @@ from tfsent import checks, formats, losses
 from tfsent.checks import Field
 import tfsent.encoders.huggingface as huggingface
 from tfsent.encoders.huggingface import read_classification_head
+from tfsent.encoders.huggingface.tokenizer_files import appended_token
 from tfsent.encoders.loading import load_encoder, own_settings
 from tfsent.encoders.pooling import LAST_NON_PAD, pair_state
 from tfsent.encoders.token_batches import tokenize_in_chunks
@@ -201,11 +202,14 @@ class CrossEncoder(SentenceMethod):
         record = families.CLASSIFICATION_HEADS.get(self.head_kind)
         accepted = (None, pooling)
         if record is not None and record.token == LAST_NON_PAD:
-            if pooling != "last_token":
-                raise ConfigError(f"head={self.head_kind!r} reads a causal decoder's last "
-                                  f"non-padding token; a cross-encoder on {encoder.family} "
-                                  "(bidirectional attention) reads the first: heads "
-                                  f"{', '.join(h for h in HEADS if h != self.head_kind)}")
+            own = family_head(encoder.family)
+            if pooling != "last_token" or own != self.head_kind:
+                raise ConfigError(
+                    f"head={self.head_kind!r} is a causal decoder's Hugging Face head (the "
+                    "last non-padding token; the "
+                    f"{', '.join(f for f in families.TABLE if family_head(f) == self.head_kind)}"
+                    f" family's); a cross-encoder on {encoder.family} takes head "
+                    f"{' or '.join(dict.fromkeys((own, LINEAR_HEAD)))}")
             pooling = LAST_NON_PAD
             accepted = (None, "last_token", LAST_NON_PAD)
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
@@ -366,7 +370,7 @@ class CrossEncoder(SentenceMethod):
                             "with one, so its head starts fresh", directory, labels)
             return []
         if self.train_pooling == LAST_NON_PAD:
-            _check_pad_token(directory, self.encoder.tokenizer.pad_id)
+            _check_decoder_classifier(directory, self.encoder.tokenizer.pad_id)
         layers = getattr(self.score_head, "layers", [self.score_head])
         read = [record.classifier]
         layers[-1].kernel.assign(found["classifier"][0])
@@ -396,22 +400,36 @@ class CrossEncoder(SentenceMethod):
         return super().from_config({"head": LINEAR_HEAD, **config})
 
 
-def _check_pad_token(directory, pad_id):
-    """A decoder classifier's folder reads the last token that is not config.json's
-    `pad_token_id`; tfsent's head skips its tokenizer's pad id (`pooling.last_non_pad`).
-    InputError when the two differ; a warning when config.json has none (Hugging Face then
-    reads the last token and cannot score a padded batch)."""
+def _check_decoder_classifier(directory, pad_id):
+    """What a decoder sequence-classification folder read without a prompt must hold for
+    tfsent to score its pairs as transformers does (`pooling.last_non_pad`), InputError
+    otherwise: config.json's `pad_token_id` equal to the tokenizer's pad id (the token
+    Hugging Face's head skips; without one it reads the last position and refuses
+    batches), and a tokenizer.json that appends a token to each text (the pair template
+    `a <|endoftext|> b <|endoftext|>` tfsent builds: a tokenizer appending nothing, a
+    Qwen3-Reranker's or a base model's, joins the two texts directly). A chat template,
+    which sentence-transformers renders pairs with instead, is warned about."""
     path = os.path.join(directory, "config.json")
     config = huggingface.read_json(path)
     pad = config.get("pad_token_id") if isinstance(config, dict) else None
-    if pad is None:
-        logging.warning("%s has no pad_token_id: Hugging Face's head then reads the last "
-                        "token of a single pair and refuses batches; tfsent reads the last "
-                        "token that is not the tokenizer's pad token (id %d)", path, pad_id)
-    elif int(pad) != int(pad_id):
-        raise InputError(f"pad_token_id {pad} differs from the tokenizer's pad token (id "
-                         f"{pad_id}): the sequence-classification head reads the last token "
-                         "that is not the pad token, so they must agree", path=path)
+    if pad is None or int(pad) != int(pad_id):
+        raise InputError(f"pad_token_id {pad} is not the tokenizer's pad token (id {pad_id}): "
+                         "the sequence-classification head reads the last token that is "
+                         "not the pad token, so they must agree", path=path)
+    if appended_token(directory) is None:
+        raise InputError(
+            "tokenizer.json appends no token to a text, so Hugging Face joins a pair's texts "
+            "directly, where tfsent's qwen3 pair template puts <|endoftext|> after each: a "
+            "Qwen3-Reranker converted to sequence classification is read with its prompt "
+            f"(prompt={pair_prompts.PROMPT_NAMES[0]!r}, --rerank_prompt)",
+            path=os.path.join(directory, "tokenizer.json"))
+    settings_path = os.path.join(directory, "tokenizer_config.json")
+    settings = huggingface.read_json(settings_path) if os.path.isfile(settings_path) else {}
+    if (isinstance(settings, dict) and settings.get("chat_template")) or os.path.exists(
+            os.path.join(directory, "chat_template.jinja")):
+        logging.warning("%s has a chat template: tfsent scores a pair as transformers' "
+                        "tokenizer(query, passage) builds it; sentence-transformers renders "
+                        "pairs through the chat template instead", directory)
 
 
 def _score_functions(model, tokenizer):

@@ -190,6 +190,14 @@ def without_template(data):
     return data
 
 
+def appended_token(directory):
+    """The special token a checkpoint folder's tokenizer.json appends to a single text
+    (None: no tokenizer.json, or one without such a template: a base Qwen3 model's, a
+    Qwen3-Reranker's)."""
+    path, data = _tokenizer_json(directory)
+    return None if data is None else _appended_token(path, data)
+
+
 def _appended_token(path, data):
     """The one special token tokenizer.json's post-processor appends to a single text (a
     TemplateProcessing `$A <token>`), or None when it appends none."""

@@ -320,6 +320,9 @@ def read_classification_head(family, directory, hidden_dim):
             raise InputError(f"incomplete classification head: {module}.weight and "
                              f"{module}.bias go together (a {family} "
                              "*ForSequenceClassification checkpoint has both)", path=ckpt.path)
+        if module and not biased and f"{module}.bias" in ckpt.names:
+            raise InputError(f"{module}.bias: a {family} *ForSequenceClassification head "
+                             f"has no bias ({module} is a Linear without one)", path=ckpt.path)
         found[role] = None if not module else (
             ckpt.get(names[0]).T, ckpt.get(names[1]) if biased else None)
     kernel, bias = found["classifier"]
