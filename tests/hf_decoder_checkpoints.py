@@ -50,6 +50,15 @@ def _write_json(path, data):
         json.dump(data, f, indent=2, ensure_ascii=False)
 
 
+def _write_qwen_tokenizer_config(directory, model_max_length):
+    """tokenizer_config.json as Qwen3's releases have it (left padding, pad <|endoftext|>)."""
+    _write_json(os.path.join(directory, "tokenizer_config.json"), {
+        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "bos_token": None, "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False, "add_prefix_space": False})
+
+
 def qwen_tokenizer_json(vocab_size=600, reranker=False):
     """tokenizer.json text of a Qwen-style byte-level BPE trained on the demo corpus;
     `reranker`: Qwen3-Reranker's (no template: nothing appended; the chat tokens
@@ -147,11 +156,7 @@ def make_qwen3_reranker_dir(directory, seed=0, tied=False):
             (config["vocab_size"], config["hidden_size"])) * 0.1).astype(np.float32)
     save_file(weights, os.path.join(directory, "model.safetensors"),
               metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "tokenizer_config.json"), {
-        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "bos_token": None, "model_max_length": 131072, "clean_up_tokenization_spaces": False,
-        "add_prefix_space": False})
+    _write_qwen_tokenizer_config(directory, 131072)
     return directory
 
 
@@ -174,11 +179,7 @@ def make_qwen3_seq_cls_dir(directory, seed=0, reranker=True):
     weights["score.weight"] = (rng.standard_normal((1, config["hidden_size"])) * 0.5
                                ).astype(np.float32)
     save_file(weights, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "tokenizer_config.json"), {
-        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "bos_token": None, "model_max_length": 32768, "clean_up_tokenization_spaces": False,
-        "add_prefix_space": False})
+    _write_qwen_tokenizer_config(directory, 32768)
     return directory
 
 
@@ -192,11 +193,7 @@ def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64):
     _write_json(os.path.join(directory, "config.json"), config)
     save_file(_qwen3_weights(config, np.random.default_rng(seed)),
               os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(directory, "tokenizer_config.json"), {
-        "tokenizer_class": "Qwen2Tokenizer", "padding_side": "left",
-        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "bos_token": None, "model_max_length": 32768, "clean_up_tokenization_spaces": False,
-        "add_prefix_space": False})
+    _write_qwen_tokenizer_config(directory, 32768)
     _write_json(os.path.join(directory, "modules.json"), [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling",
