@@ -216,3 +216,38 @@ def test_bad_input_is_refused_before_any_model_loads(extra, error, case, trained
         training.run("cross_encoder", config, out)
     assert not os.path.exists(out)  # refused before the run wrote (or loaded) anything
 
+
+
+def test_the_run_folder_publishes_for_sentence_transformers(trained, tmp_path):
+    """`python -m tfsent.export --model=RUN --format=cross_encoder_hf` (the closing lines
+    name it): the run's exported weights rebuilt from its folder
+    (`training.load_run_model`) and published; read back as a reranker folder, it scores
+    as the run's SavedModel. A run of another method is refused before anything loads."""
+    from tfsent import training
+    from tfsent.errors import ConfigError
+    from tfsent.methods.cross_encoder import reranker_from_checkpoint
+    from tfsent.serving import ServedCrossEncoder
+
+    out, metrics, r = trained
+    assert (f"publish:  python -m tfsent.export --model={out} --format=cross_encoder_hf "
+            f"--export_dir={out}/hf") in r.stdout
+    target = str(tmp_path / "hf")
+    p = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={out}",
+                        "--format=cross_encoder_hf", f"--export_dir={target}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=600,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines()[0] == target
+    assert (f"the cross_encoder run's best checkpoint (step {metrics['exported']['step']})"
+            in p.stderr)
+    queries = ["where is the dog", "snow", "a query " * 30]
+    passages = ["a dog is here", "a tree is here", "a long passage " * 30]
+    np.testing.assert_allclose(reranker_from_checkpoint(target).score(queries, passages),
+                               ServedCrossEncoder(metrics["export"]).score(queries, passages),
+                               atol=1e-4)
+    other = tmp_path / "simcse_run"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"method": "simcse_unsup",
+                                                   "train_data": "demo"}))
+    with pytest.raises(ConfigError, match="is a simcse_unsup run: its encoder folder"):
+        training.load_run_model(str(other), pair_scorer=True)

@@ -7,8 +7,9 @@
         [--quantize=int8]
     python -m tfsent.export --model=... --format=sentence_transformers|huggingface|keras_hub
         --export_dir=NEW_DIR [--normalize] [--with_onnx]
-    python -m tfsent.export --model=CROSS_ENCODER.keras --format=cross_encoder_hf
-        --export_dir=NEW_DIR [--with_onnx]      (or --format=cross_encoder: a SavedModel)
+    python -m tfsent.export --model=CROSS_ENCODER.keras|CROSS_ENCODER_RUN_DIR
+        --format=cross_encoder_hf --export_dir=NEW_DIR [--with_onnx]
+        (or --format=cross_encoder: a SavedModel)
 
 --format=tf_saved_model (the default; `saved_model` is its older name) adds the next
 SavedModel version under --export_dir; the other formats write the new directory
@@ -28,7 +29,7 @@ from tfsent import cli, formats
 from tfsent.encoders import check_pooling, load_encoder
 from tfsent.errors import ConfigError
 from tfsent.formats import quantize
-from tfsent.formats.model_paths import check_bi_encoder
+from tfsent.formats.model_paths import check_bi_encoder, is_run_dir
 from tfsent.matryoshka import check_dims
 
 # The flags whose writer option has another name.
@@ -74,9 +75,15 @@ def _export_from_flags():
     if not entry.scores_pairs:
         check_bi_encoder(FLAGS.model, "--model", hint=" (a cross-encoder exports as "
                          "--format=cross_encoder or cross_encoder_hf from its .keras file)")
-    if entry.scores_pairs:  # a CrossEncoder's .keras file: formats.export loads it
+    if entry.scores_pairs:  # a CrossEncoder's .keras file (formats.export loads it) or
+        # a cross_encoder training run's folder (its exported model, rebuilt)
         options["max_seq_length"] = FLAGS.max_seq_length
-        return formats.export(FLAGS.model, FLAGS.export_dir, format=entry.name,
+        model = FLAGS.model
+        if is_run_dir(model):
+            from tfsent.training import load_run_model  # noqa: PLC0415 (heavy: here only)
+
+            model = load_run_model(model, pair_scorer=True)
+        return formats.export(model, FLAGS.export_dir, format=entry.name,
                               metadata=metadata, **options)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,
                            max_seq_length=FLAGS.max_seq_length)

@@ -6,6 +6,7 @@ one check every option that takes a model path makes before anything is built.
     check_bi_encoder(path, option)  ConfigError when `path` is a cross-encoder
     check_cross_encoder(path, option)  ConfigError when `path` is a bi-encoder export
     keras_class_name(path)          the class a `.keras` file's config.json records
+    is_run_dir(path)                whether `path` is a tfsent training run's folder
 
 A cross-encoder is: a SavedModel export of format `cross_encoder`, a folder tfsent wrote
 as format `cross_encoder_hf`, a `.keras` file of a CrossEncoder, a Hugging Face
@@ -46,6 +47,13 @@ def json_object(path):
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def is_run_dir(path):
+    """Whether `path` is a folder holding a tfsent training run's config.json (one naming
+    its "method" and "train_data"; a Hugging Face checkpoint's config.json does not)."""
+    config = json_object(os.path.join(os.fspath(path), "config.json")) if path else {}
+    return "method" in config and "train_data" in config
 
 
 def cross_encoder_kind(path):

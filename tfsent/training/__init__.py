@@ -15,8 +15,9 @@
 from tfsent.training.config import (Config, build_config, load_recipe, resolve_config,
                                     split_config_overrides)
 from tfsent.training.dev_scoring import dev_embeddings, sts_dev_score, write_projector_snapshot
-from tfsent.training.loop import (Run, build_model, load_training_data, load_training_sources,
-                                  make_dataset, make_optimizer, run, total_steps)
+from tfsent.training.loop import (Run, build_model, load_run_model, load_training_data,
+                                  load_training_sources, make_dataset, make_optimizer, run,
+                                  total_steps)
 from tfsent.training.run_dir import (RECOVERY_FIELDS, RESUME_FREE_FIELDS, RUN_CONFIG_FILE,
                                      RUN_ENTRIES, RunState, config_differences,
                                      prepare_run_dir, read_json, read_run_config,
@@ -26,7 +27,8 @@ from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
 __all__ = [
     "Config", "build_config", "load_recipe", "resolve_config", "split_config_overrides",
     "dev_embeddings", "sts_dev_score", "write_projector_snapshot",
-    "Run", "build_model", "load_training_data", "load_training_sources", "make_dataset",
+    "Run", "build_model", "load_run_model", "load_training_data", "load_training_sources",
+    "make_dataset",
     "make_optimizer", "run", "total_steps",
     "RECOVERY_FIELDS", "RESUME_FREE_FIELDS", "RUN_CONFIG_FILE", "RUN_ENTRIES", "RunState",
     "config_differences", "prepare_run_dir", "read_json", "read_run_config", "run_finished",

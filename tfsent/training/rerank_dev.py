@@ -18,9 +18,11 @@ import numpy as np
 from absl import logging
 
 from tfsent.data.sources import is_beir, parse_beir
+from tfsent.encoders import families
 from tfsent.errors import ConfigError
 from tfsent.evaluation import RETRIEVAL_MEASURES
 from tfsent.evaluation.rerank import check_retriever, count_documents
+from tfsent.formats.metadata import read_metadata
 from tfsent.evaluation.retrieval import (RUN_DEPTH, Ranking, evaluate_ranking, rerank,
                                          search_split)
 from tfsent.search.mined_files import resolve_prompts
@@ -62,7 +64,8 @@ def check_rerank_config(config):
                                                            "cross_encoder"):
         raise ConfigError(f"export_formats={config.export_formats!r}: a cross_encoder run "
                           f"exports the cross_encoder SavedModel (score(queries, "
-                          f"passages)) only")
+                          f"passages)) only; publish the finished run with python -m "
+                          f"tfsent.export --model=RUN_DIR --format=cross_encoder_hf")
 
 
 def check_rerank_depth(config, split):
@@ -194,9 +197,15 @@ class RerankDevEvaluation(DevEvaluation):
 
 def next_steps(config, export, output_dir):
     """The lines a finished cross-encoder run ends with: its export evaluated as the
-    reranker of the retriever on the test split, and served behind it in one SavedModel."""
+    reranker of the retriever on the test split, served behind it in one SavedModel, and
+    (where its family has a Hugging Face head) published for sentence-transformers."""
     directory, _ = parse_beir(config.eval_data, "dev")
     retriever = retriever_of(config)
+    family = families.TABLE.get(read_metadata(export, required=False).get("family"))
+    publish = [] if family is None or "cross_encoder_hf" not in (
+        family.export_formats or ("cross_encoder_hf",)) else [
+        f"  publish:  python -m tfsent.export --model={output_dir} --format=cross_encoder_hf "
+        f"--export_dir={output_dir}/hf  (sentence-transformers' CrossEncoder)"]
     return ["next:",
             f"  evaluate: python -m tfsent.evaluate --tasks=beir:{directory}:test "
             f"--model={retriever} --rerank={output_dir} --rerank_top={config.rerank_top}",
@@ -204,4 +213,4 @@ def next_steps(config, export, output_dir):
             f"--export_dir={output_dir}/search --reranker={export}  (docs/search.md, "
             f"reranking)",
             f"  load:     tf.saved_model.load(\"{export}\").signatures[\"score\"]"
-            f"(queries=tf.constant([...]), passages=tf.constant([...]))"]
+            f"(queries=tf.constant([...]), passages=tf.constant([...]))", *publish]
