@@ -168,9 +168,11 @@ def test_cross_encoder_on_a_causal_family_scores_the_last_token(tmp_path):
 
 
 def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
-    """EmbeddingGemma's attention is bidirectional: the head reads the first token, and the
-    cross_encoder SavedModel (its SentencePiece pair template in the graph), loaded the
-    TF Serving way in a fresh process, serves the scores of `score`."""
+    """EmbeddingGemma's attention is bidirectional (a run's pooling is `cls`), but its head
+    is Gemma3TextForSequenceClassification's, on the last token that is not the pad token
+    (the pair's closing <eos>; tests/test_decoder_seq_cls.py checks it against
+    transformers); the cross_encoder SavedModel (its SentencePiece pair template in the
+    graph), loaded the TF Serving way in a fresh process, serves the scores of `score`."""
     from hf_decoder_checkpoints import make_embeddinggemma_dir
 
     from tfsent.encoders import load_encoder
@@ -183,7 +185,8 @@ def test_gemma3_cross_encoder_export_serves_its_scores(tmp_path):
     folder = make_embeddinggemma_dir(str(tmp_path / "gemma3"))
     encoder = load_encoder(folder, max_seq_length=32)
     model = CrossEncoder(encoder, seed=0)
-    assert model.train_pooling == "cls"
+    assert (model.train_pooling, model.head_kind) == ("last_non_pad", "score")
+    assert CrossEncoder(encoder, head="linear", train_pooling="cls").train_pooling == "cls"
     assert training.resolve_config("cross_encoder", overrides=[
         f"encoder={folder}"]).pooling == "cls"
     # The same folder without bidirectional attention: a run reads the last token.

@@ -250,13 +250,13 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
     config = json.load(open(os.path.join(three_labels, "config.json")))
     config["id2label"] = {"0": "contradiction", "1": "entailment", "2": "neutral"}
     json.dump(config, open(os.path.join(three_labels, "config.json"), "w"))
-    # a family whose head tfsent does not read (config.json only: refused unread)
-    gemma_head = str(case["root"] / "gemma3_head")
-    shutil.copytree(qwen, gemma_head)
-    config = json.load(open(os.path.join(gemma_head, "config.json")))
-    config.update(model_type="gemma3_text", num_labels=1,
-                  architectures=["Gemma3TextForSequenceClassification"])
-    json.dump(config, open(os.path.join(gemma_head, "config.json"), "w"))
+    # a family tfsent does not run (config.json only: refused unread)
+    other_head = str(case["root"] / "modernbert_head")
+    shutil.copytree(qwen, other_head)
+    config = json.load(open(os.path.join(other_head, "config.json")))
+    config.update(model_type="modernbert", num_labels=1,
+                  architectures=["ModernBertForSequenceClassification"])
+    json.dump(config, open(os.path.join(other_head, "config.json"), "w"))
     bad = [(published, "", "Find it", 0, "--rerank_instruction: --rerank=.* reads no prompt"),
            (case["ce_dir"], "qwen3_reranker", "", 0, "--rerank_prompt: --rerank=.* is no "
                                                      "Hugging Face checkpoint folder"),
@@ -270,9 +270,10 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
                                                 r"prompt reads a qwen3 causal LM"),
            (three_labels, "", "", 0, "BertForSequenceClassification\\) with 3 labels; a "
                                      "reranker scores with one"),
-           (gemma_head, "", "", 0, "Gemma3TextForSequenceClassification\\): tfsent "
-                                   "reads no sequence-classification head of this family "
-                                   r"\(it reads .*qwen3's\)")]
+           (other_head, "", "", 0, r"ModernBertForSequenceClassification\): tfsent runs "
+                                   r"no modernbert model \(it reads the "
+                                   r"sequence-classification heads of bert, .*qwen3, "
+                                   r"gemma3\)")]
     for rerank, prompt, instruction, length, message in bad:
         with pytest.raises(ConfigError, match=message):
             rerank_eval.check_rerank(rerank, TOP, tasks, retrieval, prompt=prompt,

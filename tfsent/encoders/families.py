@@ -164,9 +164,9 @@ CLASSIFICATION_HEADS = {
     "dense_tanh": ClassificationHead("classifier.dense", "tanh", True, "classifier.out_proj"),
     # DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
     "pre_classifier": ClassificationHead("pre_classifier", "relu", False, "classifier"),
-    # Qwen3ForSequenceClassification (transformers' GenericForSequenceClassification):
-    # `score`, a Dense(labels) without bias and without dropout, on the rightmost token
-    # that is not the pad token.
+    # Qwen3ForSequenceClassification, Gemma3TextForSequenceClassification (transformers'
+    # GenericForSequenceClassification): `score`, a Dense(labels) without bias and without
+    # dropout, on the rightmost token that is not the pad token (whatever the attention).
     "score": ClassificationHead(None, None, False, "score", bias=False, token="last_non_pad"),
 }
 
@@ -225,10 +225,11 @@ _ROBERTA = Family(
     hf_sequence_classification=("RobertaForSequenceClassification", "dense_tanh"))
 
 # What the families keras-hub runs export as (ONNX: not yet; tfsent's ONNX writer builds
-# post-LayerNorm encoder graphs only, docs/families.md); cross_encoder: a reranker on them
-# (cross_encoder_hf only where the family has a Hugging Face head: qwen3 adds it).
+# post-LayerNorm encoder graphs only, docs/families.md); cross_encoder, cross_encoder_hf: a
+# reranker on them (the latter with the family's Hugging Face head, or a prompted
+# reranker's causal LM, `hf_causal_lm`).
 _DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface", "litert",
-                           "keras_hub", "cross_encoder")
+                           "keras_hub", "cross_encoder", "cross_encoder_hf")
 
 TABLE = {
     "bert": Family(
@@ -276,9 +277,7 @@ TABLE = {
         mlm_head=None, forward="keras_hub", attention="causal", block="pre_rmsnorm",
         positions="rope", default_pooling="last_token", hf_padding_side="left",
         appended_token="<|endoftext|>",
-        # + cross_encoder_hf: Qwen3ForSequenceClassification, or a prompted reranker's
-        # causal LM (`hf_causal_lm`)
-        export_formats=_DECODER_EXPORT_FORMATS + ("cross_encoder_hf",),
+        export_formats=_DECODER_EXPORT_FORMATS,
         keras_hub_unread={"attention_bias": False, "hidden_act": "silu"},
         keras_hub_ties_flag=True, hf_causal_lm="Qwen3ForCausalLM",
         hf_sequence_classification=("Qwen3ForSequenceClassification", "score"),
@@ -302,6 +301,7 @@ TABLE = {
         positions="rope", default_pooling="mean", hf_padding_side="right",
         appended_token="<eos>", export_formats=_DECODER_EXPORT_FORMATS,
         hf_model_type="gemma3_text",
+        hf_sequence_classification=("Gemma3TextForSequenceClassification", "score"),
         # keras-hub's converter builds EmbeddingGemma's head inside the backbone with a
         # hard-coded 3072-wide Dense, its own mean pooling and an L2 norm always on.
         keras_hub_overrides={"is_embedding_model": False, "pooling_intermediate_dim": None,

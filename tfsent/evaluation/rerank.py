@@ -181,9 +181,12 @@ def checkpoint_reranker(path, prompt="", option="--rerank"):
         if labels != 1:
             raise ConfigError(f"{what} with {labels} labels; a reranker scores with one "
                               "(a 2- or 3-label head is a classifier, e.g. NLI)")
-        if family is None or families.TABLE[family].classification_head is None:
-            readable = [name for name, record in families.TABLE.items()
-                        if record.classification_head is not None]
+        readable = [name for name, record in families.TABLE.items()
+                    if record.classification_head is not None]
+        if family is None:
+            raise ConfigError(f"{what}: tfsent runs no {config['model_type']} model (it reads "
+                              f"the sequence-classification heads of {', '.join(readable)})")
+        if families.TABLE[family].classification_head is None:
             raise ConfigError(f"{what}: tfsent reads no sequence-classification head of "
                               f"this family (it reads {', '.join(readable)}'s); fine-tune "
                               "one from it: python -m tfsent.train --method=cross_encoder "

@@ -13,15 +13,16 @@ its pair template) plus the head. A CrossEncoder's score head is the family's ow
       `classifier.dense` -> `classifier.out_proj`.
   distilbert ("pre_classifier"): Dense(H, ReLU) -> Dense(1) on the first token:
       `pre_classifier` -> `classifier`.
-  qwen3 ("score"): Dense(1) without bias on the last token that is not the pad token:
-      `score` (Qwen3ForSequenceClassification; its backbone under `model.`, config.json's
-      `pad_token_id` the tokenizer's pad token, which Hugging Face's head skips). The
-      tokenizer files keep the pair template and drop any chat template, which
-      sentence-transformers would render pairs with instead.
+  qwen3, gemma3 ("score"): Dense(1) without bias on the last token that is not the pad
+      token: `score` (Qwen3ForSequenceClassification, Gemma3TextForSequenceClassification;
+      the backbone under `model.`, config.json's `pad_token_id` the tokenizer's pad token,
+      which Hugging Face's head skips). The tokenizer files keep the pair template and
+      drop any chat template, which sentence-transformers would render pairs with instead.
 
-A head that is not the family's (a "linear" Dense(1) of a RoBERTa / XLM-R / DistilBERT
-or Qwen3 cross-encoder saved before the heads followed the family's) and the families
-without a mapping (gemma3) are refused: Hugging Face's head would compute something else.
+A head that is not the family's (a "linear" Dense(1) of a RoBERTa / XLM-R / DistilBERT /
+Qwen3 / Gemma3 cross-encoder saved before the heads followed the family's), or one reading
+another token than Hugging Face's, and a family without a mapping are refused: Hugging
+Face's head would compute something else.
 
 config.json: the family's *ForSequenceClassification architecture, one label (`num_labels`
 1), and `sentence_transformers.activation_fn` = Identity: sentence-transformers (checked

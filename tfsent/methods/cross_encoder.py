@@ -135,9 +135,10 @@ class CrossEncoder(SentenceMethod):
     Hugging Face sequence-classification head with one label (`head`,
     families.CLASSIFICATION_HEADS; docs/families.md): BERT dropout -> Dense(1); RoBERTa,
     XLM-R dropout -> Dense(H, tanh) -> dropout -> Dense(1); DistilBERT Dense(H, ReLU) ->
-    dropout -> Dense(1); Qwen3 Dense(1) without bias on the rightmost token that is not
-    the pad token (`pooling.last_non_pad`: Qwen3ForSequenceClassification's reading, the
-    last text token before the template's closing `<|endoftext|>`, the pad token too).
+    dropout -> Dense(1); Qwen3 and Gemma3 Dense(1) without bias on the rightmost token
+    that is not the pad token (`pooling.last_non_pad`: their *ForSequenceClassification's
+    reading; Qwen3's pair template closes with `<|endoftext|>`, its pad token too, so the
+    last text token; Gemma3's with `<eos>`).
     The relevance logit is its output.
 
     Batches (`cross_pairs` data: `pipelines.pair_dataset(..., joint=True)`) hold each
@@ -156,7 +157,7 @@ class CrossEncoder(SentenceMethod):
             a student loaded from a file has none until `teacher` is set). "": none.
         train_pooling, export_pooling: None, or the token the head reads (`pair_pooling`):
             "cls" (bidirectional attention), "last_token" (causal), "last_non_pad" (the
-            "score" head's; "last_token" is taken for it).
+            "score" head's; the attention's own token is taken for it).
         seed: seed of the head's dropout stream.
         head: one of HEADS; None: the family's (`family_head`). "linear" is a Dense(1) on
             the `cls` pooling, the head of cross-encoders saved before the heads followed
@@ -203,15 +204,16 @@ class CrossEncoder(SentenceMethod):
         accepted = (None, pooling)
         if record is not None and record.token == LAST_NON_PAD:
             own = family_head(encoder.family)
-            if pooling != "last_token" or own != self.head_kind:
+            if own != self.head_kind:
+                owners = [f for f in families.TABLE if family_head(f) == self.head_kind]
                 raise ConfigError(
-                    f"head={self.head_kind!r} is a causal decoder's Hugging Face head (the "
-                    "last non-padding token; the "
-                    f"{', '.join(f for f in families.TABLE if family_head(f) == self.head_kind)}"
-                    f" family's); a cross-encoder on {encoder.family} takes head "
+                    f"head={self.head_kind!r} is the Hugging Face head of the "
+                    f"{', '.join(owners)} families (on the last non-padding token); a "
+                    f"cross-encoder on {encoder.family} takes head "
                     f"{' or '.join(dict.fromkeys((own, LINEAR_HEAD)))}")
+            # the attention's own token (a run's pooling) names it too
+            accepted = (None, pooling, LAST_NON_PAD)
             pooling = LAST_NON_PAD
-            accepted = (None, "last_token", LAST_NON_PAD)
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value in accepted:
                 continue
@@ -370,7 +372,8 @@ class CrossEncoder(SentenceMethod):
                             "with one, so its head starts fresh", directory, labels)
             return []
         if self.train_pooling == LAST_NON_PAD:
-            _check_decoder_classifier(directory, self.encoder.tokenizer.pad_id)
+            _check_decoder_classifier(directory, self.encoder.family,
+                                      self.encoder.tokenizer.pad_id)
         layers = getattr(self.score_head, "layers", [self.score_head])
         read = [record.classifier]
         layers[-1].kernel.assign(found["classifier"][0])
@@ -400,15 +403,16 @@ class CrossEncoder(SentenceMethod):
         return super().from_config({"head": LINEAR_HEAD, **config})
 
 
-def _check_decoder_classifier(directory, pad_id):
+def _check_decoder_classifier(directory, family, pad_id):
     """What a decoder sequence-classification folder read without a prompt must hold for
     tfsent to score its pairs as transformers does (`pooling.last_non_pad`), InputError
     otherwise: config.json's `pad_token_id` equal to the tokenizer's pad id (the token
     Hugging Face's head skips; without one it reads the last position and refuses
-    batches), and a tokenizer.json that appends a token to each text (the pair template
-    `a <|endoftext|> b <|endoftext|>` tfsent builds: a tokenizer appending nothing, a
-    Qwen3-Reranker's or a base model's, joins the two texts directly). A chat template,
-    which sentence-transformers renders pairs with instead, is warned about."""
+    batches), and for a Qwen tokenizer one that appends `<|endoftext|>` to each text (the
+    pair template `a <|endoftext|> b <|endoftext|>` tfsent builds; a tokenizer appending
+    nothing, a Qwen3-Reranker's or a base model's, joins the two texts directly; Gemma's
+    loader checks its own template). A chat template, which sentence-transformers renders
+    pairs with instead, is warned about."""
     path = os.path.join(directory, "config.json")
     config = huggingface.read_json(path)
     pad = config.get("pad_token_id") if isinstance(config, dict) else None
@@ -416,12 +420,13 @@ def _check_decoder_classifier(directory, pad_id):
         raise InputError(f"pad_token_id {pad} is not the tokenizer's pad token (id {pad_id}): "
                          "the sequence-classification head reads the last token that is "
                          "not the pad token, so they must agree", path=path)
-    if appended_token(directory) is None:
+    record = families.TABLE[family]
+    if record.tokenizer_kind == "qwen_bpe" and appended_token(directory) is None:
         raise InputError(
             "tokenizer.json appends no token to a text, so Hugging Face joins a pair's texts "
-            "directly, where tfsent's qwen3 pair template puts <|endoftext|> after each: a "
-            "Qwen3-Reranker converted to sequence classification is read with its prompt "
-            f"(prompt={pair_prompts.PROMPT_NAMES[0]!r}, --rerank_prompt)",
+            f"directly, where tfsent's {family} pair template puts {record.appended_token} "
+            "after each: a Qwen3-Reranker converted to sequence classification is read with "
+            f"its prompt (prompt={pair_prompts.PROMPT_NAMES[0]!r}, --rerank_prompt)",
             path=os.path.join(directory, "tokenizer.json"))
     settings_path = os.path.join(directory, "tokenizer_config.json")
     settings = huggingface.read_json(settings_path) if os.path.isfile(settings_path) else {}

@@ -202,8 +202,7 @@ def next_steps(config, export, output_dir):
     directory, _ = parse_beir(config.eval_data, "dev")
     retriever = retriever_of(config)
     family = families.TABLE.get(read_metadata(export, required=False).get("family"))
-    publish = [] if family is None or "cross_encoder_hf" not in (
-        family.export_formats or ("cross_encoder_hf",)) else [
+    publish = [] if family is None or family.classification_head is None else [
         f"  publish:  python -m tfsent.export --model={output_dir} --format=cross_encoder_hf "
         f"--export_dir={output_dir}/hf  (sentence-transformers' CrossEncoder)"]
     return ["next:",

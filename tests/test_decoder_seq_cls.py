@@ -1,14 +1,16 @@
-"""Qwen3ForSequenceClassification: the sequence-classification head of decoder rerankers
-(a Qwen3-Reranker converted to it, or a Qwen3 cross-encoder fine-tuned with
-sentence-transformers / transformers), read as it is and published by tfsent.
+"""Qwen3ForSequenceClassification and Gemma3TextForSequenceClassification: the
+sequence-classification head of decoder rerankers (a Qwen3-Reranker converted to it, a
+cross-encoder fine-tuned from Qwen3-Embedding or EmbeddingGemma with sentence-transformers /
+transformers), read as it is and published by tfsent.
 
 Its head (`score`, a Dense(1) without bias) reads the rightmost token that is not
 config.json's pad token (transformers' GenericForSequenceClassification); tfsent's
 `pooling.last_non_pad` against an independent NumPy transcription and by hand; folders read
 by `reranker_from_checkpoint` against transformers itself (the peer venv, both padding
-sides; the converted reranker with the model card's prompt written out here); a qwen3
-CrossEncoder published as `cross_encoder_hf` scored by sentence-transformers' CrossEncoder
-and transformers (one peer subprocess for the module); the refusals."""
+sides; the converted reranker with the model card's prompt written out here; a Gemma3 one
+written by transformers' own save_pretrained); qwen3 and gemma3 CrossEncoders published as
+`cross_encoder_hf` scored by sentence-transformers' CrossEncoder and transformers (one peer
+subprocess for the module); the refusals."""
 
 import json
 import os
@@ -34,13 +36,25 @@ SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 PEER_SCRIPT = r"""
-import json, sys
+import json, os, shutil, sys
 import torch
 from sentence_transformers import CrossEncoder
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 torch.set_num_threads(1)
 jobs, out = json.load(open(sys.argv[1], encoding="utf-8")), {}
 for name, job in jobs.items():
+    if "make_from" in job:  # a reranker as transformers writes one: base model + new head
+        torch.manual_seed(0)
+        hf = AutoModelForSequenceClassification.from_pretrained(job["make_from"],
+                                                                num_labels=1).eval()
+        torch.nn.init.normal_(hf.score.weight, std=0.5)  # far from its initial scale
+        hf.save_pretrained(job["dir"])
+        AutoTokenizer.from_pretrained(job["make_from"]).save_pretrained(job["dir"])
+        # Gemma's tokenizer.model, which a hub checkpoint ships and this venv (no
+        # sentencepiece) does not write back
+        model_file = os.path.join(job["make_from"], "tokenizer.model")
+        if os.path.exists(model_file):
+            shutil.copy(model_file, job["dir"])
     hf = AutoModelForSequenceClassification.from_pretrained(job["dir"]).eval()
     tokenizer = AutoTokenizer.from_pretrained(job["dir"])
     result = {"architecture": type(hf).__name__, "pad": hf.config.pad_token_id}
@@ -104,33 +118,39 @@ def test_last_non_pad_by_hand_and_against_the_transcription():
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """Qwen3ForSequenceClassification folders: "converted" (a Qwen3-Reranker's tokenizer),
-    "finetuned" (a Qwen3-Embedding's, appending <|endoftext|>); "embedding", a
-    Qwen3-Embedding folder to publish a cross-encoder of."""
-    from hf_decoder_checkpoints import make_qwen3_embedding_dir, make_qwen3_seq_cls_dir
+    "finetuned" (a Qwen3-Embedding's, appending <|endoftext|>); the embedding folders to
+    publish cross-encoders of: "qwen3" (Qwen3-Embedding), "gemma3" (EmbeddingGemma: its
+    attention bidirectional); "made_gemma3", where the peer writes its reranker."""
+    from hf_decoder_checkpoints import (make_embeddinggemma_dir, make_qwen3_embedding_dir,
+                                        make_qwen3_seq_cls_dir)
 
-    root = tmp_path_factory.mktemp("qwen3_seq_cls")
+    root = tmp_path_factory.mktemp("decoder_seq_cls")
     return {"converted": make_qwen3_seq_cls_dir(str(root / "converted"), seed=3),
             "finetuned": make_qwen3_seq_cls_dir(str(root / "finetuned"), seed=4,
                                                 reranker=False),
-            "embedding": make_qwen3_embedding_dir(str(root / "embedding"), seed=5)}
+            "qwen3": make_qwen3_embedding_dir(str(root / "qwen3"), seed=5),
+            "gemma3": make_embeddinggemma_dir(str(root / "gemma3"), seed=6),
+            "made_gemma3": str(root / "made_gemma3")}
 
 
 @pytest.fixture(scope="module")
 def published(folders, tmp_path_factory):
-    """(the CrossEncoder, its `cross_encoder_hf` folder): a qwen3 cross-encoder on the
-    embedding folder (pairs cut at 32 tokens), its backbone and head drawn at random around
-    their scale (test_publish_peer.randomize)."""
+    """{family: (the CrossEncoder, its `cross_encoder_hf` folder)}: a cross-encoder on the
+    family's embedding folder (pairs cut at 32 tokens), its backbone and head drawn at
+    random around their scale (test_publish_peer.randomize)."""
     from test_publish_peer import randomize
 
     from tfsent.encoders import load_encoder
     from tfsent.methods import CrossEncoder
 
-    model = CrossEncoder(load_encoder(folders["embedding"], max_seq_length=32), seed=0)
-    randomize(model.encoder.backbone, seed=1)
-    randomize(model.score_head, seed=2)
-    path = model.export(str(tmp_path_factory.mktemp("published") / "ce"),
-                        format="cross_encoder_hf")
-    return model, path
+    out = {}
+    for seed, family in enumerate(("qwen3", "gemma3")):
+        model = CrossEncoder(load_encoder(folders[family], max_seq_length=32), seed=0)
+        randomize(model.encoder.backbone, seed=seed + 1)
+        randomize(model.score_head, seed=seed + 11)
+        out[family] = model, model.export(str(tmp_path_factory.mktemp("published") / family),
+                                          format="cross_encoder_hf")
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +163,11 @@ def peer_out(folders, published, tmp_path_factory):
              for q, d in PAIRS]
     jobs = {"converted": {"dir": folders["converted"], "texts": texts},
             "finetuned": {"dir": folders["finetuned"], "pairs": PAIRS},
-            "published": {"dir": published[1], "pairs": PAIRS, "max_length": 32,
-                          "st": True}}
+            "made_gemma3": {"make_from": folders["gemma3"], "dir": folders["made_gemma3"],
+                            "pairs": PAIRS}}
+    for family, (_, path) in published.items():
+        jobs[f"published:{family}"] = {"dir": path, "pairs": PAIRS, "max_length": 32,
+                                       "st": True}
     jobs_file = tmp_path_factory.mktemp("peer") / "jobs.json"
     jobs_file.write_text(json.dumps(jobs, ensure_ascii=False), encoding="utf-8")
     r = subprocess.run([peer_python(), "-c", PEER_SCRIPT, str(jobs_file)],
@@ -163,38 +186,43 @@ def test_folders_read_as_they_are_score_as_transformers(folders, peer_out):
     """`reranker_from_checkpoint`: the converted reranker with `prompt="qwen3_reranker"`
     (its `score` read into the prompted head; nothing appended), the fine-tuned one as it
     is (its pair template `a <|endoftext|> b <|endoftext|>`, the head on the passage's last
-    token): transformers' logits, left and right padding alike."""
+    token), the Gemma3 one transformers wrote (`<bos> a <eos> <bos> b <eos>`, the head on
+    the closing `<eos>`): transformers' logits, left and right padding alike."""
     from tfsent.evaluation.rerank import checkpoint_reranker
     from tfsent.methods.cross_encoder import reranker_from_checkpoint
 
     queries, passages = _queries_passages()
     for name, prompt, head in (("converted", "qwen3_reranker", "linear"),
-                               ("finetuned", None, "score")):
+                               ("finetuned", None, "score"), ("made_gemma3", None, "score")):
         assert checkpoint_reranker(folders[name], prompt or "")
         model = reranker_from_checkpoint(folders[name], prompt=prompt)
         assert model.head_kind == head and model.score_head.bias is None
         assert model.read_hf_head(folders[name]) == ["score"]
         got = model.score(queries, passages, batch_size=4)
-        assert peer_out[name]["architecture"] == "Qwen3ForSequenceClassification"
+        assert peer_out[name]["architecture"] == {"made_gemma3": "Gemma3TextFor"}.get(
+            name, "Qwen3For") + "SequenceClassification"
         for side in ("left", "right"):
             np.testing.assert_allclose(got, peer_out[name][f"hf_{side}"], atol=5e-5,
                                        err_msg=(name, side))
         assert np.ptp(got) > 0.01
 
 
-def test_published_folder_is_qwen3_sequence_classification(published, peer_out):
-    """config.json: Qwen3ForSequenceClassification, one label, pad_token_id the tokenizer's
-    pad; model.safetensors: the backbone under `model.`, `score.weight` (no bias); no chat
-    template; sentence-transformers' CrossEncoder.predict and transformers give tfsent's
-    scores (truncation at 32 included), and tfsent reads the folder back to the same."""
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_published_folder_is_the_familys_sequence_classifier(family, published, peer_out):
+    """config.json: Qwen3ForSequenceClassification / Gemma3TextForSequenceClassification,
+    one label, pad_token_id the tokenizer's pad; model.safetensors: the backbone under
+    `model.`, `score.weight` (no bias); no chat template; sentence-transformers'
+    CrossEncoder.predict and transformers give tfsent's scores (truncation at 32
+    included), and tfsent reads the folder back to the same."""
     from safetensors.numpy import load_file
 
+    from tfsent.encoders import families
     from tfsent.formats import read_metadata
     from tfsent.methods.cross_encoder import reranker_from_checkpoint
 
-    model, path = published
+    model, path = published[family]
     config = json.load(open(os.path.join(path, "config.json"), encoding="utf-8"))
-    assert config["architectures"] == ["Qwen3ForSequenceClassification"]
+    assert config["architectures"] == [families.TABLE[family].hf_sequence_classification[0]]
     assert len(config["id2label"]) == 1
     assert config["pad_token_id"] == model.encoder.tokenizer.pad_id
     tensors = load_file(os.path.join(path, "model.safetensors"))
@@ -207,7 +235,7 @@ def test_published_folder_is_qwen3_sequence_classification(published, peer_out):
         "score", "last_non_pad")
     queries, passages = _queries_passages()
     want = model.score(queries, passages)
-    out = peer_out["published"]
+    out = peer_out[f"published:{family}"]
     assert out["pad"] == model.encoder.tokenizer.pad_id and out["max_length"] == 32
     for key in ("st", "hf_left", "hf_right"):
         np.testing.assert_allclose(out[key], want, atol=5e-5, err_msg=key)
@@ -252,7 +280,7 @@ def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
     save_file(weights, os.path.join(bad, "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(InputError, match="score.bias: a qwen3 .* head has no bias"):
         reranker_from_checkpoint(bad)
-    model, _ = published
+    model, _ = published["qwen3"]
     with pytest.raises(ConfigError, match="ONNX files of a qwen3 cross-encoder"):
         model.export(str(tmp_path / "onnx"), format="cross_encoder_hf", onnx=True)
     linear = CrossEncoder(model.encoder, head="linear", seed=0)  # its bias starts at 0
@@ -267,9 +295,9 @@ def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
                                           r"that is not padding"):
         linear.export(str(tmp_path / "linear"), format="cross_encoder_hf")
     bert = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=16)
-    with pytest.raises(ConfigError, match=r"head='score' is a causal decoder's Hugging Face "
-                                          r"head \(the last non-padding token; the qwen3 "
-                                          r"family's\); a cross-encoder on bert takes head "
-                                          r"pooler or linear"):
+    with pytest.raises(ConfigError, match=r"head='score' is the Hugging Face head of the "
+                                          r"qwen3, gemma3 families \(on the last "
+                                          r"non-padding token\); a cross-encoder on bert "
+                                          r"takes head pooler or linear"):
         CrossEncoder(bert, head="score")
     assert not any(os.path.exists(tmp_path / n) for n in ("onnx", "linear"))
