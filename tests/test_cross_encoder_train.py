@@ -48,7 +48,7 @@ def _overrides(case, tiny_encoder_dir, bert_dir, **extra):
     fields = {"encoder": bert_dir, "retriever": tiny_encoder_dir,
               "train_data": case["mined"], "eval_data": f"beir:{case['beir']}:dev",
               "rerank_top": TOP, "steps": 6, "eval_every": 2, "batch_size": 4,
-              "max_seq_length": 32, "eval_max_seq_length": 32, "learning_rate": 1e-3,
+              "max_seq_length": 32, "eval_max_seq_length": 40, "learning_rate": 1e-3,
               "jit_compile": "false", "projector_every": 0}
     fields.update(extra)
     return [f"{k}={v}" for k, v in fields.items()]
@@ -137,7 +137,7 @@ def test_export_scores_equal_the_keras_model_with_the_best_weights(trained,
 
     out, metrics, _ = trained
     model = CrossEncoder(load_encoder(bert_dir, pooling="cls",
-                                      max_seq_length=32))
+                                      max_seq_length=40))  # the export's length
     model.encoder.load_weights(os.path.join(out, "best", "encoder.weights.h5"))
     with np.load(os.path.join(out, "best", "head.npz")) as stored:
         for i, variable in enumerate(model.score_head.weights):
@@ -221,16 +221,18 @@ def test_bad_input_is_refused_before_any_model_loads(extra, error, case, trained
 def test_the_run_folder_publishes_for_sentence_transformers(trained, tmp_path):
     """`python -m tfsent.export --model=RUN --format=cross_encoder_hf` (the closing lines
     name it): the run's exported weights rebuilt from its folder
-    (`training.load_run_model`) and published; read back as a reranker folder, it scores
-    as the run's SavedModel. A run of another method is refused before anything loads."""
+    (`training.load_run_cross_encoder`: pairs cut at the export's 40 tokens, not the
+    training's 32) and published; read back as a reranker folder, it scores as the run's
+    SavedModel. A run of another method is refused before anything loads."""
     from tfsent import training
     from tfsent.errors import ConfigError
+    from tfsent.formats import read_metadata
     from tfsent.methods.cross_encoder import reranker_from_checkpoint
     from tfsent.serving import ServedCrossEncoder
 
     out, metrics, r = trained
     assert (f"publish:  python -m tfsent.export --model={out} --format=cross_encoder_hf "
-            f"--export_dir={out}/hf") in r.stdout
+            f"--export_dir={out}_hf") in r.stdout
     target = str(tmp_path / "hf")
     p = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={out}",
                         "--format=cross_encoder_hf", f"--export_dir={target}"],
@@ -238,8 +240,9 @@ def test_the_run_folder_publishes_for_sentence_transformers(trained, tmp_path):
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.splitlines()[0] == target
-    assert (f"the cross_encoder run's best checkpoint (step {metrics['exported']['step']})"
-            in p.stderr)
+    assert (f"the cross_encoder run's best checkpoint (step {metrics['exported']['step']}), "
+            "pairs cut at 40 tokens" in p.stderr)
+    assert read_metadata(target)["max_seq_length"] == 40
     queries = ["where is the dog", "snow", "a query " * 30]
     passages = ["a dog is here", "a tree is here", "a long passage " * 30]
     np.testing.assert_allclose(reranker_from_checkpoint(target).score(queries, passages),
@@ -250,4 +253,4 @@ def test_the_run_folder_publishes_for_sentence_transformers(trained, tmp_path):
     (other / "config.json").write_text(json.dumps({"method": "simcse_unsup",
                                                    "train_data": "demo"}))
     with pytest.raises(ConfigError, match="is a simcse_unsup run: its encoder folder"):
-        training.load_run_model(str(other), pair_scorer=True)
+        training.load_run_cross_encoder(str(other))

@@ -248,7 +248,8 @@ def test_published_folder_is_the_familys_sequence_classifier(family, published, 
 def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
     """Reading: a pad_token_id other than the tokenizer's pad (the head would read another
     token), or none; a tokenizer appending nothing (the converted reranker) without its
-    prompt; a `score.bias`. Building: the "score" head on another family. Publishing: ONNX
+    prompt; a `score.bias`. Building: the "score" head on another family, another token
+    than its own (bidirectional EmbeddingGemma: `last_token`). Publishing: ONNX
     files of a qwen3 cross-encoder; a qwen3 cross-encoder with the "linear" head (on the
     closing token; with a bias) as Qwen3ForSequenceClassification. Nothing is written."""
     import shutil
@@ -294,6 +295,10 @@ def test_refusals(folders, published, hf_checkpoint_dirs, tmp_path):
                                           r"Dense\(1, linear, no bias\) on the last token "
                                           r"that is not padding"):
         linear.export(str(tmp_path / "linear"), format="cross_encoder_hf")
+    with pytest.raises(ConfigError, match=r"pooling='last_token': head 'score' reads the "
+                                          r"last token that is not the pad token "
+                                          r"\(last_non_pad\); leave pooling unset or cls"):
+        CrossEncoder(published["gemma3"][0].encoder, train_pooling="last_token")
     bert = load_encoder(hf_checkpoint_dirs["bert"], pooling="cls", max_seq_length=16)
     with pytest.raises(ConfigError, match=r"head='score' is the Hugging Face head of the "
                                           r"qwen3, gemma3 families \(on the last "

@@ -270,10 +270,10 @@ def test_hugging_face_checkpoint_folders_rerank_as_they_score(case, hf_checkpoin
                                                 r"prompt reads a qwen3 causal LM"),
            (three_labels, "", "", 0, "BertForSequenceClassification\\) with 3 labels; a "
                                      "reranker scores with one"),
-           (other_head, "", "", 0, r"ModernBertForSequenceClassification\): tfsent runs "
-                                   r"no modernbert model \(it reads the "
-                                   r"sequence-classification heads of bert, .*qwen3, "
-                                   r"gemma3\)")]
+           (other_head, "", "", 0, r"ModernBertForSequenceClassification\): tfsent reads "
+                                   r"no sequence-classification head of model type "
+                                   r"modernbert \(it reads BertForSequenceClassification, "
+                                   r".*Gemma3TextForSequenceClassification\)")]
     for rerank, prompt, instruction, length, message in bad:
         with pytest.raises(ConfigError, match=message):
             rerank_eval.check_rerank(rerank, TOP, tasks, retrieval, prompt=prompt,

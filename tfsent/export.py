@@ -74,15 +74,16 @@ def _export_from_flags():
                           "line, like the ones the model will serve)")
     if not entry.scores_pairs:
         check_bi_encoder(FLAGS.model, "--model", hint=" (a cross-encoder exports as "
-                         "--format=cross_encoder or cross_encoder_hf from its .keras file)")
+                         "--format=cross_encoder or cross_encoder_hf from its .keras file "
+                         "or its training run's folder)")
     if entry.scores_pairs:  # a CrossEncoder's .keras file (formats.export loads it) or
         # a cross_encoder training run's folder (its exported model, rebuilt)
         options["max_seq_length"] = FLAGS.max_seq_length
         model = FLAGS.model
         if is_run_dir(model):
-            from tfsent.training import load_run_model  # noqa: PLC0415 (heavy: here only)
+            from tfsent.training import load_run_cross_encoder  # noqa: PLC0415 (heavy)
 
-            model = load_run_model(model, pair_scorer=True)
+            model = load_run_cross_encoder(model)
         return formats.export(model, FLAGS.export_dir, format=entry.name,
                               metadata=metadata, **options)
     encoder = load_encoder(FLAGS.model, pooling=FLAGS.pooling,

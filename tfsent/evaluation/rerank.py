@@ -181,16 +181,12 @@ def checkpoint_reranker(path, prompt="", option="--rerank"):
         if labels != 1:
             raise ConfigError(f"{what} with {labels} labels; a reranker scores with one "
                               "(a 2- or 3-label head is a classifier, e.g. NLI)")
-        readable = [name for name, record in families.TABLE.items()
-                    if record.classification_head is not None]
-        if family is None:
-            raise ConfigError(f"{what}: tfsent runs no {config['model_type']} model (it reads "
-                              f"the sequence-classification heads of {', '.join(readable)})")
-        if families.TABLE[family].classification_head is None:
+        if family is None or families.TABLE[family].classification_head is None:
+            readable = [record.hf_sequence_classification[0] for record
+                        in families.TABLE.values() if record.classification_head is not None]
             raise ConfigError(f"{what}: tfsent reads no sequence-classification head of "
-                              f"this family (it reads {', '.join(readable)}'s); fine-tune "
-                              "one from it: python -m tfsent.train --method=cross_encoder "
-                              f"--config.encoder={path}")
+                              f"model type {config['model_type']} (it reads "
+                              f"{', '.join(readable)})")
         return True
     if kind:
         return True  # tfsent's own cross_encoder_hf export

@@ -333,8 +333,9 @@ def _cross_encoder_parts(model, entry, options):
         path = os.fspath(model)
         if os.path.isdir(path):
             raise InputError("a directory: a cross-encoder is republished from its .keras "
-                             "file (a SavedModel export keeps no Keras config); save the "
-                             "CrossEncoder with model.save(FILE.keras)", path=path)
+                             "file (a SavedModel export keeps no Keras config; save the "
+                             "CrossEncoder with model.save(FILE.keras)) or, from the "
+                             "command line, from its training run's folder", path=path)
         if not (path.endswith(".keras") and os.path.isfile(path)):
             raise InputError(f"no such .keras file: format {entry.name} takes a CrossEncoder "
                              "or its .keras file (model.save('ce.keras'))", path=path)

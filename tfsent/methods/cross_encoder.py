@@ -217,6 +217,10 @@ class CrossEncoder(SentenceMethod):
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value in accepted:
                 continue
+            if pooling == LAST_NON_PAD:
+                raise ConfigError(f"{name}={value!r}: head {self.head_kind!r} reads the last "
+                                  f"token that is not the pad token ({LAST_NON_PAD}); leave "
+                                  f"{name} unset or {accepted[1]}")
             if pooling == "cls":
                 raise ConfigError(f"{name}={value!r}: a cross-encoder on {encoder.family} "
                                   "(bidirectional attention) scores the first token's "

@@ -33,12 +33,12 @@ from tfsent.training.callbacks import (DevEncoder, DevTensorBoard, DivergenceGua
                                        EarlyDevCheck, NanGuard, RetrievalDevEvaluation,
                                        RunCheckpoint, RunClock, STSDevEvaluation, Throughput)
 from tfsent.training import rerank_dev
-from tfsent.training.config import (BASE_DEFAULTS, Config, check_family_settings,
-                                    check_test_tasks, resolve_encoder_fields)
+from tfsent.training.config import (check_family_settings, check_test_tasks,
+                                    resolve_encoder_fields)
 from tfsent.training.optimizers import LARS
 from tfsent.training.run_dir import (DEV_POOL_FILE, RunState, discard_run, prepare_run_dir,
-                                     read_json, read_run_config, run_finished,
-                                     size_summary, write_json_atomic)
+                                     read_json, run_finished, size_summary,
+                                     write_json_atomic)
 from tfsent.training.schedules import WarmupCosineDecay, WarmupLinearDecay
 from tfsent.training.selection import BestEncoderKeeper, choose_export, dev_name, monitor_of
 
@@ -121,41 +121,6 @@ def build_model(spec, config, steps, jit):
                   steps_per_execution=config.steps_per_execution)
     optimizer.build(model.trainable_variables)
     return encoder, model, optimizer
-
-
-def load_run_model(output_dir, pair_scorer=None):
-    """The model a training run exported, rebuilt to publish it in another format
-    (`python -m tfsent.export --model=RUN_DIR --format=cross_encoder_hf`): the run's
-    method model built from its config.json (the starting encoder it names, loaded again)
-    with the weights its export was made of (metrics.json's "exported": best/, start/, or
-    the last checkpoint's final weights; best/ while the run has not exported). InputError for a folder that is not a run or has no selected weights yet;
-    `pair_scorer` True / False: ConfigError, before anything loads, for a run of a method
-    that is not / is a cross-encoder."""
-    stored = read_run_config(output_dir)
-    if stored is None:
-        raise InputError("no config.json: not a tfsent training run", path=output_dir)
-    spec = get_method(stored["method"])
-    if pair_scorer is not None and getattr(spec.cls, "scores_pairs", False) != pair_scorer:
-        raise ConfigError(
-            f"{output_dir} is a {stored['method']} run: " + (
-                "a cross-encoder, exported as --format=cross_encoder or cross_encoder_hf"
-                if not pair_scorer else "its encoder folder, " + os.path.join(
-                    output_dir, "encoder") + ", is what other formats export"))
-    config = Config(BASE_DEFAULTS)
-    config.update(spec.defaults)
-    config.update(stored)  # a field added since the run was written keeps its default
-    _, model, optimizer = build_model(spec, config, 1, jit=False)
-    metrics = read_json(os.path.join(output_dir, "metrics.json"), {})
-    state = RunState(output_dir, model, optimizer)
-    exported = (metrics.get("exported") or {}).get("which") or "best checkpoint"
-    loaded = {"starting encoder": state.load_start,  # `selection.choose_export`'s records
-              "final weights": lambda: state.restore() > 0}.get(exported, state.load_best)()
-    if not loaded:
-        raise InputError("the run has no selected weights yet (best/ is written at its "
-                         "first dev evaluation)", path=output_dir)
-    logging.info("%s: the %s run's %s (step %s)", output_dir, stored["method"], exported,
-                 (metrics.get("exported") or {}).get("step", "?"))
-    return model
 
 
 def check_position_limit(encoder, config):

@@ -204,7 +204,8 @@ def next_steps(config, export, output_dir):
     family = families.TABLE.get(read_metadata(export, required=False).get("family"))
     publish = [] if family is None or family.classification_head is None else [
         f"  publish:  python -m tfsent.export --model={output_dir} --format=cross_encoder_hf "
-        f"--export_dir={output_dir}/hf  (sentence-transformers' CrossEncoder)"]
+        f"--export_dir={output_dir.rstrip(os.sep)}_hf  (sentence-transformers' "
+        "CrossEncoder)"]
     return ["next:",
             f"  evaluate: python -m tfsent.evaluate --tasks=beir:{directory}:test "
             f"--model={retriever} --rerank={output_dir} --rerank_top={config.rerank_top}",

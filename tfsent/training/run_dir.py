@@ -78,7 +78,9 @@ class RunState:
         # base, CMLM-CSE's extractor), the optimizer's (the trainable variables, their
         # slots, the step), and the dropout streams' positions (`dropout_streams`, so
         # that a resumed run draws the masks an uninterrupted one draws).
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+        # (optimizer None: a model rebuilt to read its weights, `published.py`)
+        parts = {} if optimizer is None else {"optimizer": optimizer}
+        self.checkpoint = tf.train.Checkpoint(model=model, **parts,
                                               dropout_streams=dropout_streams(model))
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(self.write_dir, "checkpoints"), max_to_keep=1)
