@@ -112,5 +112,5 @@ def test_export_refuses_a_cross_encoder_model_in_one_line(exports, tmp_path):
         f"error: --model={exports['keras']} is a CrossEncoder's .keras file, a cross-encoder "
         "(it scores (query, passage) pairs and has no sentence embeddings): give a bi-encoder "
         "(a sentence encoder) here (a cross-encoder exports as --format=cross_encoder or "
-        "cross_encoder_hf from its .keras file)")
+        "cross_encoder_hf from its .keras file or its training run's folder)")
     assert "Traceback" not in r.stderr and not out.exists()
