@@ -217,11 +217,12 @@ class CrossEncoder(SentenceMethod):
         for name, value in (("pooling", train_pooling), ("export_pooling", export_pooling)):
             if value in accepted:
                 continue
-            if pooling == LAST_NON_PAD:
+            own_token = accepted[1]  # the attention's: cls, or last_token (causal)
+            if pooling == LAST_NON_PAD and own_token == "cls":
                 raise ConfigError(f"{name}={value!r}: head {self.head_kind!r} reads the last "
                                   f"token that is not the pad token ({LAST_NON_PAD}); leave "
-                                  f"{name} unset or {accepted[1]}")
-            if pooling == "cls":
+                                  f"{name} unset or cls")
+            if own_token == "cls":
                 raise ConfigError(f"{name}={value!r}: a cross-encoder on {encoder.family} "
                                   "(bidirectional attention) scores the first token's "
                                   "representation; use cls")
