@@ -7,8 +7,8 @@ and warm-up requests, `batching_parameters.txt`). Signatures:
       `serving_default`): the relevance logit of each (query, passage) pair: the pair
       tokenized in the graph in the family's template (`tokenize_pairs`, longest-first
       truncation to `max_seq_length`), the encoder's first-token representation (`cls`
-      pooling; on a causal decoder the last token's, `last_token`, or with Qwen3's
-      sequence-classification head the last one that is not the pad token,
+      pooling; on a causal decoder the last token's, `last_token`; with the decoders'
+      Hugging Face head, Qwen3's and Gemma3's, the last one that is not the pad token,
       `last_non_pad`), the score head;
   count_pair_tokens(queries, passages) -> {token_count: int32[N]}: each pair's tokens as
       `score` tokenizes it (template and truncation included), for clients that batch
@@ -66,9 +66,9 @@ class ScoringModule(tf.Module):
 def export_cross_encoder(encoder, export_dir, head=None, version=None, metadata=None,
                          max_seq_length=None, pooling="cls"):
     """Writes the cross-encoder (`encoder` + the score `head`, a Dense(1) or the family's
-    classification head, on the `pooling` token: `cls`, or `last_token` / `last_non_pad`
-    for a causal decoder) as SavedModel version `version` (default: next) under `export_dir`; returns
-    the version's path."""
+    classification head, on the `pooling` token: `cls`, `last_token` for a causal decoder,
+    `last_non_pad` for the decoders' Hugging Face head) as SavedModel version `version`
+    (default: next) under `export_dir`; returns the version's path."""
     if pooling not in ("cls", "last_token", LAST_NON_PAD):
         raise ConfigError(f"format cross_encoder: pooling={pooling!r}; a cross-encoder "
                           "scores the first token (cls) or, on a causal decoder, the last "
