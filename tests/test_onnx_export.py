@@ -63,6 +63,27 @@ def _cos(a, b):
     return np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+def export_onnx_by_cli(model, target):
+    """`python -m tfsent.export --format=onnx --quantize=int8` of `model` to `target`; checks
+    its exit status, its stdout (the path) and its `run:` hint."""
+    r = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={model}",
+                        "--format=onnx", "--quantize=int8", f"--export_dir={target}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith(target)
+    assert f'onnxruntime.InferenceSession("{target}/model.onnx")' in r.stderr
+
+
+def run_ort_client(directories, workdir):
+    """ORT_CLIENT in a fresh process on the export `directories` (BATCHES); its output."""
+    r = subprocess.run([sys.executable, "-c", ORT_CLIENT, json.dumps(directories),
+                        json.dumps(BATCHES)], cwd=str(workdir), capture_output=True,
+                       text=True, timeout=600,
+                       env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
 @pytest.fixture(scope="module")
 def exports(hf_checkpoint_dirs, tmp_path_factory):
     """{case: (export dir, encode's vectors per batch)}: each family's tiny checkpoint (bert
@@ -73,12 +94,7 @@ def exports(hf_checkpoint_dirs, tmp_path_factory):
     for family, checkpoint in hf_checkpoint_dirs.items():
         target = str(root / family)
         if family == "bert":
-            r = subprocess.run([sys.executable, "-m", "tfsent.export", f"--model={checkpoint}",
-                                "--format=onnx", "--quantize=int8", f"--export_dir={target}"],
-                               cwd=REPO, capture_output=True, text=True, timeout=600)
-            assert r.returncode == 0, r.stderr[-3000:]
-            assert r.stdout.strip().endswith(target)
-            assert f'onnxruntime.InferenceSession("{target}/model.onnx")' in r.stderr
+            export_onnx_by_cli(checkpoint, target)
         encoder = load_encoder(checkpoint, pooling="mean")
         if family != "bert":
             onnx_format.export_onnx(encoder, target, quantize=("int8",))
@@ -92,12 +108,7 @@ def exports(hf_checkpoint_dirs, tmp_path_factory):
         target = str(root / "minilm")
         onnx_format.export_onnx(encoder, target, quantize=("int8",))
         cases["minilm-l6"] = (target, [encoder.encode(b, normalize=False) for b in BATCHES])
-    r = subprocess.run([sys.executable, "-c", ORT_CLIENT,
-                        json.dumps([d for d, _ in cases.values()]), json.dumps(BATCHES)],
-                       cwd=str(root), capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return cases, json.loads(r.stdout)
+    return cases, run_ort_client([d for d, _ in cases.values()], root)
 
 
 @pytest.mark.parametrize("case", ["bert", "roberta", "xlm-roberta", "distilbert",

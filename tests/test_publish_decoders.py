@@ -231,13 +231,16 @@ def test_a_tokenizer_without_its_source_files_is_refused(exports, tmp_path):
         encoder.tokenizer.hf_files = kept
 
 
-def test_onnx_files_are_refused_for_the_decoder_families(exports, tmp_path):
-    """The ONNX writer builds post-LayerNorm encoder graphs only (docs/families.md)."""
+def test_onnx_files_go_with_the_decoder_families(exports, tmp_path):
+    """--with_onnx writes onnx/ beside the modules (the graph: tfsent.formats.onnx_decoders;
+    sentence-transformers' ONNX backend on the qwen3 folder: tests/test_publish_peer.py)."""
+    from tfsent.formats import onnx as onnx_format
+
     for family, e in exports.items():
-        with pytest.raises(ConfigError, match=f"{family} family cannot be exported as onnx"):
-            formats.export(e["encoder"], str(tmp_path / family), format="sentence_transformers",
-                           onnx=True)
-        assert not os.path.exists(tmp_path / family)
+        path = formats.export(e["encoder"], str(tmp_path / family),
+                              format="sentence_transformers", onnx=True)
+        assert sorted(os.listdir(os.path.join(path, "onnx"))) == [onnx_format.ONNX_FILE,
+                                                                  onnx_format.INT8_FILE]
 
 
 def test_a_training_runs_encoder_directory_publishes(exports, tmp_path):

@@ -22,6 +22,7 @@ from conftest import REPO, SHARED_DATA, TINY_RUN_FLAGS, minilm_or_skip
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import export_fidelity  # noqa: E402  (benchmarks/: comparison and peer helpers)
+from hf_decoder_checkpoints import make_qwen3_embedding_dir  # noqa: E402
 import peer_env  # noqa: E402
 
 from tfsent import formats  # noqa: E402
@@ -343,23 +344,36 @@ def onnx_peer(tmp_path_factory):
              "The stock market fell sharply on Monday."] + EXTRA
     sentences = export_fidelity.write_sentences(texts, work)
     files = [f"onnx/{name}" for name in ("model.onnx", "model_qint8_avx512_vnni.onnx")]
-    jobs = [{"kind": "sentence_transformers", "model_dir": model_dir, "backend": "onnx",
-             "model_kwargs": {"file_name": name}, "sentences": sentences,
-             "out": os.path.join(work, f"{i}.npy")} for i, name in enumerate(files)]
+    # A Qwen3-Embedding-shaped folder too (tfsent.formats.onnx_decoders; lasttoken pooling,
+    # left padding), in the same peer process.
+    qwen3 = load_encoder(make_qwen3_embedding_dir(os.path.join(work, "qwen3_source")))
+    qwen3_dir = formats.export(qwen3, os.path.join(work, "qwen3_st"),
+                               format="sentence_transformers", onnx=True)
+    folders = {"": (model_dir, encoder), "qwen3:": (qwen3_dir, qwen3)}
+    cases = [(prefix + name, folder, enc) for prefix, (folder, enc) in folders.items()
+             for name in files]
+    jobs = [{"kind": "sentence_transformers", "model_dir": folder, "backend": "onnx",
+             "model_kwargs": {"file_name": name.split(":")[-1]}, "sentences": sentences,
+             "out": os.path.join(work, f"{i}.npy")} for i, (name, folder, _) in enumerate(cases)]
     outputs, result = export_fidelity.run_peer(python, jobs, work)
     reports = result["jobs"]
-    reference = encoder.encode(texts)
-    return {name: (reference, got, report)
-            for name, got, report in zip(files, outputs, reports)}
+    references = {id(enc): enc.encode(texts) for _, enc in folders.values()}
+    return {name: (references[id(enc)], got, report)
+            for (name, _, enc), got, report in zip(cases, outputs, reports)}
 
 
 @pytest.mark.parametrize("name,floor", [("onnx/model.onnx", 0.9999),
-                                        ("onnx/model_qint8_avx512_vnni.onnx", 0.97)])
+                                        ("onnx/model_qint8_avx512_vnni.onnx", 0.97),
+                                        ("qwen3:onnx/model.onnx", 0.9999),
+                                        ("qwen3:onnx/model_qint8_avx512_vnni.onnx", 0.97)])
 def test_sentence_transformers_onnx_backend_loads_the_export(onnx_peer, name, floor):
     """int8's floor: its lowest on these texts is the empty string (tests/test_onnx_export.py
-    INT8_MIN)."""
+    INT8_MIN). qwen3: a tiny Qwen3-Embedding folder (gemma3's tiny tokenizer_config.json,
+    written by transformers 5, does not load in this venv's transformers 4.57; its ONNX
+    file is checked with transformers 5's tokenizer in tests/test_onnx_decoders.py)."""
     reference, got, report = onnx_peer[name]
-    assert report["model_path"].endswith(name)  # tfsent's file, not one optimum exported
+    # tfsent's file, not one optimum exported
+    assert report["model_path"].endswith(name.split(":")[-1])
     assert got.shape == reference.shape
     cosine = np.sum(reference * got, 1) / (np.linalg.norm(reference, axis=1)
                                            * np.linalg.norm(got, axis=1))

@@ -229,7 +229,7 @@ _ROBERTA = Family(
 # reranker on them (the latter with the family's Hugging Face head, or a prompted
 # reranker's causal LM, `hf_causal_lm`).
 _DECODER_EXPORT_FORMATS = ("tf_saved_model", "sentence_transformers", "huggingface", "litert",
-                           "keras_hub", "cross_encoder", "cross_encoder_hf")
+                           "keras_hub", "cross_encoder", "cross_encoder_hf", "onnx")
 
 TABLE = {
     "bert": Family(

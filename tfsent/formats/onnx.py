@@ -47,11 +47,13 @@ import keras
 import numpy as np
 
 from tfsent.encoders import check_pooling, families
+from tfsent.encoders.pooling import LAYERWISE_POOLINGS
 from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.errors import ConfigError
 from tfsent.formats.heads import dense_stack
 from tfsent.encoders.huggingface.writing import write_tokenizer_files
 from tfsent.formats.huggingface import check_new_export, write_new_export
+from tfsent.formats.onnx_decoders import decoder_states, runs_decoder_graph
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_qint8_avx512_vnni.onnx"
@@ -103,14 +105,19 @@ def input_names(encoder):
 
 
 def check_exportable(encoder, pooling, head):
-    """The head as dense_stack's list; ConfigError (before any work) for what the graph
-    cannot express: a feed-forward activation outside _FFN_ACTIVATIONS, a head that is not
-    Dense layers with expressible activations."""
+    """The encoder's own Dense head (a decoder family's folder modules, applied first) and
+    the export head as one dense_stack list; ConfigError (before any work) for what the
+    graph cannot express: an encoder family's feed-forward activation outside
+    _FFN_ACTIVATIONS, a head that is not Dense layers with expressible activations."""
     check_pooling(pooling)
-    if encoder.activation not in _FFN_ACTIVATIONS:
+    if runs_decoder_graph(encoder) and pooling in LAYERWISE_POOLINGS:
+        raise ConfigError(f"pooling {pooling!r} averages inner layers' states, which the "
+                          f"{encoder.family} graph does not keep (keras-hub's blocks)")
+    if not runs_decoder_graph(encoder) and encoder.activation not in _FFN_ACTIVATIONS:
         raise ConfigError(f"feed-forward activation {encoder.activation!r} has no ONNX "
                           f"form here; expressible: {', '.join(_FFN_ACTIVATIONS)}")
-    return dense_stack(head)  # ConfigError names a head layer it cannot express
+    # ConfigError names a head layer it cannot express
+    return dense_stack(getattr(encoder, "dense_head", None)) + dense_stack(head)
 
 
 class _GraphBuilder:
@@ -232,6 +239,31 @@ def _pool(g, pooling, states, mask_3d, encoder):
     return _masked_mean(g, last, mask_3d)
 
 
+def _encoder_states(g, encoder, names):
+    """An encoder family's (post-LayerNorm blocks) embedding output and every block's
+    states, as ONNX nodes over the graph's inputs `names`."""
+    emb = kh.embedding_parts(encoder.backbone)
+    # The first `sequence` rows of a table: Slice with ends = Shape(input_ids)[1:2].
+    seq_end = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const("one", [1], np.int64),
+                             g.const("two", [2], np.int64)])
+    x = g.op("Gather", [g.const("token_embeddings", _numpy(emb.token.embeddings)),
+                        "input_ids"])
+    x = g.op("Add", [x, g.op("Slice", [
+        g.const("position_embeddings", _numpy(emb.position.position_embeddings)),
+        g.const("zero", [0], np.int64), seq_end, g.const("axis", [0], np.int64)])])
+    if "token_type_ids" in names:
+        x = g.op("Add", [x, g.op("Gather", [g.const(
+            "token_type_embeddings", _numpy(emb.segment.embeddings)), "token_type_ids"])])
+    x = g.op("LayerNormalization", [x, g.const("embeddings_gamma", _numpy(emb.norm.gamma)),
+                                    g.const("embeddings_beta", _numpy(emb.norm.beta))],
+             axis=-1, epsilon=float(emb.norm.epsilon))
+    mask_int32 = g.op("Cast", ["attention_mask"], to=_INT32)
+    states = [x]
+    for i in range(encoder.num_layers):
+        states.append(_transformer_block(g, i, states[-1], mask_int32, encoder))
+    return states
+
+
 def build_onnx_model(encoder, pooling=None, head=None, logits=False):
     """The encoder's ids forward (see the module docstring) as an onnx.ModelProto.
     `logits`: a cross-encoder's graph instead, whose one output `logits` (batch, 1) is the
@@ -244,38 +276,23 @@ def build_onnx_model(encoder, pooling=None, head=None, logits=False):
     dense_layers = check_exportable(encoder, pooling, head)
     names = input_names(encoder)
     g = _GraphBuilder()
-    emb = kh.embedding_parts(encoder.backbone)
-    # The first `sequence` rows of a table: Slice with ends = Shape(input_ids)[1:2].
-    seq_end = g.op("Slice", [g.op("Shape", ["input_ids"]), g.const("one", [1], np.int64),
-                             g.const("two", [2], np.int64)])
-    zero, axis0 = g.const("zero", [0], np.int64), g.const("axis", [0], np.int64)
-
-    def first_rows(table):
-        return g.op("Slice", [table, zero, seq_end, axis0])
-
-    x = g.op("Gather", [g.const("token_embeddings", _numpy(emb.token.embeddings)),
-                        "input_ids"])
-    position_table = _numpy(emb.position.position_embeddings)
-    x = g.op("Add", [x, first_rows(g.const("position_embeddings", position_table))])
-    if "token_type_ids" in names:
-        x = g.op("Add", [x, g.op("Gather", [g.const(
-            "token_type_embeddings", _numpy(emb.segment.embeddings)), "token_type_ids"])])
-    x = g.op("LayerNormalization", [x, g.const("embeddings_gamma", _numpy(emb.norm.gamma)),
-                                    g.const("embeddings_beta", _numpy(emb.norm.beta))],
-             axis=-1, epsilon=float(emb.norm.epsilon))
-    mask_int32 = g.op("Cast", ["attention_mask"], to=_INT32)
-    states = [x]
-    for i in range(encoder.num_layers):
-        states.append(_transformer_block(g, i, states[-1], mask_int32, encoder))
+    if runs_decoder_graph(encoder):  # qwen3, gemma3: their own blocks (onnx_decoders)
+        states = [decoder_states(g, encoder)]
+    else:
+        states = _encoder_states(g, encoder, names)
     if not logits:
         g.op("Identity", [states[-1]], outputs=["last_hidden_state"])
     mask_3d = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=_FLOAT),
                                  g.const("axes", [2], np.int64)])
     if pooling == "mean_no_cls":  # positions 1.. only
-        not_first = np.ones(len(position_table), np.float32)
-        not_first[0] = 0.0
+        length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)],
+                      axis=0)
+        index = g.op("Range", [g.const("zero_s", 0, np.int64), length,
+                               g.const("one_s", 1, np.int64)])
+        not_first = g.op("Cast", [g.op("Greater", [index, g.const("zero_s", 0, np.int64)])],
+                         to=_FLOAT)
         mask_3d = g.op("Mul", [mask_3d, g.op("Unsqueeze", [
-            first_rows(g.const("not_first", not_first)), g.const("axes", [0, 2], np.int64)])])
+            not_first, g.const("axes", [0, 2], np.int64)])])
     pooled = _pool(g, pooling, states, mask_3d, encoder)
     for i, (kernel, bias, activation) in enumerate(dense_layers):
         pooled = _dense(g, pooled, kernel, bias, f"head{i}")

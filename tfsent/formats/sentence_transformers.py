@@ -24,7 +24,7 @@ from tfsent.formats.huggingface import (check_new_export, prompt_map,
 ONNX_SUBDIR = "onnx"  # where sentence-transformers' ONNX backend looks
 # Poolings whose modules need only the last hidden state (the others' WeightedLayerPooling
 # needs every layer's, which sentence-transformers' ONNX backend does not return).
-ONNX_POOLINGS = ("mean", "cls", "cls_before_pooler")
+ONNX_POOLINGS = ("mean", "cls", "cls_before_pooler", "last_token")  # lasttoken: states + mask
 # Poolings sentence-transformers expresses, and how: (Pooling mode, extra modules).
 ST_POOLINGS = {
     "mean": "Pooling mean",

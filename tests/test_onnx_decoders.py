@@ -1,0 +1,135 @@
+"""The onnx format for the decoder families (qwen3: Qwen3-Embedding, gemma3: EmbeddingGemma;
+`tfsent.formats.onnx_decoders`): ONNX Runtime in a fresh process, tokenizing with the
+exported Hugging Face files through `transformers.AutoTokenizer` (Qwen's left padding,
+Gemma's right), gives `encode`'s vectors on hard cases (fp32 cosine >= 0.9999, int8 >= 0.97);
+in process, `last_hidden_state` is the backbone's sequence output at every real position,
+each pooling the family allows is the forward's, a Gemma3 with causal attention and its
+sliding window shorter than the text converts too, an empty batch gives (0, dim), and
+inner-layer poolings are refused. sentence-transformers' ONNX backend on a --with_onnx
+folder: tests/test_publish_peer.py."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hf_decoder_checkpoints import make_embeddinggemma_dir, make_qwen3_embedding_dir
+from test_families_qwen3 import HARD
+from test_onnx_export import (BATCHES, FP32_MIN, INT8_MIN, _cos, export_onnx_by_cli,
+                              run_ort_client)
+
+from tfsent import formats
+from tfsent.encoders import load_encoder
+from tfsent.errors import ConfigError
+
+ort = pytest.importorskip("onnxruntime")
+from tfsent.formats import onnx as onnx_format  # noqa: E402
+
+FAMILIES = {"qwen3": make_qwen3_embedding_dir, "gemma3": make_embeddinggemma_dir}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """{family: (source folder, encoder)}."""
+    root = tmp_path_factory.mktemp("decoder_sources")
+    out = {}
+    for family, make in FAMILIES.items():
+        source = make(str(root / family))
+        out[family] = (source, load_encoder(source))
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(sources, tmp_path_factory):
+    """{family: (export dir, encode's vectors per batch)} and the ORT client's output: qwen3
+    exported through the command line, gemma3 through formats.export, both with int8."""
+    root = tmp_path_factory.mktemp("decoder_onnx")
+    cases = {}
+    for family, (source, encoder) in sources.items():
+        target = str(root / family)
+        if family == "qwen3":
+            export_onnx_by_cli(source, target)
+        else:
+            formats.export(encoder, target, format="onnx", quantize=("int8",))
+        cases[family] = (target, [encoder.encode(b, normalize=False) for b in BATCHES])
+    return cases, run_ort_client([d for d, _ in cases.values()], root)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_onnx_runtime_gives_encode_vectors(served, family):
+    cases, out = served
+    directory, refs = cases[family]
+    with open(os.path.join(directory, "tfsent_export.json"), encoding="utf-8") as f:
+        info = json.load(f)
+    assert info["files"] == [onnx_format.ONNX_FILE, onnx_format.INT8_FILE]
+    assert info["inputs"] == ["input_ids", "attention_mask"]
+    for name, floor in ((onnx_format.ONNX_FILE, FP32_MIN), (onnx_format.INT8_FILE, INT8_MIN)):
+        for ref, got in zip(refs, out[f"{directory}|{name}"]):
+            got = np.asarray(got)
+            assert got.shape == ref.shape
+            assert _cos(got, ref).min() >= floor, (family, name, _cos(got, ref))
+            if name == onnx_format.ONNX_FILE:
+                np.testing.assert_allclose(got, ref, atol=1e-4)
+    assert out["modules"] == []  # the client imported neither tfsent nor tensorflow
+
+
+def _feeds(encoder, texts):
+    tokenizer = encoder.tokenizer.with_options(max_seq_length=encoder.clamp_length(None),
+                                               pad_to_max_length=False)
+    features = tokenizer(np.array(texts))
+    feeds = {"input_ids": features["token_ids"].numpy().astype(np.int64),
+             "attention_mask": features["padding_mask"].numpy().astype(np.int64)}
+    return features, feeds
+
+
+def _check_graph(encoder, path, texts, pooling=None):
+    """The ONNX file at `path` against the encoder's forward on `texts`."""
+    features, feeds = _feeds(encoder, texts)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    emb, normalized, states = session.run(
+        ["embedding", "embedding_normalized", "last_hidden_state"], feeds)
+    ref = encoder({"token_ids": features["token_ids"],
+                   "padding_mask": features["padding_mask"]}, pooling=pooling)
+    real = feeds["attention_mask"].astype(bool)
+    np.testing.assert_allclose(states[real], ref["sequence_output"].numpy()[real], atol=1e-4)
+    pooled = ref["embedding"].numpy()
+    np.testing.assert_allclose(emb, pooled, atol=1e-4)
+    assert _cos(emb, pooled).min() >= FP32_MIN
+    np.testing.assert_allclose(normalized, pooled / np.linalg.norm(pooled, axis=1,
+                                                                   keepdims=True), atol=1e-5)
+    empty = {name: np.zeros((0, 0), np.int64) for name in feeds}
+    assert session.run(["embedding"], empty)[0].shape == (0, pooled.shape[1])
+    return feeds
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_token_states_and_poolings(sources, family, tmp_path):
+    _, encoder = sources[family]
+    for pooling in ("last_token", "mean", "cls_before_pooler"):
+        path = onnx_format.write_onnx_model(encoder, str(tmp_path / f"{pooling}.onnx"),
+                                            pooling=pooling)
+        _check_graph(encoder, path, HARD, pooling)
+    for pooling in ("first_last_avg", "last2_avg"):
+        with pytest.raises(ConfigError, match=f"{pooling}.*inner layers"):
+            onnx_format.write_onnx_model(encoder, str(tmp_path / "refused.onnx"),
+                                         pooling=pooling)
+    assert not (tmp_path / "refused.onnx").exists()
+
+
+def test_gemma3_causal_attention_and_a_short_window(tmp_path):
+    """A Gemma3 (not EmbeddingGemma) config: causal attention, Hugging Face's sliding window
+    of 8 on the sliding layers, texts of up to ~30 tokens (so the window cuts)."""
+    source = make_embeddinggemma_dir(str(tmp_path / "gemma3"), seed=3)
+    path = os.path.join(source, "config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["sliding_window"] == 8 and "sliding_attention" in config["layer_types"]
+    config["use_bidirectional_attention"] = False
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    encoder = load_encoder(source)
+    assert not encoder.backbone.use_bidirectional_attention
+    model = onnx_format.write_onnx_model(encoder, str(tmp_path / "causal.onnx"))
+    feeds = _check_graph(encoder, model, HARD)
+    assert feeds["attention_mask"].sum(1).max() > 16  # longer than the window both ways
