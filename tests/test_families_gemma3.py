@@ -258,11 +258,12 @@ def test_bad_dense_module_is_refused(folder, tmp_path):
         load_encoder(copy)
 
 
-def test_onnx_is_refused_clearly(encoder, tmp_path):
-    """LiteRT and keras-hub exports: tests/test_export_decoders.py."""
-    with pytest.raises(ConfigError, match="gemma3 family cannot be exported as onnx"):
-        encoder.export(str(tmp_path / "onnx"), format="onnx")
-    assert not os.path.exists(tmp_path / "onnx")
+def test_model_export_writes_onnx(encoder, tmp_path):
+    """`model.export(DIR, format="onnx")` (the graph's checks: tests/test_onnx_decoders.py;
+    LiteRT and keras-hub exports: tests/test_export_decoders.py)."""
+    pytest.importorskip("onnxruntime")
+    path = encoder.export(str(tmp_path / "onnx"), format="onnx")
+    assert os.path.isfile(os.path.join(path, "model.onnx"))
 
 
 def test_dense_head_refused_for_a_family_with_its_own_forward(folder, tmp_path):

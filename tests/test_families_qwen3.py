@@ -247,11 +247,12 @@ def test_saved_model_serves_the_folders_prompts(encoder, tmp_path):
                                want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
 
 
-def test_onnx_is_refused_clearly(encoder, tmp_path):
-    """LiteRT and keras-hub exports: tests/test_export_decoders.py."""
-    with pytest.raises(ConfigError, match="qwen3 family cannot be exported as onnx"):
-        encoder.export(str(tmp_path / "onnx"), format="onnx")
-    assert not os.path.exists(tmp_path / "onnx")
+def test_model_export_writes_onnx(encoder, tmp_path):
+    """`model.export(DIR, format="onnx")` (the graph's checks: tests/test_onnx_decoders.py;
+    LiteRT and keras-hub exports: tests/test_export_decoders.py)."""
+    pytest.importorskip("onnxruntime")
+    path = encoder.export(str(tmp_path / "onnx"), format="onnx")
+    assert os.path.isfile(os.path.join(path, "model.onnx"))
 
 
 def test_default_prompt_name_is_read(folder, tmp_path, absl_messages):
