@@ -64,6 +64,9 @@ def test_onnx_runtime_gives_encode_vectors(served, family):
         info = json.load(f)
     assert info["files"] == [onnx_format.ONNX_FILE, onnx_format.INT8_FILE]
     assert info["inputs"] == ["input_ids", "attention_mask"]
+    with open(os.path.join(directory, "tokenizer_config.json"), encoding="utf-8") as f:
+        side = json.load(f)["padding_side"]  # what the client's AutoTokenizer pads with
+    assert side == {"qwen3": "left", "gemma3": "right"}[family]
     for name, floor in ((onnx_format.ONNX_FILE, FP32_MIN), (onnx_format.INT8_FILE, INT8_MIN)):
         for ref, got in zip(refs, out[f"{directory}|{name}"]):
             got = np.asarray(got)
@@ -105,16 +108,61 @@ def _check_graph(encoder, path, texts, pooling=None):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_token_states_and_poolings(sources, family, tmp_path):
+    """Poolings of the last states; qwen3 (left-padded by its tokenizer files) refuses those
+    reading position 0, every family those over inner layers."""
     _, encoder = sources[family]
-    for pooling in ("last_token", "mean", "cls_before_pooler"):
+    allowed = ("last_token", "mean") + (("cls_before_pooler",) if family == "gemma3" else ())
+    for pooling in allowed:
         path = onnx_format.write_onnx_model(encoder, str(tmp_path / f"{pooling}.onnx"),
                                             pooling=pooling)
         _check_graph(encoder, path, HARD, pooling)
-    for pooling in ("first_last_avg", "last2_avg"):
-        with pytest.raises(ConfigError, match=f"{pooling}.*inner layers"):
+    refused = {"first_last_avg": "inner layers", "last2_avg": "inner layers"}
+    if family == "qwen3":
+        refused.update(cls_before_pooler="left padding", mean_no_cls="left padding")
+    for pooling, why in refused.items():
+        with pytest.raises(ConfigError, match=f"{pooling}.*{why}"):
             onnx_format.write_onnx_model(encoder, str(tmp_path / "refused.onnx"),
                                          pooling=pooling)
     assert not (tmp_path / "refused.onnx").exists()
+
+
+def test_a_model_past_the_protobuf_limit_keeps_its_weights_beside_it(sources, tmp_path,
+                                                                     monkeypatch):
+    """Weights past EXTERNAL_DATA_BYTES (set to 0 here; 1.8 GB in use: Qwen3-Embedding-0.6B
+    is 2.4 GB in fp32) go to model.onnx_data (the int8 file's to the quantizer's own file);
+    onnxruntime reads both from the folder."""
+    monkeypatch.setattr(onnx_format, "EXTERNAL_DATA_BYTES", 0)
+    _, encoder = sources["qwen3"]
+    path = formats.export(encoder, str(tmp_path / "big"), format="onnx", quantize=("int8",))
+    files = json.load(open(os.path.join(path, "tfsent_export.json"), encoding="utf-8"))["files"]
+    assert files[:3] == [onnx_format.ONNX_FILE, onnx_format.INT8_FILE, "model.onnx_data"]
+    assert len(files) == 4 and files[3].startswith(onnx_format.INT8_FILE)
+    assert sorted(files) == sorted(n for n in os.listdir(path) if n.startswith("model"))
+    assert os.path.getsize(os.path.join(path, onnx_format.ONNX_FILE)) < 100_000
+    _check_graph(encoder, os.path.join(path, onnx_format.ONNX_FILE), HARD)
+    features, feeds = _feeds(encoder, HARD)
+    session = ort.InferenceSession(os.path.join(path, onnx_format.INT8_FILE),
+                                   providers=["CPUExecutionProvider"])
+    ref = encoder({"token_ids": features["token_ids"],
+                   "padding_mask": features["padding_mask"]})["embedding"].numpy()
+    assert _cos(session.run(["embedding"], feeds)[0], ref).min() >= INT8_MIN
+
+
+def test_settings_the_graph_would_get_wrong_are_refused(sources, tmp_path):
+    """A Gemma3 backbone asking for a query scale other than head_dim's (keras-hub's blocks
+    ignore it) or soft-capping; before any file is written."""
+    _, encoder = sources["gemma3"]
+    backbone = encoder.backbone
+    for name, value, message in (("query_head_dim_normalize", False, "query scale"),
+                                 ("attention_logit_soft_cap", 50.0, "soft-capping")):
+        kept = getattr(backbone, name)
+        setattr(backbone, name, value)
+        try:
+            with pytest.raises(ConfigError, match=message):
+                formats.export(encoder, str(tmp_path / name), format="onnx")
+        finally:
+            setattr(backbone, name, kept)
+        assert not (tmp_path / name).exists()
 
 
 def test_gemma3_causal_attention_and_a_short_window(tmp_path):

@@ -35,9 +35,10 @@ first and does convert the ids tf.function under TF 2.21 (with a handler for TF'
 which exact GELU lowers to), but it took ~110 s for minilm-l6 and its graph (LayerNorm as
 GlobalAveragePool arithmetic, Keras' einsum projections as Reshape / Shape chains, no fused
 attention) ran ~1.8x slower in onnxruntime than sentence-transformers' own export; `from_keras`
-fails under Keras 3 (tf2onnx issue 2329). Every family tfsent runs (bert, roberta,
-xlm-roberta, distilbert: post-LayerNorm blocks, positions from 0 in tfsent's tables) and
-every pooling convert; a head converts when sentence-transformers' Dense could express it
+fails under Keras 3 (tf2onnx issue 2329). The encoder families (bert, roberta,
+xlm-roberta, distilbert: post-LayerNorm blocks, positions from 0 in tfsent's tables) with
+every pooling, and the decoder families (qwen3, gemma3: `onnx_decoders.py`) with the
+poolings of the last layer's states convert; a head converts when sentence-transformers' Dense could express it
 (`tfsent.formats.heads.dense_stack`).
 """
 
@@ -47,18 +48,20 @@ import keras
 import numpy as np
 
 from tfsent.encoders import check_pooling, families
-from tfsent.encoders.pooling import LAYERWISE_POOLINGS
 from tfsent.encoders import keras_hub_adapter as kh
 from tfsent.errors import ConfigError
 from tfsent.formats.heads import dense_stack
 from tfsent.encoders.huggingface.writing import write_tokenizer_files
 from tfsent.formats.huggingface import check_new_export, write_new_export
-from tfsent.formats.onnx_decoders import decoder_states, runs_decoder_graph
+from tfsent.formats.onnx_decoders import check_decoder, decoder_states, runs_decoder_graph
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_qint8_avx512_vnni.onnx"
 QUANTIZE_MODES = ("int8",)
 INT8_OPS = ("MatMul", "Attention")  # int8 kernels: DynamicQuantizeMatMul, QAttention
+# Weights past this many bytes go to an external data file (protobuf's 2 GiB message limit).
+EXTERNAL_DATA_BYTES = 1_800_000_000
+EXTERNAL_DATA_SUFFIX = "_data"  # model.onnx -> model.onnx_data
 OPSET = 17  # LayerNormalization is a standard op from 17
 IR_VERSION = 8  # what opset 17 needs; older runtimes load it too
 MS_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (fused CPU kernels)
@@ -110,10 +113,9 @@ def check_exportable(encoder, pooling, head):
     graph cannot express: an encoder family's feed-forward activation outside
     _FFN_ACTIVATIONS, a head that is not Dense layers with expressible activations."""
     check_pooling(pooling)
-    if runs_decoder_graph(encoder) and pooling in LAYERWISE_POOLINGS:
-        raise ConfigError(f"pooling {pooling!r} averages inner layers' states, which the "
-                          f"{encoder.family} graph does not keep (keras-hub's blocks)")
-    if not runs_decoder_graph(encoder) and encoder.activation not in _FFN_ACTIVATIONS:
+    if runs_decoder_graph(encoder):
+        check_decoder(encoder, pooling)
+    elif encoder.activation not in _FFN_ACTIVATIONS:
         raise ConfigError(f"feed-forward activation {encoder.activation!r} has no ONNX "
                           f"form here; expressible: {', '.join(_FFN_ACTIVATIONS)}")
     # ConfigError names a head layer it cannot express
@@ -326,21 +328,31 @@ def build_onnx_model(encoder, pooling=None, head=None, logits=False):
 
 def write_onnx_model(encoder, path, pooling=None, head=None, logits=False):
     """Writes the encoder's ids forward (`build_onnx_model`) as an fp32 ONNX file at
-    `path`; returns `path`."""
+    `path`; returns `path`. Weights past EXTERNAL_DATA_BYTES (protobuf cannot hold 2 GiB in
+    one message: Qwen3-Embedding-0.6B is 2.4 GB in fp32) go to `path` + "_data" beside it,
+    which onnxruntime reads from the file's folder."""
     import onnx  # optional dependency (tfsent[onnx]); build_onnx_model checks it
 
-    onnx.save(build_onnx_model(encoder, pooling, head, logits), path)
+    model = build_onnx_model(encoder, pooling, head, logits)
+    if sum(len(t.raw_data) for t in model.graph.initializer) > EXTERNAL_DATA_BYTES:
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=os.path.basename(path) + EXTERNAL_DATA_SUFFIX, size_threshold=1024)
+    else:
+        onnx.save(model, path)
     return path
 
 
 def quantize_int8(source, target):
     """onnxruntime's dynamic int8 quantization of the ONNX file `source` into `target`:
     MatMul weights int8 per tensor, activations uint8 quantized per call, full range
-    (sentence-transformers' avx512_vnni settings)."""
+    (sentence-transformers' avx512_vnni settings). A `source` with external data gives a
+    `target` with its own (the quantizer's `.data` file beside it)."""
     require_onnx()
     from onnxruntime.quantization import QuantType, quantize_dynamic  # optional (tfsent[onnx])
 
+    external = os.path.exists(source + EXTERNAL_DATA_SUFFIX)
     quantize_dynamic(source, target, weight_type=QuantType.QInt8, per_channel=True,
+                     use_external_data_format=external,
                      reduce_range=False, op_types_to_quantize=list(INT8_OPS),
                      # the contrib ops' outputs have no inferred type: they are float32
                      extra_options={"DefaultTensorType": _FLOAT})
@@ -350,13 +362,15 @@ def quantize_int8(source, target):
 def write_onnx_files(encoder, directory, pooling=None, head=None, quantize=(), logits=False):
     """model.onnx (and INT8_FILE with quantize int8) into the existing `directory`
     (`logits`: a cross-encoder's graph, `build_onnx_model`); returns their file names."""
+    before = set(os.listdir(directory))
     fp32 = write_onnx_model(encoder, os.path.join(directory, ONNX_FILE), pooling, head,
                             logits)
     files = [ONNX_FILE]
     if "int8" in quantize:
         quantize_int8(fp32, os.path.join(directory, INT8_FILE))
         files.append(INT8_FILE)
-    return files
+    # external data files (large models), after the models they belong to
+    return files + sorted(set(os.listdir(directory)) - before - set(files))
 
 
 def export_onnx(encoder, directory, pooling=None, head=None, quantize=(), max_seq_length=None,

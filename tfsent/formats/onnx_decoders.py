@@ -14,12 +14,15 @@ the graph computes is tfsent's forward (keras-hub's blocks, docs/families.md):
   RMS-normed queries and keys, gemma3's post-attention / post-feed-forward norms, a gated
   feed-forward (qwen3: SiLU(gate) * up, gemma3: tanh-GELU(gate) * up, com.microsoft
   FastGelu);
-- the attention mask: padding keys get -1e9 (a finite bias: a row whose keys are all
-  padding stays finite, as in keras' masked softmax), plus qwen3's causal mask, gemma3's
+- the attention mask: padding keys get -1e9 (a finite bias: a query whose keys are all
+  padding, a padded position, gets a finite average where keras-hub gives zeros; no
+  pooling reads those positions), plus qwen3's causal mask, gemma3's
   causal or bidirectional attention and sliding windows on its sliding layers (bidirectional:
   |i - j| <= w // 2 for Hugging Face's window w, keras-hub's 2 * (w // 2) + 1 wide band;
   causal: 0 <= i - j < w).
-Attention is written with standard ops (MatMul over (batch, kv heads, group, L, L)); the
+The RMSNorm epsilons are keras-hub's layers' own (which differ from config.json's where
+keras-hub does not pass it on: Qwen3's query / key norms use 1e-5, Gemma3's block norms 1e-6),
+so the graph gives tfsent's `encode`. Attention is written with standard ops (MatMul over (batch, kv heads, group, L, L)); the
 RMSNorms as Pow / ReduceMean / Add / Sqrt / Div / Mul, the pattern onnxruntime fuses into
 SimplifiedLayerNormalization.
 """
@@ -27,16 +30,56 @@ SimplifiedLayerNormalization.
 import numpy as np
 
 from tfsent.encoders import families
-from tfsent.encoders.huggingface.decoders import decoder_checkpoint
+from tfsent.encoders.huggingface.decoders import decoder_checkpoint, special_ids
+from tfsent.encoders.pooling import LAYERWISE_POOLINGS
 from tfsent.errors import ConfigError
 
 _MASKED = -1e9  # keras' masked-softmax bias for float32
 
 
-def special_ids(tokenizer):
-    """{"pad", "eos", "bos"} of a decoder family's tokenizer (config.json's special ids)."""
-    return {"pad": int(tokenizer.pad_id), "eos": int(tokenizer.sep_id),
-            "bos": int(tokenizer.cls_id)}
+# Poolings reading position 0, which a left-padded batch (Qwen's tokenizer files) fills with
+# padding for every shorter row.
+_FIRST_POSITION_POOLINGS = ("cls", "cls_before_pooler", "mean_no_cls")
+
+
+def check_decoder(encoder, pooling):
+    """ConfigError (before any work) for what the decoder graph cannot express: a pooling
+    over inner layers (keras-hub keeps the last layer's states only), a pooling reading
+    position 0 of a left-padded family, Gemma3 soft-capping or a query scale other than
+    1 / sqrt(head_dim) (keras-hub's blocks always use head_dim), a Qwen3 sliding window or
+    rope scaling."""
+    family, backbone = encoder.family, encoder.backbone
+    if pooling in LAYERWISE_POOLINGS:
+        raise ConfigError(f"pooling {pooling!r} averages inner layers' states, which the "
+                          f"{family} graph does not keep (keras-hub's blocks)")
+    if pooling in _FIRST_POSITION_POOLINGS and families.TABLE[family].hf_padding_side == "left":
+        raise ConfigError(f"pooling {pooling!r} reads the first position, which the {family} "
+                          "tokenizer's left padding fills with padding; use last_token or mean")
+    if family == "gemma3":
+        if backbone.attention_logit_soft_cap is not None:
+            raise ConfigError("a Gemma3 backbone with attention logit soft-capping has no "
+                              "ONNX form here (Gemma 3 has none)")
+        if not backbone.query_head_dim_normalize:
+            raise ConfigError("a Gemma3 backbone whose query scale is not 1 / sqrt(head_dim): "
+                              "keras-hub's blocks scale by head_dim whatever the backbone says, "
+                              "so tfsent's ONNX graph would not match it; not exported")
+    elif backbone.sliding_window_size is not None or float(backbone.rope_scaling_factor) != 1.0:
+        raise ConfigError("a Qwen3 backbone with a sliding window or rope scaling has no ONNX "
+                          "form here (Qwen3-Embedding has neither)")
+
+
+def _epsilons(encoder):
+    """{"block", "query_key", "final"}: the RMSNorm epsilons keras-hub's layers use."""
+    backbone = encoder.backbone
+    if encoder.family == "gemma3":
+        block = backbone.get_layer("decoder_block_0")
+        return {"block": block.pre_attention_norm.epsilon,
+                "query_key": block.attention.query_norm.epsilon,
+                "final": backbone.get_layer("final_normalization").epsilon}
+    layer = backbone.get_layer("transformer_layer_0")
+    return {"block": layer._self_attention_layernorm.epsilon,
+            "query_key": layer._self_attention_layer._query_dense_layer_norm.epsilon,
+            "final": backbone.get_layer("sequence_output_layernorm").epsilon}
 
 
 def _weight(tensors, name):
@@ -87,13 +130,13 @@ class _Rotary:
         return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
 
 
-def _attention(g, x, tensors, p, config, rotary, rope, bias, norm_shift):
+def _attention(g, x, tensors, p, config, rotary, rope, bias, norm_shift, eps):
     """Grouped-query self-attention of one block (q/k RMS-normed, rotated; `bias`:
     (B, 1, 1, L, L) additive)."""
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
-    head_dim, eps = int(config["head_dim"]), float(config["rms_norm_eps"])
+    head_dim = int(config["head_dim"])
     group = heads // kv_heads
-    scale = float(config.get("query_pre_attn_scalar") or head_dim) ** -0.5
+    scale = float(head_dim) ** -0.5  # check_decoder: keras-hub's scale
 
     def project(name, n):
         kernel = _weight(tensors, f"{p}self_attn.{name}.weight")
@@ -153,9 +196,6 @@ def _block_bias(g, key_bias, structure):
 def _gemma3_layers(config):
     """[(kind of attention, window or None, (rope base, factor))] per layer."""
     kind = "bidirectional" if config.get("use_bidirectional_attention") else "causal"
-    if config.get("attn_logit_softcapping") is not None:
-        raise ConfigError("a Gemma3 backbone with attention logit soft-capping has no ONNX "
-                          "form here (Gemma 3 has none)")
     out = []
     for layer_type in config["layer_types"]:
         rope = config["rope_parameters"][layer_type]
@@ -174,7 +214,7 @@ def decoder_states(g, encoder):
     config, tensors = decoder_checkpoint(encoder.backbone, special_ids(encoder.tokenizer))
     gemma = family == "gemma3"
     shift = np.float32(1.0) if gemma else np.float32(0.0)  # Gemma's RMSNorm scales by 1 + w
-    eps = float(config["rms_norm_eps"])
+    eps = {name: float(value) for name, value in _epsilons(encoder).items()}
     hidden = int(config["hidden_size"])
     length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)], axis=0)
     index = g.op("Range", [g.const("zero_s", 0, np.int64), length, g.const("one_s", 1, np.int64)])
@@ -198,10 +238,11 @@ def decoder_states(g, encoder):
         p = f"layers.{i}."
 
         def norm(y, name):
-            return _rms_norm(g, y, tensors[p + name + ".weight"] + shift, eps, f"{p}{name}")
+            return _rms_norm(g, y, tensors[p + name + ".weight"] + shift, eps["block"],
+                             f"{p}{name}")
 
         attended = _attention(g, norm(x, "input_layernorm"), tensors, p, config, rotary, rope,
-                              biases[kind, window], shift)
+                              biases[kind, window], shift, eps["query_key"])
         if gemma:
             attended = norm(attended, "post_attention_layernorm")
         x = g.op("Add", [x, attended])
@@ -217,7 +258,7 @@ def decoder_states(g, encoder):
         if gemma:
             out = norm(out, "post_feedforward_layernorm")
         x = g.op("Add", [x, out])
-    return _rms_norm(g, x, tensors["norm.weight"] + shift, eps, "norm")
+    return _rms_norm(g, x, tensors["norm.weight"] + shift, eps["final"], "norm")
 
 
 def runs_decoder_graph(encoder):

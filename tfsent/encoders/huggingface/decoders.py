@@ -22,6 +22,13 @@ from tfsent.errors import ConfigError
 _MAX_POSITIONS = {"Qwen3Backbone": 32768, "Gemma3Backbone": 2048}
 
 
+def special_ids(tokenizer):
+    """{"pad", "eos", "bos"} of a decoder family's tokenizer: the ids a writer puts in
+    config.json."""
+    return {"pad": int(tokenizer.pad_id), "eos": int(tokenizer.sep_id),
+            "bos": int(tokenizer.cls_id)}
+
+
 def _array(value):
     """A variable or tensor as float32 numpy (LoRA kernels come merged: `layer.kernel`)."""
     return np.ascontiguousarray(np.asarray(keras.ops.convert_to_numpy(value), np.float32))

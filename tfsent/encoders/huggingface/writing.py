@@ -14,7 +14,7 @@ from absl import logging
 
 import tfsent.encoders.families as families
 from tfsent.encoders.huggingface.config import hf_config
-from tfsent.encoders.huggingface.decoders import decoder_checkpoint
+from tfsent.encoders.huggingface.decoders import decoder_checkpoint, special_ids
 from tfsent.encoders.huggingface.weights import SAFETENSORS_FILE, hf_state_dict
 from tfsent.errors import ConfigError
 
@@ -197,9 +197,8 @@ def write_transformer(encoder, directory, max_seq_length, config_extra=None,
         write_hf_model(encoder.backbone, directory, encoder.activation, pad, config_extra,
                        extra_tensors)
     else:
-        special_ids = {"pad": int(pad), "eos": int(tokenizer.sep_id),
-                       "bos": int(tokenizer.cls_id)}
-        config, tensors = decoder_checkpoint(encoder.backbone, special_ids, max_seq_length)
+        config, tensors = decoder_checkpoint(encoder.backbone, special_ids(tokenizer),
+                                             max_seq_length)
         if prefixed:
             prefix = families.TABLE[encoder.family].base_prefix
             tensors = {prefix + name: value for name, value in tensors.items()}
