@@ -38,8 +38,8 @@ attention) ran ~1.8x slower in onnxruntime than sentence-transformers' own expor
 fails under Keras 3 (tf2onnx issue 2329). The encoder families (bert, roberta,
 xlm-roberta, distilbert: post-LayerNorm blocks, positions from 0 in tfsent's tables) with
 every pooling, and the decoder families (qwen3, gemma3: `onnx_decoders.py`) with the
-poolings of the last layer's states convert; a head converts when sentence-transformers' Dense could express it
-(`tfsent.formats.heads.dense_stack`).
+poolings of the last layer's states convert; a head converts when sentence-transformers'
+Dense could express it (`tfsent.formats.heads.dense_stack`).
 """
 
 import os

@@ -22,9 +22,10 @@ the graph computes is tfsent's forward (keras-hub's blocks, docs/families.md):
   causal: 0 <= i - j < w).
 The RMSNorm epsilons are keras-hub's layers' own (which differ from config.json's where
 keras-hub does not pass it on: Qwen3's query / key norms use 1e-5, Gemma3's block norms 1e-6),
-so the graph gives tfsent's `encode`. Attention is written with standard ops (MatMul over (batch, kv heads, group, L, L)); the
-RMSNorms as Pow / ReduceMean / Add / Sqrt / Div / Mul, the pattern onnxruntime fuses into
-SimplifiedLayerNormalization.
+so the graph gives tfsent's `encode`. Attention is written with standard ops (MatMul over
+(batch, kv heads, group, L, L)); the RMSNorms as Pow / ReduceMean / Add / Sqrt / Div / Mul,
+the pattern onnxruntime fuses into SimplifiedLayerNormalization (seen in its optimized
+graph, 2026-12-01).
 """
 
 import numpy as np
