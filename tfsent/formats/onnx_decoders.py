@@ -43,6 +43,13 @@ _MASKED = -1e9  # keras' masked-softmax bias for float32
 _FIRST_POSITION_POOLINGS = ("cls", "cls_before_pooler", "mean_no_cls")
 
 
+def _is_gemma3(backbone):
+    """True for a keras-hub Gemma3Backbone (its blocks: 1 + w norms, post-norms, tanh GELU,
+    layer types); the other decoder graph is Qwen3's. By class, as `decoder_checkpoint`
+    picks its writer."""
+    return any(cls.__name__ == "Gemma3Backbone" for cls in type(backbone).__mro__)
+
+
 def check_decoder(encoder, pooling):
     """ConfigError (before any work) for what the decoder graph cannot express: a pooling
     over inner layers (keras-hub keeps the last layer's states only), a pooling reading
@@ -56,7 +63,7 @@ def check_decoder(encoder, pooling):
     if pooling in _FIRST_POSITION_POOLINGS and families.TABLE[family].hf_padding_side == "left":
         raise ConfigError(f"pooling {pooling!r} reads the first position, which the {family} "
                           "tokenizer's left padding fills with padding; use last_token or mean")
-    if family == "gemma3":
+    if _is_gemma3(backbone):
         if backbone.attention_logit_soft_cap is not None:
             raise ConfigError("a Gemma3 backbone with attention logit soft-capping has no "
                               "ONNX form here (Gemma 3 has none)")
@@ -72,7 +79,7 @@ def check_decoder(encoder, pooling):
 def _epsilons(encoder):
     """{"block", "query_key", "final"}: the RMSNorm epsilons keras-hub's layers use."""
     backbone = encoder.backbone
-    if encoder.family == "gemma3":
+    if _is_gemma3(backbone):
         block = backbone.get_layer("decoder_block_0")
         return {"block": block.pre_attention_norm.epsilon,
                 "query_key": block.attention.query_norm.epsilon,
@@ -209,11 +216,9 @@ def decoder_states(g, encoder):
     """Adds the encoder's transformer (a family keras-hub runs) to the graph builder `g`
     over its `input_ids` / `attention_mask` inputs; returns the name of the final-normed
     token states (B, L, H). ConfigError for a backbone this graph cannot express."""
-    family = encoder.family
-    if family not in ("qwen3", "gemma3"):
-        raise ConfigError(f"no ONNX decoder graph for the {family} family")
+    # decoder_checkpoint: ConfigError for a backbone class it has no writer for
     config, tensors = decoder_checkpoint(encoder.backbone, special_ids(encoder.tokenizer))
-    gemma = family == "gemma3"
+    gemma = _is_gemma3(encoder.backbone)
     shift = np.float32(1.0) if gemma else np.float32(0.0)  # Gemma's RMSNorm scales by 1 + w
     eps = {name: float(value) for name, value in _epsilons(encoder).items()}
     hidden = int(config["hidden_size"])
