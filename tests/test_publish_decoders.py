@@ -241,6 +241,11 @@ def test_onnx_files_go_with_the_decoder_families(exports, tmp_path):
                               format="sentence_transformers", onnx=True)
         assert sorted(os.listdir(os.path.join(path, "onnx"))) == [onnx_format.ONNX_FILE,
                                                                   onnx_format.INT8_FILE]
+    # the graph's own refusals reach the sentence_transformers export; nothing is left
+    with pytest.raises(ConfigError, match="cls_before_pooler.*left padding"):
+        formats.export(exports["qwen3"]["encoder"], str(tmp_path / "cls"),
+                       format="sentence_transformers", pooling="cls_before_pooler", onnx=True)
+    assert not os.path.exists(tmp_path / "cls")
 
 
 def test_a_training_runs_encoder_directory_publishes(exports, tmp_path):

@@ -36,8 +36,6 @@ from tfsent.encoders.pooling import LAYERWISE_POOLINGS
 from tfsent.errors import ConfigError
 
 _MASKED = -1e9  # keras' masked-softmax bias for float32
-
-
 # Poolings reading position 0, which a left-padded batch (Qwen's tokenizer files) fills with
 # padding for every shorter row.
 _FIRST_POSITION_POOLINGS = ("cls", "cls_before_pooler", "mean_no_cls")
@@ -115,10 +113,10 @@ class _Rotary:
         key = (float(base), float(factor))
         if key not in self._tables:
             g, d = self.g, self.head_dim
-            exponent = (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)).astype(np.float32)
-            inverse = (np.power(np.float32(base), -exponent) / np.float32(factor))
+            exponent = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)
+            inverse = np.power(np.float32(base), -exponent) / np.float32(factor)
             freq = g.op("Mul", [g.op("Unsqueeze", [self.positions, g.const("axes", [1], np.int64)]),
-                                g.const("inv_freq", inverse.astype(np.float32))])
+                                g.const("inv_freq", inverse)])
             angles = g.op("Concat", [freq, freq], axis=-1)  # (L, d)
             axes = g.const("axes", [0, 2], np.int64)
             self._tables[key] = (g.op("Unsqueeze", [g.op("Cos", [angles]), axes]),
@@ -181,7 +179,6 @@ def _structure_bias(g, index, kind, window):
         return None
     distance = g.op("Sub", [g.op("Unsqueeze", [index, g.const("axes", [1], np.int64)]),
                             g.op("Unsqueeze", [index, g.const("axes", [0], np.int64)])])
-    allowed = None
     if kind == "causal":
         allowed = g.op("GreaterOrEqual", [distance, g.const("zero_l", 0, np.int64)])
         if window is not None:

@@ -116,6 +116,7 @@ def export_sentence_transformers(encoder, directory, pooling=None, head=None,
     dense_stack(head)
     if onnx:
         check_onnx_files(pooling, encoder.family)
+        onnx_format.check_exportable(encoder, pooling, head)  # the graph's own refusals
     prompts = prompt_map(*encoder_prompts(encoder, query_prompt, document_prompt))
     truncate_dim = encoder_truncate_dim(encoder, truncate_dim,
                                         embedding_width(encoder, head), head)
