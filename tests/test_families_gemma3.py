@@ -225,18 +225,28 @@ def test_settings_keras_hub_fixes_are_refused(folder, tmp_path):
                                           "backbone applies linear scaling"):
         load_encoder(copy)
     _edit_json(path, rope_parameters=config["rope_parameters"], attention_bias=True)
-    with pytest.raises(ConfigError, match="config.json: attention_bias True; .* does not read"):
+    with pytest.raises(ConfigError, match="config.json: attention_bias True; .* do not "
+                                          "read attention_bias"):
         load_encoder(copy)
     _edit_json(path, attention_bias=False, hidden_activation="gelu")
-    with pytest.raises(ConfigError, match="config.json: hidden_activation 'gelu'; .* does "
+    with pytest.raises(ConfigError, match="config.json: hidden_activation 'gelu'; .* do "
                                           "not read"):
         load_encoder(copy)
-    # Queries scaled by 1 / sqrt(query_pre_attn_scalar): keras-hub computes head_dim or
-    # hidden_size / num_attention_heads (Gemma 3 27B's 168), nothing else.
-    _edit_json(path, hidden_activation=config["hidden_activation"],
-               query_pre_attn_scalar=config["head_dim"] + 1)
-    with pytest.raises(ConfigError, match="config.json: query_pre_attn_scalar "
-                                          f"{config['head_dim'] + 1}; .* head_dim"):
+    # Queries scaled by 1 / sqrt(query_pre_attn_scalar): keras-hub's blocks apply head_dim
+    # only, also where its converter reads hidden_size / num_attention_heads (Gemma 3 27B's
+    # 168; here 8 against head_dim 16).
+    per_head = config["hidden_size"] // config["num_attention_heads"]
+    assert per_head != config["head_dim"]
+    for scalar in (per_head, config["head_dim"] + 1):
+        _edit_json(path, hidden_activation=config["hidden_activation"],
+                   query_pre_attn_scalar=scalar)
+        with pytest.raises(ConfigError, match=f"config.json: query_pre_attn_scalar {scalar}; "
+                                              r".* 1 / sqrt\(head_dim\) \(16\) only"):
+            load_encoder(copy)
+    # keras-hub gives rms_norm_eps to the final norm only (its blocks keep 1e-6).
+    _edit_json(path, query_pre_attn_scalar=config["head_dim"], rms_norm_eps=1e-5)
+    with pytest.raises(ConfigError, match="config.json: rms_norm_eps 1e-05; .* runs only "
+                                          "1e-06 .its blocks do not read rms_norm_eps"):
         load_encoder(copy)
 
 

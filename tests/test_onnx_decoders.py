@@ -21,6 +21,7 @@ from test_onnx_export import (BATCHES, FP32_MIN, INT8_MIN, _cos, export_onnx_by_
 
 from tfsent import formats
 from tfsent.encoders import load_encoder
+from tfsent.encoders.huggingface import decoders
 from tfsent.errors import ConfigError
 
 ort = pytest.importorskip("onnxruntime")
@@ -149,20 +150,45 @@ def test_a_model_past_the_protobuf_limit_keeps_its_weights_beside_it(sources, tm
 
 
 def test_settings_the_graph_would_get_wrong_are_refused(sources, tmp_path):
-    """A Gemma3 backbone asking for a query scale other than head_dim's (keras-hub's blocks
-    ignore it) or soft-capping; before any file is written."""
+    """A Gemma3 backbone with soft-capping: refused before any file is written."""
     _, encoder = sources["gemma3"]
     backbone = encoder.backbone
-    for name, value, message in (("query_head_dim_normalize", False, "query scale"),
-                                 ("attention_logit_soft_cap", 50.0, "soft-capping")):
-        kept = getattr(backbone, name)
-        setattr(backbone, name, value)
-        try:
-            with pytest.raises(ConfigError, match=message):
-                formats.export(encoder, str(tmp_path / name), format="onnx")
-        finally:
-            setattr(backbone, name, kept)
-        assert not (tmp_path / name).exists()
+    kept = backbone.attention_logit_soft_cap
+    backbone.attention_logit_soft_cap = 50.0
+    try:
+        with pytest.raises(ConfigError, match="soft-capping"):
+            formats.export(encoder, str(tmp_path / "capped"), format="onnx")
+    finally:
+        backbone.attention_logit_soft_cap = kept
+    assert not (tmp_path / "capped").exists()
+
+
+def test_the_query_scale_is_the_blocks_own(sources):
+    """keras-hub's Gemma3 blocks scale queries by 1 / sqrt(head_dim) whatever the
+    backbone's `query_head_dim_normalize` says: the written config.json (which the graph
+    reads) says head_dim either way. A backbone whose final norm's epsilon is not its
+    blocks' has no config.json: refused."""
+    _, encoder = sources["gemma3"]
+    backbone = encoder.backbone
+    ids = decoders.special_ids(encoder.tokenizer)
+    assert backbone.head_dim != backbone.hidden_dim // backbone.num_query_heads
+    kept = backbone.query_head_dim_normalize
+    try:
+        for flag in (True, False):
+            backbone.query_head_dim_normalize = flag
+            config, _ = decoders.decoder_checkpoint(backbone, ids)
+            assert config["query_pre_attn_scalar"] == backbone.head_dim
+    finally:
+        backbone.query_head_dim_normalize = kept
+    # One rms_norm_eps in config.json; keras-hub's blocks keep 1e-6 whatever the backbone's.
+    kept = backbone.layer_norm_epsilon
+    backbone.layer_norm_epsilon = 1e-5
+    try:
+        with pytest.raises(ConfigError, match=r"final norm's epsilon \(1e-05\) differs from "
+                                              r"its blocks' \(1e-06"):
+            decoders.decoder_checkpoint(backbone, ids)
+    finally:
+        backbone.layer_norm_epsilon = kept
 
 
 def test_gemma3_causal_attention_and_a_short_window(tmp_path):

@@ -86,9 +86,10 @@ class Family(NamedTuple):
     # one value its backbone computes (also checked by `check_keras_hub_fixed`).
     rope_types: tuple = ("default",)
     keras_hub_unread: object = None
-    # config.json's field setting the attention's query scale 1 / sqrt(field), of which
-    # keras-hub's backbone computes two: head_dim, or hidden_size / num_attention_heads
-    # (Gemma 3's `query_head_dim_normalize`); any other value is refused.
+    # config.json's field setting the attention's query scale 1 / sqrt(field): keras-hub's
+    # blocks apply head_dim only (0.32's Gemma3DecoderBlock builds its attention with
+    # `query_head_dim_normalize=True` whatever the backbone says, so Gemma 3 27B's 168 would
+    # load and compute 1 / sqrt(128)); any other value is refused.
     query_scale_field: object = None
     # keras-hub's backbone takes `tie_word_embeddings`, its converter then reading
     # `lm_head.weight` (absent from a base model's file: `keras_hub_overrides` ties).
@@ -309,7 +310,9 @@ TABLE = {
         layer_type_period=6,
         rope_thetas={"sliding_attention": 10000.0, "full_attention": 1000000.0},
         rope_types=("default", "linear"),
-        keras_hub_unread={"attention_bias": False, "hidden_activation": "gelu_pytorch_tanh"},
+        # rms_norm_eps: keras-hub passes it to the final norm only; its blocks keep 1e-6.
+        keras_hub_unread={"attention_bias": False, "hidden_activation": "gelu_pytorch_tanh",
+                          "rms_norm_eps": 1e-6},
         query_scale_field="query_pre_attn_scalar",
         # Gemma's residual stream grows past float16's 65504 (Google trains and serves it
         # in bfloat16 or float32): mixed_float16 is refused (mixed_bfloat16 works).

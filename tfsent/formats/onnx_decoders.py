@@ -51,8 +51,7 @@ def _is_gemma3(backbone):
 def check_decoder(encoder, pooling):
     """ConfigError (before any work) for what the decoder graph cannot express: a pooling
     over inner layers (keras-hub keeps the last layer's states only), a pooling reading
-    position 0 of a left-padded family, Gemma3 soft-capping or a query scale other than
-    1 / sqrt(head_dim) (keras-hub's blocks always use head_dim), a Qwen3 sliding window or
+    position 0 of a left-padded family, Gemma3 soft-capping, a Qwen3 sliding window or
     rope scaling."""
     family, backbone = encoder.family, encoder.backbone
     if pooling in LAYERWISE_POOLINGS:
@@ -65,10 +64,6 @@ def check_decoder(encoder, pooling):
         if backbone.attention_logit_soft_cap is not None:
             raise ConfigError("a Gemma3 backbone with attention logit soft-capping has no "
                               "ONNX form here (Gemma 3 has none)")
-        if not backbone.query_head_dim_normalize:
-            raise ConfigError("a Gemma3 backbone whose query scale is not 1 / sqrt(head_dim): "
-                              "keras-hub's blocks scale by head_dim whatever the backbone says, "
-                              "so tfsent's ONNX graph would not match it; not exported")
     elif backbone.sliding_window_size is not None or float(backbone.rope_scaling_factor) != 1.0:
         raise ConfigError("a Qwen3 backbone with a sliding window or rope scaling has no ONNX "
                           "form here (Qwen3-Embedding has neither)")
@@ -142,7 +137,8 @@ def _attention(g, x, tensors, p, config, rotary, rope, bias, norm_shift, eps):
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
     head_dim = int(config["head_dim"])
     group = heads // kv_heads
-    scale = float(head_dim) ** -0.5  # check_decoder: keras-hub's scale
+    # Gemma's query_pre_attn_scalar is what keras-hub's blocks apply (gemma3_query_scalar).
+    scale = float(config.get("query_pre_attn_scalar", head_dim)) ** -0.5
 
     def project(name, n):
         kernel = _weight(tensors, f"{p}self_attn.{name}.weight")

@@ -101,16 +101,13 @@ def check_keras_hub_fixed(family, config, path):
     for field, value in (record.keras_hub_unread or {}).items():
         if field in config and config[field] != value:
             raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} "
-                              f"backbone runs only {value!r} (it does not read {field})")
+                              f"backbone runs only {value!r} (its blocks do not read {field})")
     field = record.query_scale_field
-    if field and config.get(field) is not None:
-        head_dim = config.get("head_dim")
-        heads = config.get("num_attention_heads")
-        computed = {head_dim, config.get("hidden_size", 0) // heads if heads else None}
-        if config[field] not in computed - {None}:
-            raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} "
-                              f"backbone scales queries by head_dim ({head_dim}) or "
-                              "hidden_size / num_attention_heads only")
+    head_dim = config.get("head_dim")
+    if field and config.get(field) is not None and head_dim is not None \
+            and config[field] != head_dim:
+        raise ConfigError(f"{path}: {field} {config[field]!r}; keras-hub's {family} blocks "
+                          f"scale queries by 1 / sqrt(head_dim) ({head_dim}) only")
     unsupported = sorted(rope_types(config) - set(record.rope_types))
     if unsupported:
         applied = [t for t in record.rope_types if t != "default"]

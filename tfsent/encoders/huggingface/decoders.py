@@ -126,6 +126,15 @@ def _gemma3_window(backbone):
     return size - 1
 
 
+def gemma3_query_scalar(backbone):
+    """d of the 1 / sqrt(d) query scale a keras-hub Gemma3Backbone's blocks apply: head_dim
+    when their attention normalises by it (keras-hub 0.32's blocks always do, whatever the
+    backbone's own `query_head_dim_normalize` says), else hidden / heads."""
+    if backbone.get_layer("decoder_block_0").attention.query_head_dim_normalize:
+        return int(backbone.head_dim)
+    return int(backbone.hidden_dim) // int(backbone.num_query_heads)
+
+
 def gemma3_checkpoint(backbone, special_ids, max_seq_length=None):
     """(config.json dict, {Hugging Face name: array}) of a keras-hub Gemma3Backbone (text,
     no embedding head inside) as a Gemma3TextModel. `special_ids`: {"pad", "eos", "bos"}."""
@@ -150,6 +159,14 @@ def gemma3_checkpoint(backbone, special_ids, max_seq_length=None):
         if factors[kind] != 1.0:
             entry.update(rope_type="linear", factor=factors[kind])
         rope[kind] = entry
+    # keras-hub passes layer_norm_epsilon to the final norm only (its blocks keep 1e-6):
+    # config.json has one rms_norm_eps for both.
+    epsilon = float(backbone.get_layer("decoder_block_0").pre_attention_norm.epsilon)
+    if epsilon != float(backbone.layer_norm_epsilon):
+        raise ConfigError(f"a Gemma3 backbone whose final norm's epsilon "
+                          f"({backbone.layer_norm_epsilon:g}) differs from its blocks' "
+                          f"({epsilon:g}, keras-hub's fixed value): config.json's "
+                          "rms_norm_eps sets both")
     head_dim = int(backbone.head_dim)
     config = {
         "architectures": ["Gemma3TextModel"], "model_type": _model_type(backbone),
@@ -161,8 +178,7 @@ def gemma3_checkpoint(backbone, special_ids, max_seq_length=None):
         "hidden_activation": "gelu_pytorch_tanh",
         "max_position_embeddings": _max_positions(backbone, max_seq_length),
         "rms_norm_eps": float(backbone.layer_norm_epsilon),
-        "query_pre_attn_scalar": (head_dim if backbone.query_head_dim_normalize
-                                  else int(backbone.hidden_dim) // int(backbone.num_query_heads)),
+        "query_pre_attn_scalar": gemma3_query_scalar(backbone),
         "sliding_window": _gemma3_window(backbone),
         "use_bidirectional_attention": bool(backbone.use_bidirectional_attention),
         "layer_types": layer_types, "rope_parameters": rope,
