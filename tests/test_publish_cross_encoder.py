@@ -268,13 +268,11 @@ json.dump(out, sys.stdout)
 """
 
 
-def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, published, tmp_path):
-    """CrossEncoder(DIR, backend="onnx") (sentence-transformers 5.7 + optimum, the
-    `serving` peer venv) on tfsent's onnx/model.onnx."""
+def serving_peer_python():
+    """The `serving` peer venv's python (sentence-transformers' ONNX backend); the test
+    skips without it (fails under CI=true)."""
     from test_publish_peer import peer_env
 
-    if not _has_onnx():
-        pytest.skip("needs the tfsent[onnx] extra (onnx, onnxruntime)")
     python = os.environ.get("TFSENT_PEER_SERVING_PYTHON") or peer_env.ready_peer_python(
         profiles=("serving",))
     if not python:
@@ -283,6 +281,15 @@ def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, publish
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
+    return python
+
+
+def test_sentence_transformers_onnx_backend_gives_tfsent_scores(trained, published, tmp_path):
+    """CrossEncoder(DIR, backend="onnx") (sentence-transformers 5.7 + optimum, the
+    `serving` peer venv) on tfsent's onnx/model.onnx."""
+    if not _has_onnx():
+        pytest.skip("needs the tfsent[onnx] extra (onnx, onnxruntime)")
+    python = serving_peer_python()
     jobs_file = tmp_path / "jobs.json"
     jobs_file.write_text(json.dumps({f: {"dir": d, "pairs": HARD_PAIRS}
                                      for f, d in published.items() if f not in IDS_ONLY},

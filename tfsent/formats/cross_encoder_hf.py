@@ -34,7 +34,9 @@ another activation; Identity makes `CrossEncoder.predict` return tfsent's logits
 weights) for sentence-transformers' ONNX backend (`CrossEncoder(DIR, backend="onnx")`,
 through optimum's ORTModelForSequenceClassification) and plain onnxruntime: the graph of
 `tfsent.formats.onnx` over the same head (first token -> pooler where the family has one
--> the head's Dense layers), inputs `input_ids`, `attention_mask` (and
+-> the head's Dense layers; for qwen3 / gemma3, `onnx_decoders`' graph and `score` on the
+last token that is not the pad token, found from `input_ids` as Hugging Face's head finds
+it), inputs `input_ids`, `attention_mask` (and
 `token_type_ids` for BERT) as the folder's tokenizer gives them for the pair, one output
 `logits` (batch, 1).
 """
@@ -129,12 +131,11 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
                      architecture)
     pooling = "cls" if first else "last_token"
     directory, _, length = check_new_export(encoder, directory, pooling, max_seq_length)
+    # the token the ONNX graph's head reads: the first, or Hugging Face's last non-pad one
+    onnx_token = "cls" if first else LAST_NON_PAD
     if onnx:
-        if not first:
-            raise ConfigError(f"format {FORMAT}: ONNX files of a {encoder.family} "
-                              "cross-encoder are not written (onnx=False)")
         onnx_format.require_onnx()
-        onnx_format.check_exportable(encoder, "cls", head)
+        onnx_format.check_exportable(encoder, onnx_token, head)
     config = {"architectures": [architecture], "id2label": {"0": "LABEL_0"},
               "label2id": {"LABEL_0": 0},
               "sentence_transformers": {"activation_fn": ST_ACTIVATION}}
@@ -152,7 +153,7 @@ def export_cross_encoder_hf(encoder, directory, head=None, max_seq_length=None,
         if onnx:
             subdir = os.path.join(folder, ONNX_SUBDIR)
             os.makedirs(subdir)
-            files = onnx_format.write_onnx_files(encoder, subdir, "cls", head,
+            files = onnx_format.write_onnx_files(encoder, subdir, onnx_token, head,
                                                  quantize=("int8",), logits=True)
             details["onnx_files"] = [f"{ONNX_SUBDIR}/{name}" for name in files]
         return details

@@ -49,6 +49,7 @@ import numpy as np
 
 from tfsent.encoders import check_pooling, families
 from tfsent.encoders import keras_hub_adapter as kh
+from tfsent.encoders.pooling import LAST_NON_PAD
 from tfsent.errors import ConfigError
 from tfsent.formats.heads import dense_stack
 from tfsent.encoders.huggingface.writing import write_tokenizer_files
@@ -65,7 +66,7 @@ EXTERNAL_DATA_SUFFIX = "_data"  # model.onnx -> model.onnx_data
 OPSET = 17  # LayerNormalization is a standard op from 17
 IR_VERSION = 8  # what opset 17 needs; older runtimes load it too
 MS_DOMAIN = "com.microsoft"  # onnxruntime's contrib ops (fused CPU kernels)
-_FLOAT, _INT32, _INT64 = 1, 6, 7  # onnx.TensorProto data types
+_FLOAT, _INT32, _INT64, _BOOL = 1, 6, 7, 9  # onnx.TensorProto data types
 # tfsent's feed-forward activation -> onnxruntime op with the bias folded in
 _FFN_ACTIVATIONS = {"gelu": "BiasGelu", "gelu_new": "FastGelu", "gelu_approximate": "FastGelu",
                     "relu": "Relu"}
@@ -111,15 +112,20 @@ def check_exportable(encoder, pooling, head):
     """The encoder's own Dense head (a decoder family's folder modules, applied first) and
     the export head as one dense_stack list; ConfigError (before any work) for what the
     graph cannot express: an encoder family's feed-forward activation outside
-    _FFN_ACTIVATIONS, a head that is not Dense layers with expressible activations."""
-    check_pooling(pooling)
+    _FFN_ACTIVATIONS, a head that is not Dense layers with expressible activations.
+    `pooling` LAST_NON_PAD: a decoder cross-encoder's token (`logits` graphs), read off the
+    transformer's states as `pooling.pair_state` reads it, without the encoder's Dense
+    head."""
+    if pooling != LAST_NON_PAD:
+        check_pooling(pooling)
     if runs_decoder_graph(encoder):
         check_decoder(encoder, pooling)
     elif encoder.activation not in _FFN_ACTIVATIONS:
         raise ConfigError(f"feed-forward activation {encoder.activation!r} has no ONNX "
                           f"form here; expressible: {', '.join(_FFN_ACTIVATIONS)}")
+    own = None if pooling == LAST_NON_PAD else getattr(encoder, "dense_head", None)
     # ConfigError names a head layer it cannot express
-    return dense_stack(getattr(encoder, "dense_head", None)) + dense_stack(head)
+    return dense_stack(own) + dense_stack(head)
 
 
 class _GraphBuilder:
@@ -225,6 +231,8 @@ def _pool(g, pooling, states, mask_3d, encoder):
             return first
         return g.op("Tanh", [_dense(g, first, _numpy(pooler.kernel), _numpy(pooler.bias),
                                     "pooler")])
+    if pooling == LAST_NON_PAD:
+        return _last_non_pad(g, last, encoder.tokenizer.pad_id)
     if pooling == "last_token":  # the mask's last 1 of each row (either padding side)
         axis = g.const("axis", [1], np.int64)
         after = g.op("Concat", [
@@ -239,6 +247,25 @@ def _pool(g, pooling, states, mask_3d, encoder):
         other = states[{"first_last_avg": 1, "emb_last_avg": 0, "last2_avg": -2}[pooling]]
         last = g.op("Div", [g.op("Add", [other, last]), g.const("two", 2.0)])
     return _masked_mean(g, last, mask_3d)
+
+
+def _last_non_pad(g, last, pad_id):
+    """tfsent.encoders.pooling.last_non_pad as ONNX nodes: each row's state at the
+    rightmost position that is unmasked and whose id is not `pad_id` (position 0 when
+    none is): the token Hugging Face's decoder sequence classifiers score."""
+    keep = g.op("And", [g.op("Cast", ["attention_mask"], to=_BOOL), g.op("Not", [
+        g.op("Equal", ["input_ids", g.const("pad_id", pad_id, np.int64)])])])
+    length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)],
+                  axis=0)
+    positions = g.op("Unsqueeze", [g.op("Range", [
+        g.const("zero_s", 0, np.int64), length, g.const("one_s", 1, np.int64)]),
+        g.const("axes", [0], np.int64)])  # (1, L)
+    rightmost = g.op("ReduceMax", [g.op("Where", [keep, positions, g.const(
+        "zero_s", 0, np.int64)])], axes=[1], keepdims=1)  # (B, 1)
+    select = g.op("Cast", [g.op("Equal", [positions, rightmost])], to=_FLOAT)
+    return g.op("ReduceSum", [g.op("Mul", [last, g.op("Unsqueeze", [
+        select, g.const("axes", [2], np.int64)])]), g.const("axis", [1], np.int64)],
+        keepdims=0)
 
 
 def _encoder_states(g, encoder, names):
