@@ -55,7 +55,12 @@ requests by length). Paths:
                           JSON has its p50 over the teacher's, runtime by runtime.
   st torch / onnx / onnx int8
                           sentence-transformers in the `serving` peer venv (peer_env.py, its
-                          packages pinned), one process per backend (peer_serve.py).
+                          packages pinned), one process per backend (peer_serve.py); with
+                          --peer_student they serve the --student folder instead, so the
+                          student rows and theirs time one model (a decoder family's, e.g.
+                          --random_qwen3=DIR: a random Qwen3-Embedding-0.6B-shaped folder,
+                          --random_layers of its 28 layers; benchmarks/README.md, "Decoder
+                          serving").
 
 Scenarios (common.serving_scenarios): batch 1 and batch 8 from one caller and from 4
 concurrent callers (closed loop: each sends its next request when the last returns), p50 /
@@ -112,6 +117,15 @@ flags.DEFINE_integer("litert_threads", 0, "Threads of each LiteRT Interpreter (0
 flags.DEFINE_string("student", None, "An encoder folder (e.g. a `--method=distill` run's "
                     "export) timed beside minilm-l6 as rows student_savedmodel, student_onnx, "
                     "student_onnx_int8, with the student / teacher p50 ratios.")
+flags.DEFINE_bool("peer_student", False, "The sentence-transformers rows serve --student's "
+                  "folder (a sentence-transformers folder, e.g. a Qwen3-Embedding-shaped one "
+                  "from --random_qwen3) instead of all-MiniLM-L6-v2; their cosines are to the "
+                  "student's SavedModel.")
+flags.DEFINE_string("random_qwen3", None, "Write a random Qwen3-Embedding-0.6B-shaped "
+                    "sentence-transformers folder here (its layer widths, --random_layers of "
+                    "its 28 layers, a 600-piece byte-level BPE; tests/hf_decoder_checkpoints) "
+                    "and use it as --student (the folder is kept).")
+flags.DEFINE_integer("random_layers", 4, "Layers of the --random_qwen3 folder.")
 flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no peer venv).")
 flags.DEFINE_integer("op_profile_calls", 50, "Batch-1 requests traced op by op in the TF1 "
                      "session (0: no op profile).")
@@ -147,13 +161,21 @@ def validate_flags():
                    if FLAGS[f].present]
         if overlap:
             raise app.UsageError(f"--paths names the rows itself; drop {' and '.join(overlap)}")
-        if not FLAGS.student and any(p in STUDENT_LABELS for p in FLAGS.paths):
+        if not (FLAGS.student or FLAGS.random_qwen3) and any(p in STUDENT_LABELS
+                                                             for p in FLAGS.paths):
             raise app.UsageError("--paths names student rows but --student is not set")
         if FLAGS.skip_peer and any(p.startswith("st_") for p in FLAGS.paths):
             raise app.UsageError("--paths names sentence-transformers rows (st_...) but "
                                  "--skip_peer is set")
-    if FLAGS.student and not os.path.isdir(FLAGS.student):
+    if FLAGS.random_qwen3:
+        if FLAGS.student:
+            raise app.UsageError("--random_qwen3 writes the --student folder; drop --student")
+        if FLAGS.random_layers < 1:
+            raise app.UsageError(f"--random_layers must be >= 1, got {FLAGS.random_layers}")
+    elif FLAGS.student and not os.path.isdir(FLAGS.student):
         raise app.UsageError(f"--student={FLAGS.student} is not a folder")
+    if FLAGS.peer_student and not (FLAGS.student or FLAGS.random_qwen3):
+        raise app.UsageError("--peer_student needs --student (or --random_qwen3)")
 
 
 def selected_paths():
@@ -169,6 +191,23 @@ def selected_paths():
     return ([p for p in TFSENT_LABELS if p in FLAGS.paths],
             [b for b in PEER_BACKENDS if f"st_{b}" in FLAGS.paths],
             [p for p in STUDENT_LABELS if p in FLAGS.paths])
+
+
+# Qwen3-Embedding-0.6B's config.json widths (its 28 layers: --random_layers of them)
+QWEN3_06B_SIZES = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+                   "head_dim": 128, "intermediate_size": 3072}
+
+
+def write_random_qwen3(directory, layers):
+    """A random Qwen3-Embedding-0.6B-shaped sentence-transformers folder at `directory`
+    (kept when it already holds one); returns it."""
+    if os.path.exists(os.path.join(directory, "model.safetensors")):
+        return directory
+    sys.path.insert(0, os.path.join(common.REPO_DIR, "tests"))
+    from hf_decoder_checkpoints import make_qwen3_embedding_dir
+
+    return make_qwen3_embedding_dir(directory, seed=0, max_seq_length=FLAGS.max_seq_length,
+                                    sizes={**QWEN3_06B_SIZES, "num_hidden_layers": layers})
 
 
 def min_cosine(a, b):
@@ -204,6 +243,8 @@ def main(argv):
     data, note = common.data_or_usage_error(FLAGS.data)
     peer_env.worker_env()  # checks --peer_env
     busy, warning = common.check_busy()
+    if FLAGS.random_qwen3:
+        FLAGS.student = write_random_qwen3(FLAGS.random_qwen3, FLAGS.random_layers)
     our_paths, backends, student_paths = selected_paths()
     peer_python = None
     if backends:
@@ -238,9 +279,10 @@ def main(argv):
                                      "--serve_paths=" + ",".join(student_paths)] + shared,
                                     what="the student's serving")
     peers = {}
+    peer_model = [f"--model_dir={os.path.abspath(FLAGS.student)}"] if FLAGS.peer_student else []
     for backend in backends:
         peers[backend] = common.run_worker(peer_python, "peer_serve.py",
-                                           [f"--backend={backend}"] + shared,
+                                           [f"--backend={backend}"] + shared + peer_model,
                                            env=peer_env.worker_env(),
                                            what=f"sentence-transformers backend={backend}")
     reference = ours["embeddings"]["savedmodel"]
@@ -248,8 +290,6 @@ def main(argv):
     paths = [(TFSENT_LABELS[name], ours["scenarios"][name]) for name in ours["scenarios"]]
     paths += [(PEER_LABELS[b], peers[b]["scenarios"]) for b in peers]
     cosines = {name: min_cosine(reference, emb) for name, emb in ours["embeddings"].items()}
-    cosines.update({f"st_{b}": min_cosine(reference, p["embeddings"]) for b, p in
-                    peers.items()})
     student_cosines = {}
     if student:
         layers = student["student"]["num_layers"]
@@ -257,6 +297,9 @@ def main(argv):
                   for name in student["scenarios"]]
         student_cosines = {name: min_cosine(student["embeddings"]["student_savedmodel"], emb)
                            for name, emb in student["embeddings"].items()}
+    (student_cosines if FLAGS.peer_student else cosines).update({
+        f"st_{b}": min_cosine(student["embeddings"]["student_savedmodel"] if FLAGS.peer_student
+                              else reference, p["embeddings"]) for b, p in peers.items()})
     result = {
         "tfsent": {k: v for k, v in ours.items() if k != "embeddings"},
         "peers": {b: {k: v for k, v in p.items() if k != "embeddings"} for b, p in
@@ -271,8 +314,10 @@ def main(argv):
                        for key in ("b1_c1", "b8_c1")}
                 for name in student["scenarios"]
                 if name[len("student_"):] in ours["scenarios"]}} if student else {}),
-        "same_checkpoint": all(p["checkpoint_sha256"] == ours["checkpoint_sha256"]
-                               for p in peers.values()),
+        "same_checkpoint": all(p["checkpoint_sha256"] == (
+            common.file_sha256(os.path.join(FLAGS.student, "model.safetensors"))
+            if FLAGS.peer_student else ours["checkpoint_sha256"]) for p in peers.values()),
+        "peers_serve": os.path.abspath(FLAGS.student) if FLAGS.peer_student else "minilm-l6",
         "settings": {"n": ours["n_sentences"], "data": data, "max_seq_length":
                      FLAGS.max_seq_length, "calls": FLAGS.calls,
                      "throughput_calls": FLAGS.throughput_calls,
@@ -286,7 +331,7 @@ def main(argv):
     # a perfectly efficient kernel set would need), the tokenizer's share (serving_default
     # minus encode_ids), and what is left: dispatch and small-kernel inefficiency.
     plain = ours["scenarios"].get("savedmodel")
-    result["profile"] = {} if plain is None else {
+    result["profile"] = {} if plain is None or FLAGS.peer_student else {
         key: {"p50_ms": plain[key]["p50_ms"],
               "compute_bound_ms": 1000 * ours["request_flops"][key] / peak,
               "encode_ids_p50_ms": ours["encode_ids"][key]["p50_ms"],
@@ -302,7 +347,13 @@ def main(argv):
             **ops, **grouped,
             "matmul_weight_gb_per_s": ops["matmul_weight_bytes"] / grouped["matmul_ms"] / 1e6,
             "top": sorted(ops["op_types"], key=lambda op: -ops["op_types"][op]["ms"])[:12]}
-    if "onnx" in peers and plain is not None:
+    if FLAGS.peer_student and student:  # the student's rows over each peer's, same model
+        result["student_vs_peers_p50_ratio"] = {
+            f"{name} / st_{b}": {key: student["scenarios"][name][key]["p50_ms"]
+                                 / peers[b]["scenarios"][key]["p50_ms"]
+                                 for key in ("b1_c1", "b8_c1")}
+            for name in student["scenarios"] for b in peers}
+    if "onnx" in peers and plain is not None and not FLAGS.peer_student:
         onnx = peers["onnx"]["scenarios"]
         result["tfsent_vs_onnx_fp32"] = {
             **{f"{key}_p50_latency_ratio": plain[key]["p50_ms"] / onnx[key]["p50_ms"]
@@ -318,7 +369,10 @@ def main(argv):
         ["path", "batch 1: p50 / p90 / p99 ms", "batch 1, 4 callers", "batch 8",
          "batch 8, 4 callers", f"batch {FLAGS.throughput_batch} sent/s"],
         table_rows(paths, throughput_key),
-        title=f"serving latency: minilm-l6 mean pooling, max_seq_length {FLAGS.max_seq_length}, "
+        title=f"serving latency: minilm-l6 mean pooling"
+              + (f" (sentence-transformers rows: the student {FLAGS.student})"
+                 if FLAGS.peer_student else "")
+              + f", max_seq_length {FLAGS.max_seq_length}, "
               f"{FLAGS.calls} requests per latency cell, requests from the first "
               f"{ours['n_sentences']} sentences")
     if result["profile"]:
@@ -348,6 +402,10 @@ def main(argv):
     if student:
         print("lowest cosine to the student's SavedModel: " + ", ".join(
             f"{k} {v:.6f}" for k, v in student_cosines.items()))
+        if FLAGS.peer_student:
+            print("student / sentence-transformers p50, same model: " + "; ".join(
+                f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
+                for name, ratios in result["student_vs_peers_p50_ratio"].items()))
         print("student / teacher p50, same runtime: " + "; ".join(
             f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
             for name, ratios in result["student_vs_teacher_p50_ratio"].items()))

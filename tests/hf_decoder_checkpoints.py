@@ -95,8 +95,11 @@ def qwen_tokenizer_json(vocab_size=600, reranker=False):
 def _qwen3_weights(config, rng):
     h, i_dim, hd = config["hidden_size"], config["intermediate_size"], config["head_dim"]
     nq, nkv = config["num_attention_heads"], config["num_key_value_heads"]
+    # the tiny checkpoints' 0.2; 1 / sqrt(h) at real widths (a benchmark's folder), where
+    # 0.2 would overflow the residual stream
+    spread = 0.2 if h <= 64 else h ** -0.5
 
-    def normal(*shape, scale=0.2):
+    def normal(*shape, scale=spread):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     def norm(n):
@@ -183,13 +186,16 @@ def make_qwen3_seq_cls_dir(directory, seed=0, reranker=True):
     return directory
 
 
-def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64):
-    """Writes a tiny Qwen3-Embedding-shaped sentence-transformers folder; returns it."""
+def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64, sizes=None,
+                             vocab_size=600):
+    """Writes a tiny Qwen3-Embedding-shaped sentence-transformers folder; returns it.
+    `sizes` replaces QWEN_SIZES' entries (benchmarks/serve_latency.py's random folder of
+    Qwen3-Embedding-0.6B's shape); `vocab_size`: its BPE's."""
     from safetensors.numpy import save_file
     os.makedirs(os.path.join(directory, "1_Pooling"), exist_ok=True)
-    tok = qwen_tokenizer_json()
+    tok = qwen_tokenizer_json(vocab_size)
     tok.save(os.path.join(directory, "tokenizer.json"))
-    config = _qwen3_config(tok, "Qwen3Model")
+    config = _qwen3_config(tok, "Qwen3Model", **(sizes or {}))
     _write_json(os.path.join(directory, "config.json"), config)
     save_file(_qwen3_weights(config, np.random.default_rng(seed)),
               os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
@@ -203,7 +209,7 @@ def make_qwen3_embedding_dir(directory, seed=0, max_seq_length=64):
     _write_json(os.path.join(directory, "sentence_bert_config.json"),
                 {"max_seq_length": max_seq_length, "do_lower_case": False})
     _write_json(os.path.join(directory, "1_Pooling", "config.json"), {
-        "word_embedding_dimension": QWEN_SIZES["hidden_size"],
+        "word_embedding_dimension": config["hidden_size"],
         "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
         "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": True,
