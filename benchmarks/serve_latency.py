@@ -71,6 +71,7 @@ plain export on the first 8 sentences (the check that every path computes the sa
 """
 
 import importlib.util
+import json
 import os
 import sys
 
@@ -172,10 +173,20 @@ def validate_flags():
             raise app.UsageError("--random_qwen3 writes the --student folder; drop --student")
         if FLAGS.random_layers < 1:
             raise app.UsageError(f"--random_layers must be >= 1, got {FLAGS.random_layers}")
+        if os.path.exists(FLAGS.random_qwen3) and os.listdir(FLAGS.random_qwen3) \
+                and not is_random_qwen3(FLAGS.random_qwen3, FLAGS.random_layers):
+            raise app.UsageError(f"--random_qwen3={FLAGS.random_qwen3} holds files that are "
+                                 f"not a random folder of {FLAGS.random_layers} layers written "
+                                 "by this flag; name a new or empty folder")
     elif FLAGS.student and not os.path.isdir(FLAGS.student):
         raise app.UsageError(f"--student={FLAGS.student} is not a folder")
     if FLAGS.peer_student and not (FLAGS.student or FLAGS.random_qwen3):
         raise app.UsageError("--peer_student needs --student (or --random_qwen3)")
+    if FLAGS.peer_student and FLAGS.student and not os.path.exists(
+            os.path.join(FLAGS.student, "model.safetensors")):
+        raise app.UsageError(f"--peer_student: --student={FLAGS.student} has no "
+                             "model.safetensors (sentence-transformers serves a Hugging Face "
+                             "or sentence-transformers folder)")
 
 
 def selected_paths():
@@ -198,10 +209,24 @@ QWEN3_06B_SIZES = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_valu
                    "head_dim": 128, "intermediate_size": 3072}
 
 
+def is_random_qwen3(directory, layers):
+    """True when `directory` holds a --random_qwen3 folder of `layers` layers (its
+    config.json has the widths, its weights are there)."""
+    try:
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    wanted = {**QWEN3_06B_SIZES, "num_hidden_layers": layers, "model_type": "qwen3"}
+    return all(config.get(k) == v for k, v in wanted.items()) and os.path.exists(
+        os.path.join(directory, "model.safetensors"))
+
+
 def write_random_qwen3(directory, layers):
     """A random Qwen3-Embedding-0.6B-shaped sentence-transformers folder at `directory`
-    (kept when it already holds one); returns it."""
-    if os.path.exists(os.path.join(directory, "model.safetensors")):
+    (a new or empty folder; one this function wrote with as many layers is reused);
+    returns it."""
+    if is_random_qwen3(directory, layers):
         return directory
     sys.path.insert(0, os.path.join(common.REPO_DIR, "tests"))
     from hf_decoder_checkpoints import make_qwen3_embedding_dir
@@ -300,6 +325,9 @@ def main(argv):
     (student_cosines if FLAGS.peer_student else cosines).update({
         f"st_{b}": min_cosine(student["embeddings"]["student_savedmodel"] if FLAGS.peer_student
                               else reference, p["embeddings"]) for b, p in peers.items()})
+    # the checkpoint every peer should have served: the student's with --peer_student
+    peer_checkpoint = (common.file_sha256(os.path.join(FLAGS.student, "model.safetensors"))
+                       if FLAGS.peer_student else ours["checkpoint_sha256"])
     result = {
         "tfsent": {k: v for k, v in ours.items() if k != "embeddings"},
         "peers": {b: {k: v for k, v in p.items() if k != "embeddings"} for b, p in
@@ -314,9 +342,8 @@ def main(argv):
                        for key in ("b1_c1", "b8_c1")}
                 for name in student["scenarios"]
                 if name[len("student_"):] in ours["scenarios"]}} if student else {}),
-        "same_checkpoint": all(p["checkpoint_sha256"] == (
-            common.file_sha256(os.path.join(FLAGS.student, "model.safetensors"))
-            if FLAGS.peer_student else ours["checkpoint_sha256"]) for p in peers.values()),
+        "same_checkpoint": all(p["checkpoint_sha256"] == peer_checkpoint
+                               for p in peers.values()),
         "peers_serve": os.path.abspath(FLAGS.student) if FLAGS.peer_student else "minilm-l6",
         "settings": {"n": ours["n_sentences"], "data": data, "max_seq_length":
                      FLAGS.max_seq_length, "calls": FLAGS.calls,
@@ -406,9 +433,10 @@ def main(argv):
             print("student / sentence-transformers p50, same model: " + "; ".join(
                 f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
                 for name, ratios in result["student_vs_peers_p50_ratio"].items()))
-        print("student / teacher p50, same runtime: " + "; ".join(
-            f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
-            for name, ratios in result["student_vs_teacher_p50_ratio"].items()))
+        if result["student_vs_teacher_p50_ratio"]:  # none when no teacher row ran
+            print("student / teacher p50, same runtime: " + "; ".join(
+                f"{name}: " + ", ".join(f"{key} {r:.2f}x" for key, r in ratios.items())
+                for name, ratios in result["student_vs_teacher_p50_ratio"].items()))
     if warning:
         print(f"warning: {warning}")
     print(f"wrote {FLAGS.json}")

@@ -363,6 +363,10 @@ def test_peer_quantization_config_follows_the_isa():
      "--random_qwen3"),
     ("serve_latency.py", ["--random_qwen3=/tmp/x", "--random_layers=0", "--json=JSON"],
      "--random_layers"),
+    # a folder of the user's is never written into
+    ("serve_latency.py", ["--random_qwen3=" + REPO, "--json=JSON"], "holds files that are not"),
+    ("serve_latency.py", ["--student=" + REPO, "--peer_student", "--json=JSON"],
+     "has no model.safetensors"),
     ("export_quality.py", ["--formats=onnx,tensorrt", "--json=JSON"], "--formats"),
     ("export_quality.py", ["--data_dir=/nonexistent", "--json=JSON"], "--data_dir"),
     ("retrieval_scale.py", ["--sizes=5", "--json=JSON"], "--sizes"),
