@@ -249,17 +249,21 @@ def _pool(g, pooling, states, mask_3d, encoder):
     return _masked_mean(g, last, mask_3d)
 
 
+def _positions(g):
+    """0 .. L - 1 (int64, (L,)) for the graph's `input_ids` of width L."""
+    length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)],
+                  axis=0)
+    return g.op("Range", [g.const("zero_s", 0, np.int64), length,
+                          g.const("one_s", 1, np.int64)])
+
+
 def _last_non_pad(g, last, pad_id):
     """tfsent.encoders.pooling.last_non_pad as ONNX nodes: each row's state at the
     rightmost position that is unmasked and whose id is not `pad_id` (position 0 when
     none is): the token Hugging Face's decoder sequence classifiers score."""
     keep = g.op("And", [g.op("Cast", ["attention_mask"], to=_BOOL), g.op("Not", [
         g.op("Equal", ["input_ids", g.const("pad_id", pad_id, np.int64)])])])
-    length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)],
-                  axis=0)
-    positions = g.op("Unsqueeze", [g.op("Range", [
-        g.const("zero_s", 0, np.int64), length, g.const("one_s", 1, np.int64)]),
-        g.const("axes", [0], np.int64)])  # (1, L)
+    positions = g.op("Unsqueeze", [_positions(g), g.const("axes", [0], np.int64)])  # (1, L)
     rightmost = g.op("ReduceMax", [g.op("Where", [keep, positions, g.const(
         "zero_s", 0, np.int64)])], axes=[1], keepdims=1)  # (B, 1)
     select = g.op("Cast", [g.op("Equal", [positions, rightmost])], to=_FLOAT)
@@ -314,11 +318,8 @@ def build_onnx_model(encoder, pooling=None, head=None, logits=False):
     mask_3d = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=_FLOAT),
                                  g.const("axes", [2], np.int64)])
     if pooling == "mean_no_cls":  # positions 1.. only
-        length = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("one_s", 1, np.int64)],
-                      axis=0)
-        index = g.op("Range", [g.const("zero_s", 0, np.int64), length,
-                               g.const("one_s", 1, np.int64)])
-        not_first = g.op("Cast", [g.op("Greater", [index, g.const("zero_s", 0, np.int64)])],
+        not_first = g.op("Cast", [g.op("Greater", [_positions(g),
+                                                   g.const("zero_s", 0, np.int64)])],
                          to=_FLOAT)
         mask_3d = g.op("Mul", [mask_3d, g.op("Unsqueeze", [
             not_first, g.const("axes", [0, 2], np.int64)])])
