@@ -205,7 +205,8 @@ def train_mode(args, model_dir):
         raise SystemExit(f"expected {args.steps} timed steps, recorded {len(ends)}")
     result = common.window_throughput(ends, args.warmup_steps, args.batch_size)
     result.update({
-        "loop": args.loop, "bf16": args.bf16, "optimizer": optimizer, "first_step_s": round(ends[0] - t0, 2),
+        "loop": args.loop, "bf16": args.bf16, "optimizer": optimizer,
+        "first_step_s": round(ends[0] - t0, 2),
         "final_loss": losses[-1] if losses else None,
         "losses_finite": bool(losses) and all(math.isfinite(v) for v in losses),
         "mean_padded_length": round(sum(widths) / len(widths), 2) if widths else None,
