@@ -84,6 +84,8 @@ def validate_flags():
             raise app.UsageError(f"--{name} must be >= 1, got {getattr(FLAGS, name)}")
     if FLAGS.max_seq_length < 4:
         raise app.UsageError(f"--max_seq_length must be >= 4, got {FLAGS.max_seq_length}")
+    if FLAGS.peer_bf16 and FLAGS.skip_peer:
+        raise app.UsageError("--peer_bf16 sets the peer's precision: drop --skip_peer")
     if FLAGS.peer_bf16 and FLAGS.peer_loop != "trainer":
         raise app.UsageError("--peer_bf16 needs --peer_loop=trainer")
     if FLAGS.peak_runs not in (1, 2):
@@ -115,7 +117,8 @@ def run_peer(peer_python, data):
             f"--threads={FLAGS.peer_threads}"] + (["--bf16"] if FLAGS.peer_bf16 else []) \
         + _shared_args(data)
     return common.run_worker(peer_python, "peer_worker.py", args, env=peer_env.worker_env(),
-                             what=f"sentence-transformers training ({FLAGS.peer_loop})")
+                             what=f"sentence-transformers training ({FLAGS.peer_loop}"
+                                  f"{', bf16' if FLAGS.peer_bf16 else ''})")
 
 
 def summarise(tfsent_runs, peer_runs, peaks, data, note):

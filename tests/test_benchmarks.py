@@ -350,6 +350,7 @@ def test_peer_quantization_config_follows_the_isa():
     ("gemm_shapes.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("train_throughput.py", ["--peer_bf16", "--peer_loop=manual", "--json=JSON"],
      "--peer_bf16 needs --peer_loop=trainer"),
+    ("train_throughput.py", ["--peer_bf16", "--skip_peer", "--json=JSON"], "drop --skip_peer"),
     ("train_profile.py", ["--repeats=0", "--json=JSON"], "--repeats"),
     ("serve_latency.py", ["--calls=0", "--json=JSON"], "--calls"),
     ("serve_latency.py", ["--backends=torch,tensorrt", "--json=JSON"], "--backends"),
