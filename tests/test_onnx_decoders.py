@@ -127,6 +127,27 @@ def test_token_states_and_poolings(sources, family, tmp_path):
     assert not (tmp_path / "refused.onnx").exists()
 
 
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_last_non_pad_reads_the_rightmost_real_non_pad_token(sources, family, tmp_path):
+    """The cross-encoders' pooling as ONNX nodes: each row's state at the rightmost position
+    that is unmasked and not the pad id (NumPy below, independent of tfsent's pooling; qwen3
+    closes each text with its pad token, so the token before it), and a (0, 0) batch in."""
+    _, encoder = sources[family]
+    path = onnx_format.write_onnx_model(encoder, str(tmp_path / "last_non_pad.onnx"),
+                                        pooling=onnx_format.LAST_NON_PAD)
+    _, feeds = _feeds(encoder, HARD)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    emb, states = session.run(["embedding", "last_hidden_state"], feeds)
+    pad_id = encoder.tokenizer.pad_id
+    expected = []
+    for row, (ids, mask) in enumerate(zip(feeds["input_ids"], feeds["attention_mask"])):
+        real = [i for i in range(len(ids)) if mask[i] and ids[i] != pad_id]
+        expected.append(states[row, real[-1] if real else 0])
+    np.testing.assert_allclose(emb, np.stack(expected), atol=1e-6)
+    empty = {name: np.zeros((0, 0), np.int64) for name in feeds}
+    assert session.run(["embedding"], empty)[0].shape == (0, emb.shape[1])
+
 def test_a_model_past_the_protobuf_limit_keeps_its_weights_beside_it(sources, tmp_path,
                                                                      monkeypatch):
     """Weights past EXTERNAL_DATA_BYTES (set to 0 here; 1.8 GB in use: Qwen3-Embedding-0.6B
