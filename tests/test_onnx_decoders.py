@@ -127,7 +127,6 @@ def test_token_states_and_poolings(sources, family, tmp_path):
     assert not (tmp_path / "refused.onnx").exists()
 
 
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_last_non_pad_reads_the_rightmost_real_non_pad_token(sources, family, tmp_path):
     """The cross-encoders' pooling as ONNX nodes: each row's state at the rightmost position
@@ -147,6 +146,7 @@ def test_last_non_pad_reads_the_rightmost_real_non_pad_token(sources, family, tm
     np.testing.assert_allclose(emb, np.stack(expected), atol=1e-6)
     empty = {name: np.zeros((0, 0), np.int64) for name in feeds}
     assert session.run(["embedding"], empty)[0].shape == (0, emb.shape[1])
+
 
 def test_a_model_past_the_protobuf_limit_keeps_its_weights_beside_it(sources, tmp_path,
                                                                      monkeypatch):
